@@ -1,0 +1,85 @@
+# petscfmm: GNU make against an installed PETSc.
+#
+#   make            build lib/libpetscfmm.so (with the CUDA backend when nvcc is found)
+#   make run        build and run the main tutorial
+#   make test       build and run the test suite; ends with "N passed, N failed"
+#   make bench      build the benchmarks (bench/)
+#
+# Variables: PETSC_DIR (default /usr/lib/petsc, Debian's petsc-dev), PETSC_ARCH
+# (default empty), CUDA=0 to build without CUDA, NVCC, CUDA_ARCH (default sm_90),
+# MPIEXEC, OMP_NUM_THREADS.
+
+.DEFAULT_GOAL := all
+PETSC_DIR  ?= /usr/lib/petsc
+PETSC_ARCH ?=
+PETSC_CONF := $(PETSC_DIR)/$(PETSC_ARCH)/lib/petsc/conf/petscvariables
+
+# No PETSc yet: this rule installs Debian's (make then restarts with it).
+include $(PETSC_CONF)
+$(PETSC_CONF):
+	@./bin/install-petsc "$(PETSC_DIR)"
+
+PETSC_LIB_DIR := $(PETSC_DIR)/$(PETSC_ARCH)/lib
+CC      := $(PCC)
+MPIEXEC := $(or $(shell command -v mpiexec 2>/dev/null),$(firstword $(MPIEXEC))) --oversubscribe
+export OMPI_ALLOW_RUN_AS_ROOT := 1
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
+export OMPI_MCA_rmaps_base_oversubscribe := 1
+
+# CUDA: on when nvcc is found, unless CUDA=0
+NVCC      ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
+CUDA      ?= $(if $(NVCC),1,0)
+CUDA_ARCH ?= sm_90
+CUDA_DIR  := $(abspath $(dir $(NVCC))/..)
+
+CFLAGS_FMM := -O3 -fPIC -fopenmp -Wall -Wno-unknown-pragmas -Iinclude -Isrc $(PETSC_CC_INCLUDES)
+LIBS_FMM   := -fopenmp -L$(PETSC_LIB_DIR) -Wl,-rpath,$(PETSC_LIB_DIR) $(PETSC_LIB_BASIC) -lm
+
+LIB_SRCS := $(wildcard src/*.c src/mat/*.c src/cpu/*.c)
+LIB_OBJS := $(patsubst %.c,build/%.o,$(LIB_SRCS))
+ifeq ($(CUDA),1)
+  CU_SRCS    := $(wildcard cuda/*.cu)
+  LIB_OBJS   += $(patsubst %.cu,build/%.o,$(CU_SRCS))
+  CFLAGS_FMM += -DPETSCFMM_HAVE_CUDA
+  NVCCFLAGS  := -O3 -std=c++17 -arch=$(CUDA_ARCH) -Xcompiler -fPIC,-fopenmp -DPETSCFMM_HAVE_CUDA -Iinclude -Isrc $(PETSC_CC_INCLUDES) $(shell $(CC) --showme:compile 2>/dev/null)
+  # static CUDA runtime: the library loads (and runs on the CPU) where no CUDA driver exists
+  LIBS_FMM   += -L$(CUDA_DIR)/lib64 -Wl,-rpath,$(CUDA_DIR)/lib64 -lcublas -lcudart_static -ldl -lrt -lpthread -lstdc++
+endif
+
+LIB := lib/libpetscfmm.so
+TESTS     := $(patsubst %.c,%,$(wildcard tests/*.c))
+TUTORIALS := $(patsubst %.c,%,$(wildcard tutorials/*.c))
+BENCHES   := $(patsubst %.c,%,$(wildcard bench/*.c))
+
+all: $(LIB)
+
+build/%.o: %.c include/petscfmm.h $(wildcard src/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_FMM) -c $< -o $@
+
+build/%.o: %.cu include/petscfmm.h $(wildcard src/*.h cuda/*.h)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+$(LIB): $(LIB_OBJS)
+	@mkdir -p lib
+	$(CC) -shared -o $@ $(LIB_OBJS) $(LIBS_FMM)
+
+# programs link the library; tests/noload.c must not (it loads it with -dll_append)
+$(TESTS) $(TUTORIALS) $(BENCHES): %: %.c $(LIB)
+	$(CC) $(CFLAGS_FMM) $< -o $@ $(if $(filter tests/noload,$@),,-L$(CURDIR)/lib -Wl,-rpath,$(CURDIR)/lib -lpetscfmm) $(LIBS_FMM)
+
+# the main job: the integral-equation tutorial on its default problem
+MAIN ?= tutorials/ex2
+run: $(MAIN)
+	$(MPIEXEC) -n 1 ./$(MAIN)
+
+test: $(LIB) $(TESTS) $(TUTORIALS)
+	@MPIEXEC="$(MPIEXEC)" CUDA_BUILT=$(CUDA) ./bin/runtests $(TESTS:=.c) $(TUTORIALS:=.c)
+
+bench: $(BENCHES)
+
+clean:
+	rm -rf build lib $(TESTS) $(TUTORIALS) $(BENCHES) tests/results
+
+.PHONY: all run test bench clean

@@ -1,0 +1,365 @@
+/*
+  The CPU backend (C, OpenMP): the reference implementation of the pass
+  P2M -> M2M (upward) -> M2L -> L2L (downward) -> L2P, plus the P2P near field
+  in three layouts and the exact direct sum.  Every loop writes each output
+  from exactly one thread, in a fixed order, so results do not depend on the
+  number of threads.
+*/
+#include "../fmmimpl.h"
+#include "../fmmexpansions.h"
+
+#define FMM_PMAX 64 /* largest expansion order (stack work arrays) */
+
+typedef struct {
+  PetscInt   p, ne;          /* order, reals per expansion 2(p+1) */
+  PetscReal *binom, *m2l;    /* tables, see fmmexpansions.h */
+  PetscReal *mpole, *local;  /* [nboxes * ne] */
+  PetscReal *q, *dx, *dy;    /* [N] strengths in tree order */
+  PetscReal *pot;            /* [M] potentials in tree order */
+  PetscBool  hasq, hasd;     /* single layer / double layer terms present */
+  /* indexing layout: neighbour source indices (global order) per leaf */
+  PetscInt  *nbr, *nbroff;
+  PetscReal *gq, *gdx, *gdy; /* [N] strengths in global order */
+  /* repetition layout: chunk of per-target records */
+  PetscReal *rec;
+  PetscInt64 recmax;         /* doubles in one chunk */
+} FMM_CPU;
+
+static PetscErrorCode SetupTables(FMM_CPU *c)
+{
+  PetscInt p = c->p, nb = 2 * p + 1;
+
+  PetscFunctionBegin;
+  PetscCall(PetscCalloc2(nb * nb, &c->binom, p * p, &c->m2l));
+  for (PetscInt n = 0; n < nb; n++) {
+    c->binom[n * nb] = 1.0;
+    for (PetscInt k = 1; k <= n; k++) c->binom[n * nb + k] = c->binom[(n - 1) * nb + k - 1] + (k < n ? c->binom[(n - 1) * nb + k] : 0.0);
+  }
+  for (PetscInt l = 1; l <= p; l++)
+    for (PetscInt k = 1; k <= p; k++) c->m2l[(l - 1) * p + (k - 1)] = c->binom[(l + k - 1) * nb + (k - 1)];
+  PetscFunctionReturn(0);
+}
+
+static PetscErrorCode FMMCPUDestroy(Mat A)
+{
+  Mat_FMM *fmm = (Mat_FMM *)A->data;
+  FMM_CPU *c   = (FMM_CPU *)fmm->backend;
+
+  PetscFunctionBegin;
+  if (!c) PetscFunctionReturn(0);
+  PetscCall(PetscFree2(c->binom, c->m2l));
+  PetscCall(PetscFree2(c->mpole, c->local));
+  PetscCall(PetscFree4(c->q, c->dx, c->dy, c->pot));
+  PetscCall(PetscFree2(c->nbr, c->nbroff));
+  PetscCall(PetscFree3(c->gq, c->gdx, c->gdy));
+  PetscCall(PetscFree(c->rec));
+  PetscCall(PetscFree(fmm->backend));
+  PetscFunctionReturn(0);
+}
+
+/* sources in the near field of leaf b */
+static inline PetscInt NearSources(const FMMPlan *P, PetscInt b)
+{
+  PetscInt ns = 0;
+  for (PetscInt j = P->nearoff[b]; j < P->nearoff[b + 1]; j++) ns += P->sleaf[P->near[j] + 1] - P->sleaf[P->near[j]];
+  return ns;
+}
+
+/* doubles per source in a repetition record */
+static inline PetscInt RecordStride(const FMM_CPU *c)
+{
+  return 2 + (c->hasq ? 1 : 0) + (c->hasd ? 2 : 0);
+}
+
+static PetscErrorCode FMMCPUSetup(Mat A)
+{
+  Mat_FMM *fmm = (Mat_FMM *)A->data;
+  FMMPlan *P   = &fmm->plan;
+  FMM_CPU *c;
+
+  PetscFunctionBegin;
+  PetscCall(FMMCPUDestroy(A));
+  PetscCall(PetscNew(&c));
+  fmm->backend = c;
+  c->p         = fmm->p;
+  c->ne        = 2 * (fmm->p + 1);
+  c->hasq      = fmm->beta != 0.0 ? PETSC_TRUE : PETSC_FALSE;
+  c->hasd      = (fmm->alpha != 0.0 && fmm->gnrm) ? PETSC_TRUE : PETSC_FALSE;
+  PetscCall(SetupTables(c));
+  PetscCall(PetscMalloc2(P->nboxes * c->ne, &c->mpole, P->nboxes * c->ne, &c->local));
+  PetscCall(PetscMalloc4(P->N, &c->q, P->N, &c->dx, P->N, &c->dy, P->M, &c->pot));
+  if (fmm->layout == MATFMM_LAYOUT_INDEXING) {
+    PetscInt k = 0;
+    PetscCall(PetscMalloc2(P->nearsrc, &c->nbr, P->nleaves + 1, &c->nbroff));
+    PetscCall(PetscMalloc3(P->N, &c->gq, P->N, &c->gdx, P->N, &c->gdy));
+    for (PetscInt b = 0; b < P->nleaves; b++) {
+      c->nbroff[b] = k;
+      for (PetscInt j = P->nearoff[b]; j < P->nearoff[b + 1]; j++)
+        for (PetscInt i = P->sleaf[P->near[j]]; i < P->sleaf[P->near[j] + 1]; i++) c->nbr[k++] = P->sperm[i];
+    }
+    c->nbroff[P->nleaves] = k;
+  } else if (fmm->layout == MATFMM_LAYOUT_REPETITION) {
+    /* one chunk must hold at least one leaf's records */
+    PetscReal budget = fmm->repetition_mb * 1048576.0 / sizeof(PetscReal), need = 0;
+    PetscReal total  = 0;
+    PetscInt  stride = RecordStride(c);
+    for (PetscInt b = 0; b < P->nleaves; b++) {
+      PetscReal leaf = (PetscReal)(P->tleaf[b + 1] - P->tleaf[b]) * (2 + stride * (PetscReal)NearSources(P, b));
+      need = PetscMax(need, leaf);
+      total += leaf;
+    }
+    PetscCall(MPIU_Allreduce(MPI_IN_PLACE, &need, 1, MPIU_REAL, MPIU_MAX, PetscObjectComm((PetscObject)A)));
+    PetscCheck(need <= budget, PetscObjectComm((PetscObject)A), PETSC_ERR_MEM,
+               "-mat_fmm_layout repetition: one leaf box needs %.1f MB of records, more than -mat_fmm_repetition_mb %g; raise the budget, lower -mat_fmm_ct, or use -mat_fmm_layout tiled", (double)(need * sizeof(PetscReal) / 1048576.0), (double)fmm->repetition_mb);
+    /* the whole near field when it fits the budget, else leaf-aligned chunks */
+    c->recmax = (PetscInt64)PetscMax(PetscMin(budget, total), 1.0);
+    PetscCall(PetscMalloc1(c->recmax, &c->rec));
+  }
+  PetscFunctionReturn(0);
+}
+
+/* strengths of this product in tree order */
+static void Strengths(const FMMPlan *P, FMM_CPU *c, const PetscScalar *sigma)
+{
+#pragma omp parallel for schedule(static)
+  for (PetscInt i = 0; i < P->N; i++) {
+    PetscReal s = sigma[P->sperm[i]];
+    c->q[i]     = P->cq[i] * s;
+    c->dx[i]    = P->cdx[i] * s;
+    c->dy[i]    = P->cdy[i] * s;
+  }
+}
+
+static PetscErrorCode Upward(const FMMPlan *P, FMM_CPU *c)
+{
+  const PetscInt p = c->p, ne = c->ne, L = P->L, l0 = FMMLevelStart(L);
+
+  PetscFunctionBegin;
+  PetscCall(PetscLogEventBegin(MATFMM_P2M, 0, 0, 0, 0));
+#pragma omp parallel for schedule(dynamic, 16)
+  for (PetscInt b = 0; b < P->nleaves; b++) {
+    PetscReal *A = c->mpole + (l0 + b) * ne, cx = P->cx[l0 + b], cy = P->cy[l0 + b], s = P->scale[l0 + b];
+    for (PetscInt k = 0; k < ne; k++) A[k] = 0.0;
+    for (PetscInt i = P->sleaf[b]; i < P->sleaf[b + 1]; i++) FMMP2MAdd((int)p, s, (P->sx[i] - cx) / s, (P->sy[i] - cy) / s, c->q[i], c->dx[i], c->dy[i], A);
+  }
+  PetscCall(PetscLogFlops(20.0 * p * P->N));
+  PetscCall(PetscLogEventEnd(MATFMM_P2M, 0, 0, 0, 0));
+  PetscCall(PetscLogEventBegin(MATFMM_M2M, 0, 0, 0, 0));
+  for (PetscInt l = L - 1; l >= 0; l--) {
+    PetscInt nb = (PetscInt)1 << (2 * l), pl = FMMLevelStart(l), cl = FMMLevelStart(l + 1), span = (PetscInt)1 << (2 * (L - l - 1));
+#pragma omp parallel for schedule(dynamic, 4)
+    for (PetscInt b = 0; b < nb; b++) {
+      PetscReal work[4 * (FMM_PMAX + 1)], *B = c->mpole + (pl + b) * ne;
+      for (PetscInt k = 0; k < ne; k++) B[k] = 0.0;
+      for (PetscInt ch = 4 * b; ch < 4 * b + 4; ch++) {
+        if (P->sleaf[(ch + 1) * span] == P->sleaf[ch * span]) continue; /* no sources */
+        FMMM2M((int)p, c->binom, (P->cx[cl + ch] - P->cx[pl + b]) / P->scale[pl + b], (P->cy[cl + ch] - P->cy[pl + b]) / P->scale[pl + b], P->scale[cl + ch] / P->scale[pl + b], c->mpole + (cl + ch) * ne, B, work);
+      }
+    }
+  }
+  PetscCall(PetscLogFlops(8.0 * p * p * (P->nboxes - 1)));
+  PetscCall(PetscLogEventEnd(MATFMM_M2M, 0, 0, 0, 0));
+  PetscFunctionReturn(0);
+}
+
+static PetscErrorCode Downward(const FMMPlan *P, FMM_CPU *c)
+{
+  const PetscInt p = c->p, ne = c->ne, L = P->L;
+
+  PetscFunctionBegin;
+  PetscCall(PetscLogEventBegin(MATFMM_M2L, 0, 0, 0, 0));
+#pragma omp parallel for schedule(dynamic, 16)
+  for (PetscInt t = 0; t < P->nboxes; t++) {
+    PetscReal work[2 * FMM_PMAX], *B = c->local + t * ne;
+    for (PetscInt k = 0; k < ne; k++) B[k] = 0.0;
+    for (PetscInt j = P->faroff[t]; j < P->faroff[t + 1]; j++) {
+      PetscInt s = P->far[j];
+      FMMM2L((int)p, c->m2l, P->cx[s] - P->cx[t], P->cy[s] - P->cy[t], P->scale[s], P->scale[t], c->mpole + s * ne, B, work);
+    }
+  }
+  PetscCall(PetscLogFlops(8.0 * p * p * P->faroff[P->nboxes]));
+  PetscCall(PetscLogEventEnd(MATFMM_M2L, 0, 0, 0, 0));
+  PetscCall(PetscLogEventBegin(MATFMM_L2L, 0, 0, 0, 0));
+  for (PetscInt l = 1; l <= L; l++) {
+    PetscInt nb = (PetscInt)1 << (2 * l), pl = FMMLevelStart(l - 1), cl = FMMLevelStart(l), span = (PetscInt)1 << (2 * (L - l));
+#pragma omp parallel for schedule(dynamic, 16)
+    for (PetscInt b = 0; b < nb; b++) {
+      PetscReal work[2 * (FMM_PMAX + 1)];
+      PetscInt  par = b / 4;
+      if (P->tleaf[(b + 1) * span] == P->tleaf[b * span]) continue; /* no targets: local unused */
+      FMML2L((int)p, c->binom, (P->cx[cl + b] - P->cx[pl + par]) / P->scale[pl + par], (P->cy[cl + b] - P->cy[pl + par]) / P->scale[pl + par], P->scale[cl + b] / P->scale[pl + par], c->local + (pl + par) * ne, c->local + (cl + b) * ne, work);
+    }
+  }
+  PetscCall(PetscLogFlops(8.0 * p * p * (P->nboxes - 1)));
+  PetscCall(PetscLogEventEnd(MATFMM_L2L, 0, 0, 0, 0));
+  PetscCall(PetscLogEventBegin(MATFMM_L2P, 0, 0, 0, 0));
+  {
+    PetscInt l0 = FMMLevelStart(L);
+#pragma omp parallel for schedule(dynamic, 16)
+    for (PetscInt b = 0; b < P->nleaves; b++) {
+      const PetscReal *B = c->local + (l0 + b) * ne, cx = P->cx[l0 + b], cy = P->cy[l0 + b], s = P->scale[l0 + b];
+      for (PetscInt i = P->tleaf[b]; i < P->tleaf[b + 1]; i++) c->pot[i] = FMML2P((int)p, B, (P->tx[i] - cx) / s, (P->ty[i] - cy) / s);
+    }
+  }
+  PetscCall(PetscLogFlops(8.0 * p * P->M));
+  PetscCall(PetscLogEventEnd(MATFMM_L2P, 0, 0, 0, 0));
+  PetscFunctionReturn(0);
+}
+
+/* P2P, tiled: each target leaf walks its neighbour leaves as contiguous blocks */
+static void P2PTiled(const FMMPlan *P, FMM_CPU *c)
+{
+#pragma omp parallel for schedule(dynamic, 8)
+  for (PetscInt b = 0; b < P->nleaves; b++) {
+    for (PetscInt i = P->tleaf[b]; i < P->tleaf[b + 1]; i++) {
+      PetscReal zx = P->tx[i], zy = P->ty[i], acc = 0.0;
+      for (PetscInt j = P->nearoff[b]; j < P->nearoff[b + 1]; j++) {
+        PetscInt s0 = P->sleaf[P->near[j]], s1 = P->sleaf[P->near[j] + 1];
+        if (!c->hasd)
+          for (PetscInt k = s0; k < s1; k++) acc += FMMPairKernel(zx - P->sx[k], zy - P->sy[k], c->q[k], 0.0, 0.0);
+        else if (!c->hasq)
+          for (PetscInt k = s0; k < s1; k++) {
+            PetscReal rx = zx - P->sx[k], ry = zy - P->sy[k], r2 = rx * rx + ry * ry;
+            if (r2 != 0.0) acc += (c->dx[k] * rx + c->dy[k] * ry) / r2;
+          }
+        else
+          for (PetscInt k = s0; k < s1; k++) acc += FMMPairKernel(zx - P->sx[k], zy - P->sy[k], c->q[k], c->dx[k], c->dy[k]);
+      }
+      c->pot[i] += acc;
+    }
+  }
+}
+
+/* P2P, indexing (data-replication seed): per leaf the compact list of the
+   global indices of all neighbour sources; sources read through it from the
+   arrays in global order */
+static void P2PIndexing(Mat_FMM *fmm, FMM_CPU *c, const PetscScalar *sigma)
+{
+  const FMMPlan   *P = &fmm->plan;
+  const PetscReal *g = fmm->gsrc;
+#pragma omp parallel for schedule(static)
+  for (PetscInt i = 0; i < P->N; i++) {
+    PetscInt  t = P->sperm[i];
+    PetscReal s = sigma[t];
+    c->gq[t]    = P->cq[i] * s;
+    c->gdx[t]   = P->cdx[i] * s;
+    c->gdy[t]   = P->cdy[i] * s;
+  }
+#pragma omp parallel for schedule(dynamic, 8)
+  for (PetscInt b = 0; b < P->nleaves; b++) {
+    for (PetscInt i = P->tleaf[b]; i < P->tleaf[b + 1]; i++) {
+      PetscReal zx = P->tx[i], zy = P->ty[i], acc = 0.0;
+      for (PetscInt k = c->nbroff[b]; k < c->nbroff[b + 1]; k++) {
+        PetscInt j = c->nbr[k];
+        acc += FMMPairKernel(zx - g[2 * j], zy - g[2 * j + 1], c->gq[j], c->gdx[j], c->gdy[j]);
+      }
+      c->pot[i] += acc;
+    }
+  }
+}
+
+/* P2P, repetition (data-replication seed): for every target a contiguous
+   record [x, y, then per neighbour source x, y, (q), (dx, dy)], built for
+   leaf-aligned chunks that fit the -mat_fmm_repetition_mb budget */
+static PetscErrorCode P2PRepetition(const FMMPlan *P, FMM_CPU *c)
+{
+  const PetscInt stride = RecordStride(c), hq = c->hasq, hd = c->hasd;
+  PetscInt64    *recoff;
+
+  PetscFunctionBegin;
+  PetscCall(PetscMalloc1(P->nleaves + 1, &recoff));
+  for (PetscInt b0 = 0, b1; b0 < P->nleaves; b0 = b1) {
+    PetscInt64 used = 0;
+    /* leaves [b0,b1) whose records fit the chunk (a leaf always fits: checked at setup) */
+    for (b1 = b0; b1 < P->nleaves; b1++) {
+      PetscInt64 need = (PetscInt64)(P->tleaf[b1 + 1] - P->tleaf[b1]) * (2 + stride * NearSources(P, b1));
+      if (used + need > c->recmax) break;
+      recoff[b1] = used;
+      used += need;
+    }
+    /* build the records */
+#pragma omp parallel for schedule(dynamic, 8)
+    for (PetscInt b = b0; b < b1; b++) {
+      PetscReal *r = c->rec + recoff[b];
+      for (PetscInt i = P->tleaf[b]; i < P->tleaf[b + 1]; i++) {
+        *r++ = P->tx[i];
+        *r++ = P->ty[i];
+        for (PetscInt j = P->nearoff[b]; j < P->nearoff[b + 1]; j++)
+          for (PetscInt k = P->sleaf[P->near[j]]; k < P->sleaf[P->near[j] + 1]; k++) {
+            *r++ = P->sx[k];
+            *r++ = P->sy[k];
+            if (hq) *r++ = c->q[k];
+            if (hd) {
+              *r++ = c->dx[k];
+              *r++ = c->dy[k];
+            }
+          }
+      }
+    }
+    /* evaluate: one contiguous stretch per target */
+#pragma omp parallel for schedule(dynamic, 8)
+    for (PetscInt b = b0; b < b1; b++) {
+      PetscInt ns = NearSources(P, b);
+      for (PetscInt i = P->tleaf[b]; i < P->tleaf[b + 1]; i++) {
+        const PetscReal *r  = c->rec + recoff[b] + (PetscInt64)(i - P->tleaf[b]) * (2 + stride * ns);
+        PetscReal        zx = r[0], zy = r[1], acc = 0.0;
+        r += 2;
+        for (PetscInt k = 0; k < ns; k++, r += stride) acc += FMMPairKernel(zx - r[0], zy - r[1], hq ? r[2] : 0.0, hd ? r[2 + hq] : 0.0, hd ? r[3 + hq] : 0.0);
+        c->pot[i] += acc;
+      }
+    }
+  }
+  PetscCall(PetscFree(recoff));
+  PetscFunctionReturn(0);
+}
+
+static PetscErrorCode FMMCPUMult(Mat A, const PetscScalar *sigma, PetscScalar *y)
+{
+  Mat_FMM *fmm = (Mat_FMM *)A->data;
+  FMMPlan *P   = &fmm->plan;
+  FMM_CPU *c   = (FMM_CPU *)fmm->backend;
+
+  PetscFunctionBegin;
+  Strengths(P, c, sigma);
+  PetscCall(Upward(P, c));
+  PetscCall(Downward(P, c));
+  PetscCall(PetscLogEventBegin(MATFMM_P2P, 0, 0, 0, 0));
+  switch (fmm->layout) {
+  case MATFMM_LAYOUT_TILED:
+    P2PTiled(P, c);
+    break;
+  case MATFMM_LAYOUT_INDEXING:
+    P2PIndexing(fmm, c, sigma);
+    break;
+  case MATFMM_LAYOUT_REPETITION:
+    PetscCall(P2PRepetition(P, c));
+    break;
+  }
+  PetscCall(PetscLogFlops(12.0 * (PetscLogDouble)P->p2ppairs));
+  PetscCall(PetscLogEventEnd(MATFMM_P2P, 0, 0, 0, 0));
+  for (PetscInt i = 0; i < P->M; i++) y[P->tperm[i]] = c->pot[i];
+  PetscFunctionReturn(0);
+}
+
+/* exact O(N M) sum of the same operator (the accuracy reference) */
+static PetscErrorCode FMMCPUDirect(Mat A, const PetscScalar *sigma, PetscScalar *y)
+{
+  Mat_FMM *fmm = (Mat_FMM *)A->data;
+  FMMPlan *P   = &fmm->plan;
+  FMM_CPU *c   = (FMM_CPU *)fmm->backend;
+
+  PetscFunctionBegin;
+  PetscCall(PetscLogEventBegin(MATFMM_Direct, 0, 0, 0, 0));
+  Strengths(P, c, sigma);
+#pragma omp parallel for schedule(static)
+  for (PetscInt i = 0; i < P->M; i++) {
+    PetscReal zx = P->tx[i], zy = P->ty[i], acc = 0.0;
+    for (PetscInt k = 0; k < P->N; k++) acc += FMMPairKernel(zx - P->sx[k], zy - P->sy[k], c->q[k], c->dx[k], c->dy[k]);
+    y[P->tperm[i]] = acc;
+  }
+  PetscCall(PetscLogFlops(12.0 * (PetscLogDouble)P->N * P->M));
+  PetscCall(PetscLogEventEnd(MATFMM_Direct, 0, 0, 0, 0));
+  PetscFunctionReturn(0);
+}
+
+struct _FMMBackendOps FMMBackendCPU = {"cpu", FMMCPUSetup, FMMCPUMult, FMMCPUDirect, FMMCPUDestroy};

@@ -1,0 +1,169 @@
+/*
+  The expansion operators of the 2D Laplace FMM in radius-scaled form, shared
+  by the CPU backend and (as __host__ __device__ code) the CUDA backend, so
+  that each formula is written once.
+
+  Source: Greengard & Rokhlin, J. Comput. Phys. 73 (1987), Lemmas 2.1-2.4,
+  rewritten for scaled coefficients A_k = a_k/s^k, B_l = b_l s^l (see
+  fmmimpl.h) as in Goude & Engblom (2013), Alg. 3.4b-3.6.  With the scaling
+  every power that appears is of a number of modulus < 1 (or <~ 1 for M2M/L2L),
+  so high orders neither overflow nor underflow.
+
+  Expansions are arrays of 2(p+1) reals: re[0..p] then im[0..p].
+  binom is the (2p+1) x (2p+1) row-major table of binomial coefficients
+  C(n,k) = binom[n*(2p+1) + k].
+*/
+#pragma once
+#include <math.h>
+
+#if defined(__CUDACC__)
+  #define FMM_HD static inline __host__ __device__
+#else
+  #define FMM_HD static inline
+#endif
+
+/* near-field pair: Re[q log(z - y) + d/(z - y)] with r = z - y; the zero
+   distance pair (a target on its own source, or coincident points) is excluded */
+FMM_HD double FMMPairKernel(double rx, double ry, double q, double dx, double dy)
+{
+  double r2 = rx * rx + ry * ry;
+  if (r2 == 0.0) return 0.0;
+  return 0.5 * q * log(r2) + (dx * rx + dy * ry) / r2;
+}
+
+/* P2M: add one source (charge q, dipole d) at w = (y - c)/s to a multipole */
+FMM_HD void FMMP2MAdd(int p, double s, double wx, double wy, double q, double dx, double dy, double *A)
+{
+  double *Ar = A, *Ai = A + p + 1;
+  double  pr = 1.0, pi = 0.0; /* w^(k-1) */
+  dx /= s;
+  dy /= s;
+  Ar[0] += q;
+  for (int k = 1; k <= p; k++) {
+    /* d w^(k-1) */
+    Ar[k] += dx * pr - dy * pi;
+    Ai[k] += dx * pi + dy * pr;
+    double t = pr * wx - pi * wy; /* w^k */
+    pi       = pr * wy + pi * wx;
+    pr       = t;
+    Ar[k] -= q * pr / k;
+    Ai[k] -= q * pi / k;
+  }
+}
+
+/* M2M: child multipole A (centre c, scale sc) into parent B (c', sp);
+   u = (c - c')/sp, rho = sc/sp:
+   B_0 += A_0,  B_l += -A_0 u^l/l + sum_{k=1..l} A_k rho^k u^(l-k) C(l-1,k-1) */
+FMM_HD void FMMM2M(int p, const double *binom, double ux, double uy, double rho, const double *A, double *B, double *work)
+{
+  const int     nb = 2 * p + 1;
+  const double *Ar = A, *Ai = A + p + 1;
+  double       *Br = B, *Bi = B + p + 1;
+  double       *ur = work, *ui = work + p + 1, *tr = work + 2 * (p + 1), *ti = work + 3 * (p + 1);
+  double        rk = 1.0;
+  ur[0]              = 1.0;
+  ui[0]              = 0.0;
+  for (int k = 1; k <= p; k++) {
+    ur[k] = ur[k - 1] * ux - ui[k - 1] * uy;
+    ui[k] = ur[k - 1] * uy + ui[k - 1] * ux;
+    rk *= rho;
+    tr[k] = Ar[k] * rk;
+    ti[k] = Ai[k] * rk;
+  }
+  Br[0] += Ar[0];
+  for (int l = 1; l <= p; l++) {
+    double sr = -Ar[0] * ur[l] / l, si = -Ar[0] * ui[l] / l;
+    for (int k = 1; k <= l; k++) {
+      double c = binom[(l - 1) * nb + (k - 1)];
+      sr += c * (tr[k] * ur[l - k] - ti[k] * ui[l - k]);
+      si += c * (tr[k] * ui[l - k] + ti[k] * ur[l - k]);
+    }
+    Br[l] += sr;
+    Bi[l] += si;
+  }
+}
+
+/* M2L: multipole A (centre c, scale sm) into local B (centre cL, scale sl);
+   z0 = c - cL, alpha = sm/z0, beta = sl/z0, T_k = A_k (-alpha)^k:
+   B_0 += A_0 log|z0| + sum_k T_k,
+   B_l += beta^l (-A_0/l + sum_k T_k C(l+k-1,k-1)).
+   Im log(-z0) is dropped: it only changes Im B_0, and Im B_0 never reaches
+   the real part of the potential (L2L maps B_0 to B'_0 alone).
+   m2l is the p x p matrix m2l[(l-1)*p + (k-1)] = C(l+k-1, k-1). */
+FMM_HD void FMMM2L(int p, const double *m2l, double z0x, double z0y, double sm, double sl, const double *A, double *B, double *work)
+{
+  const double *Ar = A, *Ai = A + p + 1;
+  double       *Br = B, *Bi = B + p + 1;
+  double       *tr = work, *ti = work + p;
+  double        iz = 1.0 / (z0x * z0x + z0y * z0y);
+  double        ar = -sm * z0x * iz, ai = sm * z0y * iz; /* -alpha = -sm/z0 */
+  double        br = sl * z0x * iz, bi = -sl * z0y * iz; /* beta = sl/z0 */
+  double        pr = 1.0, pi = 0.0, s0r = 0.0, s0i = 0.0;
+  for (int k = 1; k <= p; k++) {
+    double t = pr * ar - pi * ai;
+    pi       = pr * ai + pi * ar;
+    pr       = t;
+    tr[k - 1] = Ar[k] * pr - Ai[k] * pi;
+    ti[k - 1] = Ar[k] * pi + Ai[k] * pr;
+    s0r += tr[k - 1];
+    s0i += ti[k - 1];
+  }
+  Br[0] += Ar[0] * 0.5 * log(1.0 / iz) + s0r;
+  Bi[0] += s0i;
+  pr = 1.0;
+  pi = 0.0;
+  for (int l = 1; l <= p; l++) {
+    const double *row = m2l + (l - 1) * p;
+    double        yr = -Ar[0] / l, yi = 0.0;
+    for (int k = 0; k < p; k++) {
+      yr += row[k] * tr[k];
+      yi += row[k] * ti[k];
+    }
+    double t = pr * br - pi * bi; /* beta^l */
+    pi       = pr * bi + pi * br;
+    pr       = t;
+    Br[l] += yr * pr - yi * pi;
+    Bi[l] += yr * pi + yi * pr;
+  }
+}
+
+/* L2L: parent local B (centre c, scale sp) into child local C (c', sc);
+   u = (c' - c)/sp, rho = sc/sp:  C_l += rho^l sum_{k=l..p} B_k C(k,l) u^(k-l) */
+FMM_HD void FMML2L(int p, const double *binom, double ux, double uy, double rho, const double *B, double *C, double *work)
+{
+  const int     nb = 2 * p + 1;
+  const double *Br = B, *Bi = B + p + 1;
+  double       *Cr = C, *Ci = C + p + 1;
+  double       *ur = work, *ui = work + p + 1;
+  double        rl = 1.0;
+  ur[0]              = 1.0;
+  ui[0]              = 0.0;
+  for (int k = 1; k <= p; k++) {
+    ur[k] = ur[k - 1] * ux - ui[k - 1] * uy;
+    ui[k] = ur[k - 1] * uy + ui[k - 1] * ux;
+  }
+  for (int l = 0; l <= p; l++) {
+    double sr = 0.0, si = 0.0;
+    for (int k = l; k <= p; k++) {
+      double c = binom[k * nb + l];
+      sr += c * (Br[k] * ur[k - l] - Bi[k] * ui[k - l]);
+      si += c * (Br[k] * ui[k - l] + Bi[k] * ur[k - l]);
+    }
+    Cr[l] += sr * rl;
+    Ci[l] += si * rl;
+    rl *= rho;
+  }
+}
+
+/* L2P: Re sum_l B_l w^l at w = (z - c)/s, by Horner's rule */
+FMM_HD double FMML2P(int p, const double *B, double wx, double wy)
+{
+  const double *Br = B, *Bi = B + p + 1;
+  double        vr = Br[p], vi = Bi[p];
+  for (int l = p - 1; l >= 0; l--) {
+    double t = vr * wx - vi * wy + Br[l];
+    vi       = vr * wy + vi * wx + Bi[l];
+    vr       = t;
+  }
+  return vr;
+}

@@ -1,0 +1,111 @@
+/* Private data of MATFMM: the plan (tree + interaction lists) and the backends. */
+#pragma once
+
+#include <petscfmm.h>
+#include <petscsf.h>
+#include <petsc/private/matimpl.h>
+
+PETSC_INTERN PetscLogEvent MATFMM_Setup, MATFMM_Tree, MATFMM_P2M, MATFMM_M2M, MATFMM_M2L, MATFMM_L2L, MATFMM_L2P, MATFMM_P2P, MATFMM_Direct;
+
+/*
+  The plan: built once per geometry at assembly, read by every backend.
+
+  The tree is the asymmetric adaptive pyramid of Goude & Engblom: level l has
+  4^l boxes, boxes are numbered level by level (box b of level l has global
+  number FMMLevelStart(l) + b), and the four children of box b are 4b..4b+3 of
+  the next level.  Sources (all N of them, on every rank) and this rank's
+  targets are stored in tree order, so each box owns a contiguous range of
+  each; only the leaf ranges are kept (box b of level l owns the leaves
+  b*4^(L-l) .. (b+1)*4^(L-l) - 1).
+
+  Interaction lists are directed (target box <- source box).  far[] holds, for
+  every box, the source boxes whose multipole expansions are translated into
+  its local expansion (M2L); near[] holds, for every leaf, the source leaves it
+  sums directly (P2P).  Both are CSR arrays.  Pairs whose target box holds no
+  target or whose source box holds no source are dropped.
+
+  Expansions are radius-scaled: box b with centre c_b and scale s_b (the radius
+  of the circle about c_b holding its points) stores
+    multipole  Phi(z) = A_0 log(z - c) + sum_{k=1..p} A_k (s/(z - c))^k
+    local      Phi(z) = sum_{l=0..p} B_l ((z - c)/s)^l
+  as 2(p+1) reals: the p+1 real parts, then the p+1 imaginary parts.
+*/
+typedef struct {
+  PetscInt   L;       /* leaves are level L; depth = L + 1 levels */
+  PetscInt   nboxes;  /* (4^(L+1) - 1)/3 */
+  PetscInt   nleaves; /* 4^L */
+  PetscInt   N;       /* sources (global count, all replicated) */
+  PetscInt   M;       /* targets on this rank */
+  PetscBool  same;    /* targets are the sources (square integral operator) */
+  /* sources in tree order */
+  PetscInt  *sperm;          /* [N] tree position -> global source index */
+  PetscReal *sx, *sy;        /* [N] coordinates */
+  PetscReal *cq, *cdx, *cdy; /* [N] charge and dipole per unit density (kernel, weight, normal, 1/2pi) */
+  PetscInt  *sleaf;          /* [nleaves+1] source range of each leaf */
+  /* this rank's targets in tree order */
+  PetscInt  *tperm;  /* [M] tree position -> local target index */
+  PetscReal *tx, *ty; /* [M] */
+  PetscInt  *tleaf;  /* [nleaves+1] */
+  /* boxes */
+  PetscReal *cx, *cy, *scale; /* [nboxes] centre and radius (scale of the expansions) */
+  PetscInt  *faroff, *far;    /* [nboxes+1], [faroff[nboxes]]: M2L sources of each box */
+  PetscInt  *nearoff, *near;  /* [nleaves+1], [nearoff[nleaves]]: P2P source leaves of each leaf */
+  PetscInt   maxleafsrc, maxleaftgt;
+  PetscInt   nearsrc; /* sum over leaves of the neighbour sources (indexing layout length) */
+  PetscCount p2ppairs; /* target-source pairs the near field sums */
+} FMMPlan;
+
+static inline PetscInt FMMLevelStart(PetscInt l)
+{
+  return ((((PetscInt)1) << (2 * l)) - 1) / 3;
+}
+
+/* A backend evaluates the plan.  mult() gets the N densities in global source
+   order (host memory) and writes the M potentials in local target order
+   (host memory), without the diagonal/shift/scale terms, which the Mat layer adds. */
+typedef struct _FMMBackendOps *FMMBackend;
+struct _FMMBackendOps {
+  const char *name;
+  PetscErrorCode (*setup)(Mat);                                  /* after the plan is built */
+  PetscErrorCode (*mult)(Mat, const PetscScalar *, PetscScalar *); /* FMM product */
+  PetscErrorCode (*direct)(Mat, const PetscScalar *, PetscScalar *); /* exact O(NM) product */
+  PetscErrorCode (*destroy)(Mat);
+};
+
+typedef struct {
+  /* user data, as given (local parts) */
+  PetscInt     nsrc, ntgt; /* local counts; ntgt < 0: targets are the sources */
+  PetscReal   *src, *nrm, *wts, *tgt;
+  PetscBool    hasnrm, haswts;
+  MatFMMKernel kernel;
+  PetscReal    alpha, beta; /* operator = alpha D + beta S */
+  /* parameters */
+  PetscInt     ct, p, p_user;
+  PetscReal    eps, theta;
+  MatFMMLayout layout;
+  MatFMMMethod method;
+  MatFMMDevice device, device_used;
+  PetscReal    repetition_mb;
+  /* diagonal terms: y = scale*K x + diag .* x + shift*x */
+  PetscScalar  scale, shift;
+  Vec          diag; /* NULL when none (row layout) */
+  /* setup */
+  PetscBool    setup;
+  PetscSF      sf;       /* allgather of the source data and densities */
+  PetscScalar *sigma;    /* [N] gathered densities (global order) */
+  PetscScalar *pot;      /* [M] potentials, local target order */
+  PetscReal   *gsrc, *gnrm, *gwts; /* [2N],[2N],[N] gathered source data (global order) */
+  FMMPlan      plan;
+  FMMBackend   ops;
+  void        *backend; /* backend private data */
+} Mat_FMM;
+
+PETSC_INTERN PetscErrorCode FMMPlanBuild(Mat);
+PETSC_INTERN PetscErrorCode FMMPlanDestroy(FMMPlan *);
+PETSC_INTERN PetscErrorCode FMMChooseOrder(PetscReal, PetscReal, PetscInt *);
+
+PETSC_INTERN struct _FMMBackendOps FMMBackendCPU;
+#if defined(PETSCFMM_HAVE_CUDA)
+PETSC_INTERN struct _FMMBackendOps FMMBackendCUDA;
+PETSC_INTERN PetscErrorCode FMMCUDADeviceCount(int *);
+#endif

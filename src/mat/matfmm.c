@@ -1,0 +1,1057 @@
+/*
+  MATFMM: the Mat type.  Options, setters, the ops table, the MPI layout and
+  the diagonal terms; the plan (src/plan.c) and the backends (src/cpu, cuda/)
+  do the work.
+*/
+#include "../fmmimpl.h"
+
+const char *const MatFMMKernels[] = {"single", "double", "combined", "MatFMMKernel", "MATFMM_KERNEL_", NULL};
+const char *const MatFMMLayouts[] = {"tiled", "indexing", "repetition", "MatFMMLayout", "MATFMM_LAYOUT_", NULL};
+const char *const MatFMMMethods[] = {"fmm", "direct", "MatFMMMethod", "MATFMM_METHOD_", NULL};
+const char *const MatFMMDevices[] = {"auto", "cpu", "cuda", "MatFMMDevice", "MATFMM_DEVICE_", NULL};
+
+#define FMM_P_MAX 64
+
+static PetscErrorCode MatFMMInvalidate(Mat A)
+{
+  Mat_FMM *fmm = (Mat_FMM *)A->data;
+
+  PetscFunctionBegin;
+  if (fmm->ops && fmm->ops->destroy) PetscCall((*fmm->ops->destroy)(A));
+  fmm->ops = NULL;
+  PetscCall(FMMPlanDestroy(&fmm->plan));
+  PetscCall(PetscSFDestroy(&fmm->sf));
+  PetscCall(PetscFree(fmm->gsrc));
+  PetscCall(PetscFree(fmm->gnrm));
+  PetscCall(PetscFree(fmm->gwts));
+  PetscCall(PetscFree2(fmm->sigma, fmm->pot));
+  fmm->setup  = PETSC_FALSE;
+  A->assembled = PETSC_FALSE;
+  PetscFunctionReturn(0);
+}
+
+static PetscErrorCode MatFMMSetSources_FMM(Mat A, PetscInt n, const PetscReal xy[], const PetscReal nrm[], const PetscReal w[])
+{
+  Mat_FMM *fmm = (Mat_FMM *)A->data;
+
+  PetscFunctionBegin;
+  PetscCheck(n >= 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "Number of local sources %" PetscInt_FMT " must be >= 0", n);
+  PetscCheck(A->cmap->n < 0 || A->cmap->n == n, PETSC_COMM_SELF, PETSC_ERR_ARG_SIZ, "Number of local sources %" PetscInt_FMT " differs from the local column size %" PetscInt_FMT " of the matrix", n, A->cmap->n);
+  PetscCheck(n == 0 || xy, PETSC_COMM_SELF, PETSC_ERR_ARG_NULL, "Source coordinates are required (array of 2*%" PetscInt_FMT " reals)", n);
+  PetscCall(MatFMMInvalidate(A));
+  PetscCall(PetscFree3(fmm->src, fmm->nrm, fmm->wts));
+  PetscCall(PetscMalloc3(2 * n, &fmm->src, nrm ? 2 * n : 0, &fmm->nrm, w ? n : 0, &fmm->wts));
+  if (n) PetscCall(PetscArraycpy(fmm->src, xy, 2 * n));
+  if (nrm && n) PetscCall(PetscArraycpy(fmm->nrm, nrm, 2 * n));
+  if (w && n) PetscCall(PetscArraycpy(fmm->wts, w, n));
+  fmm->hasnrm = nrm ? PETSC_TRUE : PETSC_FALSE;
+  fmm->haswts = w ? PETSC_TRUE : PETSC_FALSE;
+  fmm->nsrc   = n;
+  if (A->cmap->n < 0) A->cmap->n = n;
+  if (fmm->ntgt < 0 && A->rmap->n < 0) A->rmap->n = n;
+  PetscFunctionReturn(0);
+}
+
+/*@
+   MatFMMSetSources - Sets the sources (columns) of a `MATFMM`: their
+   coordinates and, optionally, unit normals and quadrature weights.
+
+   Collective on A (every rank calls it, with n = 0 where it owns no source)
+
+   Input Parameters:
++  A       - the `MATFMM`
+.  n       - number of sources on this rank: the local column size of A
+.  xy      - coordinates, interleaved (x_0, y_0, x_1, y_1, ...), 2n reals
+.  normals - unit normals (nx_0, ny_0, ...), 2n reals, or NULL; required by the double layer
+-  weights - quadrature weights w_j, n reals, or NULL for w_j = 1 (particles)
+
+   Notes:
+   The arrays are copied.  Source j of the matrix (global column j) is the
+   j-th source in rank order.  The operator (see `MatFMMSetKernel()`) uses the
+   1/(2 pi) normalisation of the Laplace Green's function, and the kernel is
+   taken as 0 for a target at zero distance from a source (the self term of an
+   integral equation, or coincident points).  Calling this again replaces the
+   geometry; assemble the matrix again before using it.
+
+   Errors:
++  `PETSC_ERR_ARG_SIZ` - n differs from the local column size already set
+.  `PETSC_ERR_ARG_NULL` - xy is NULL with n > 0
+-  at `MatAssemblyEnd()` - NaN/Inf in any array, all sources coincident, or no normals for a double layer
+
+   Level: beginner
+
+.seealso: `MATFMM`, `MatFMMSetTargets()`, `MatFMMSetKernel()`
+@*/
+PetscErrorCode MatFMMSetSources(Mat A, PetscInt n, const PetscReal xy[], const PetscReal normals[], const PetscReal weights[])
+{
+  PetscFunctionBegin;
+  PetscValidHeaderSpecific(A, MAT_CLASSID, 1);
+  PetscTryMethod(A, "MatFMMSetSources_C", (Mat, PetscInt, const PetscReal[], const PetscReal[], const PetscReal[]), (A, n, xy, normals, weights));
+  PetscFunctionReturn(0);
+}
+
+static PetscErrorCode MatFMMSetTargets_FMM(Mat A, PetscInt m, const PetscReal xy[])
+{
+  Mat_FMM *fmm = (Mat_FMM *)A->data;
+
+  PetscFunctionBegin;
+  PetscCall(MatFMMInvalidate(A));
+  PetscCall(PetscFree(fmm->tgt));
+  if (!xy) {
+    fmm->ntgt = -1;
+    PetscFunctionReturn(0);
+  }
+  PetscCheck(m >= 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "Number of local targets %" PetscInt_FMT " must be >= 0", m);
+  PetscCheck(A->rmap->n < 0 || A->rmap->n == m, PETSC_COMM_SELF, PETSC_ERR_ARG_SIZ, "Number of local targets %" PetscInt_FMT " differs from the local row size %" PetscInt_FMT " of the matrix", m, A->rmap->n);
+  PetscCall(PetscMalloc1(2 * m, &fmm->tgt));
+  if (m) PetscCall(PetscArraycpy(fmm->tgt, xy, 2 * m));
+  fmm->ntgt = m;
+  if (A->rmap->n < 0) A->rmap->n = m;
+  PetscFunctionReturn(0);
+}
+
+/*@
+   MatFMMSetTargets - Sets the targets (rows) of a `MATFMM`, the points where
+   the potential is evaluated.
+
+   Collective on A
+
+   Input Parameters:
++  A  - the `MATFMM`
+.  m  - number of targets on this rank: the local row size of A
+-  xy - coordinates, interleaved (x_0, y_0, ...), 2m reals; NULL makes the targets the sources
+        (the default: the square operator of an integral equation, self term excluded)
+
+   Notes:
+   The array is copied.  A target at zero distance from a source gets no
+   contribution from it.
+
+   Errors:
++  `PETSC_ERR_ARG_SIZ` - m differs from the local row size already set
+-  at `MatAssemblyEnd()` - NaN/Inf coordinates
+
+   Level: beginner
+
+.seealso: `MATFMM`, `MatFMMSetSources()`
+@*/
+PetscErrorCode MatFMMSetTargets(Mat A, PetscInt m, const PetscReal xy[])
+{
+  PetscFunctionBegin;
+  PetscValidHeaderSpecific(A, MAT_CLASSID, 1);
+  PetscTryMethod(A, "MatFMMSetTargets_C", (Mat, PetscInt, const PetscReal[]), (A, m, xy));
+  PetscFunctionReturn(0);
+}
+
+static PetscErrorCode MatFMMSetKernel_FMM(Mat A, MatFMMKernel k, PetscReal alpha, PetscReal beta)
+{
+  Mat_FMM *fmm = (Mat_FMM *)A->data;
+
+  PetscFunctionBegin;
+  PetscCheck(k >= MATFMM_KERNEL_SINGLE && k <= MATFMM_KERNEL_COMBINED, PetscObjectComm((PetscObject)A), PETSC_ERR_ARG_OUTOFRANGE, "Unknown kernel %d", (int)k);
+  PetscCheck(PetscIsNormalReal(alpha) || alpha == 0.0, PetscObjectComm((PetscObject)A), PETSC_ERR_ARG_OUTOFRANGE, "alpha %g must be finite", (double)alpha);
+  PetscCheck(PetscIsNormalReal(beta) || beta == 0.0, PetscObjectComm((PetscObject)A), PETSC_ERR_ARG_OUTOFRANGE, "beta %g must be finite", (double)beta);
+  PetscCall(MatFMMInvalidate(A));
+  fmm->kernel = k;
+  fmm->alpha  = k == MATFMM_KERNEL_SINGLE ? 0.0 : (k == MATFMM_KERNEL_DOUBLE ? 1.0 : alpha);
+  fmm->beta   = k == MATFMM_KERNEL_DOUBLE ? 0.0 : (k == MATFMM_KERNEL_SINGLE ? 1.0 : beta);
+  PetscFunctionReturn(0);
+}
+
+/*@
+   MatFMMSetKernel - Chooses the Laplace layer potential of a `MATFMM`.
+
+   Logically collective on A
+
+   Input Parameters:
++  A      - the `MATFMM`
+.  kernel - `MATFMM_KERNEL_SINGLE` (S), `MATFMM_KERNEL_DOUBLE` (D) or `MATFMM_KERNEL_COMBINED` (alpha D + beta S)
+.  alpha  - weight of D, used by `MATFMM_KERNEL_COMBINED` only
+-  beta   - weight of S, used by `MATFMM_KERNEL_COMBINED` only
+
+   Options Database Keys:
++  -mat_fmm_kernel <single,double,combined> - the kernel
+.  -mat_fmm_alpha <a> - alpha of the combined kernel
+-  -mat_fmm_beta <b>  - beta of the combined kernel
+
+   Notes:
+   With sources y_j, normals n_j, weights w_j and targets z_i (points as complex numbers),
+.vb
+   (S s)_i = -(1/2pi) sum_j log|z_i - y_j| w_j s_j
+   (D s)_i =  (1/2pi) sum_j n_j.(z_i - y_j) / |z_i - y_j|^2 w_j s_j
+.ve
+   summing over j with y_j != z_i.  Both are real parts of one analytic
+   potential, sum_j q_j log(z - y_j) + d_j/(z - y_j), which the FMM expands
+   (Greengard & Rokhlin 1987).  The default is the single layer.
+
+   Errors:
+.  `PETSC_ERR_ARG_OUTOFRANGE` - unknown kernel, or alpha or beta not finite
+
+   Level: beginner
+
+.seealso: `MATFMM`, `MatFMMSetSources()`
+@*/
+PetscErrorCode MatFMMSetKernel(Mat A, MatFMMKernel kernel, PetscReal alpha, PetscReal beta)
+{
+  PetscFunctionBegin;
+  PetscValidHeaderSpecific(A, MAT_CLASSID, 1);
+  PetscValidLogicalCollectiveEnum(A, kernel, 2);
+  PetscValidLogicalCollectiveReal(A, alpha, 3);
+  PetscValidLogicalCollectiveReal(A, beta, 4);
+  PetscTryMethod(A, "MatFMMSetKernel_C", (Mat, MatFMMKernel, PetscReal, PetscReal), (A, kernel, alpha, beta));
+  PetscFunctionReturn(0);
+}
+
+/* parameter setters: validated here, take effect at the next assembly */
+#define FMM_PARAM_SETTER(Name, T, field, check, ...) \
+  static PetscErrorCode MatFMMSet##Name##_FMM(Mat A, T v) \
+  { \
+    Mat_FMM *fmm = (Mat_FMM *)A->data; \
+    PetscFunctionBegin; \
+    PetscCheck(check, PetscObjectComm((PetscObject)A), PETSC_ERR_ARG_OUTOFRANGE, __VA_ARGS__); \
+    if (fmm->field != v) PetscCall(MatFMMInvalidate(A)); \
+    fmm->field = v; \
+    PetscFunctionReturn(0); \
+  }
+
+FMM_PARAM_SETTER(ClusteringThreshold, PetscInt, ct, v >= 1 && v <= 1048576, "Clustering threshold %" PetscInt_FMT " out of range: expected 1 <= ct <= 1048576 points per leaf box", v)
+FMM_PARAM_SETTER(ExpansionOrder, PetscInt, p_user, v >= 1 && v <= FMM_P_MAX, "Expansion order %" PetscInt_FMT " out of range: expected 1 <= p <= %d", v, FMM_P_MAX)
+FMM_PARAM_SETTER(Tolerance, PetscReal, eps, v > 0.0 && v < 1.0, "Tolerance %g out of range: expected 0 < eps < 1", (double)v)
+FMM_PARAM_SETTER(Theta, PetscReal, theta, v > 0.0 && v < 1.0, "Theta %g out of range: expected 0 < theta < 1", (double)v)
+FMM_PARAM_SETTER(Layout, MatFMMLayout, layout, v >= MATFMM_LAYOUT_TILED && v <= MATFMM_LAYOUT_REPETITION, "Unknown near-field layout %d", (int)v)
+FMM_PARAM_SETTER(Method, MatFMMMethod, method, v == MATFMM_METHOD_FMM || v == MATFMM_METHOD_DIRECT, "Unknown method %d", (int)v)
+FMM_PARAM_SETTER(Device, MatFMMDevice, device, v >= MATFMM_DEVICE_AUTO && v <= MATFMM_DEVICE_CUDA, "Unknown device %d", (int)v)
+
+/*@
+   MatFMMSetClusteringThreshold - Sets the clustering threshold CT: the tree
+   is refined until a leaf box holds about CT sources, so it has
+   L = ceil(log4(N/CT)) levels below the root.
+
+   Logically collective on A
+
+   Input Parameters:
++  A  - the `MATFMM`
+-  ct - points per leaf box, 1 <= ct <= 2^20
+
+   Options Database Key:
+.  -mat_fmm_ct <ct> - the clustering threshold
+
+   Notes:
+   Larger CT moves work from the far field (M2L) to the near field (P2P).
+   Takes effect at the next `MatAssemblyEnd()`.  Source: Goude & Engblom 2013, Sec. 2.
+
+   Errors:
+.  `PETSC_ERR_ARG_OUTOFRANGE` - ct outside its range
+
+   Level: intermediate
+
+.seealso: `MATFMM`, `MatFMMSetExpansionOrder()`
+@*/
+PetscErrorCode MatFMMSetClusteringThreshold(Mat A, PetscInt ct)
+{
+  PetscFunctionBegin;
+  PetscValidHeaderSpecific(A, MAT_CLASSID, 1);
+  PetscValidLogicalCollectiveInt(A, ct, 2);
+  PetscTryMethod(A, "MatFMMSetClusteringThreshold_C", (Mat, PetscInt), (A, ct));
+  PetscFunctionReturn(0);
+}
+
+/*@
+   MatFMMSetExpansionOrder - Sets the expansion order p (terms of the
+   multipole and local expansions), overriding the choice from the tolerance.
+
+   Logically collective on A
+
+   Input Parameters:
++  A - the `MATFMM`
+-  p - expansion order, 1 <= p <= 64
+
+   Options Database Key:
+.  -mat_fmm_p <p> - the expansion order
+
+   Notes:
+   The error falls like theta^p (Engblom 2011).  Takes effect at the next assembly.
+
+   Errors:
+.  `PETSC_ERR_ARG_OUTOFRANGE` - p outside its range
+
+   Level: intermediate
+
+.seealso: `MATFMM`, `MatFMMSetTolerance()`, `MatFMMGetExpansionOrder()`
+@*/
+PetscErrorCode MatFMMSetExpansionOrder(Mat A, PetscInt p)
+{
+  PetscFunctionBegin;
+  PetscValidHeaderSpecific(A, MAT_CLASSID, 1);
+  PetscValidLogicalCollectiveInt(A, p, 2);
+  PetscTryMethod(A, "MatFMMSetExpansionOrder_C", (Mat, PetscInt), (A, p));
+  PetscFunctionReturn(0);
+}
+
+/*@
+   MatFMMSetTolerance - Sets the requested relative accuracy eps, from which
+   the expansion order is chosen, p = ceil(log(eps/0.01)/log(theta)), unless it
+   was set with `MatFMMSetExpansionOrder()`.
+
+   Logically collective on A
+
+   Input Parameters:
++  A   - the `MATFMM`
+-  eps - relative accuracy, 0 < eps < 1 (default 1e-10)
+
+   Options Database Key:
+.  -mat_fmm_eps <eps> - the tolerance
+
+   Notes:
+   Source of the rule: the theta^p error bound of Engblom (2011), with the
+   constant measured on whole products (tests/accuracy.c) and a factor 10 margin.  Takes effect at the next assembly.
+
+   Errors:
+.  `PETSC_ERR_ARG_OUTOFRANGE` - eps outside (0,1)
+
+   Level: beginner
+
+.seealso: `MATFMM`, `MatFMMSetExpansionOrder()`, `MatFMMSetTheta()`
+@*/
+PetscErrorCode MatFMMSetTolerance(Mat A, PetscReal eps)
+{
+  PetscFunctionBegin;
+  PetscValidHeaderSpecific(A, MAT_CLASSID, 1);
+  PetscValidLogicalCollectiveReal(A, eps, 2);
+  PetscTryMethod(A, "MatFMMSetTolerance_C", (Mat, PetscReal), (A, eps));
+  PetscFunctionReturn(0);
+}
+
+/*@
+   MatFMMSetTheta - Sets theta of the theta-criterion: boxes with radii
+   r1, r2 and centre distance d are well separated (M2L) when
+   R + theta r <= theta d, R = max(r1, r2), r = min(r1, r2).
+
+   Logically collective on A
+
+   Input Parameters:
++  A     - the `MATFMM`
+-  theta - 0 < theta < 1 (default 0.5)
+
+   Options Database Key:
+.  -mat_fmm_theta <theta> - the separation parameter
+
+   Notes:
+   Source: Engblom, Appl. Numer. Math. 61 (2011).  Smaller theta means fewer
+   M2L pairs per box but more P2P; the order from the tolerance grows as
+   theta shrinks less.  Takes effect at the next assembly.
+
+   Errors:
+.  `PETSC_ERR_ARG_OUTOFRANGE` - theta outside (0,1)
+
+   Level: advanced
+
+.seealso: `MATFMM`, `MatFMMSetTolerance()`
+@*/
+PetscErrorCode MatFMMSetTheta(Mat A, PetscReal theta)
+{
+  PetscFunctionBegin;
+  PetscValidHeaderSpecific(A, MAT_CLASSID, 1);
+  PetscValidLogicalCollectiveReal(A, theta, 2);
+  PetscTryMethod(A, "MatFMMSetTheta_C", (Mat, PetscReal), (A, theta));
+  PetscFunctionReturn(0);
+}
+
+/*@
+   MatFMMSetLayout - Sets the data layout of the near field (P2P).
+
+   Logically collective on A
+
+   Input Parameters:
++  A      - the `MATFMM`
+-  layout - `MATFMM_LAYOUT_TILED` (default), `MATFMM_LAYOUT_INDEXING` or `MATFMM_LAYOUT_REPETITION`
+
+   Options Database Keys:
++  -mat_fmm_layout <tiled,indexing,repetition> - the layout
+-  -mat_fmm_repetition_mb <mb> - memory budget of the repetition records (default 256 MB)
+
+   Notes:
+   All layouts compute the same sums (to rounding).  indexing and repetition
+   are the two methods of the P2P data-replication study (seed
+   p2p-data-replication-mlfma); repetition stores, per target, 2 + 5 n reals
+   for n neighbour sources and is built in chunks within the budget; a leaf
+   whose records alone exceed it is refused at assembly.
+
+   Errors:
+.  `PETSC_ERR_ARG_OUTOFRANGE` - unknown layout
+
+   Level: intermediate
+
+.seealso: `MATFMM`, `MatFMMLayout`
+@*/
+PetscErrorCode MatFMMSetLayout(Mat A, MatFMMLayout layout)
+{
+  PetscFunctionBegin;
+  PetscValidHeaderSpecific(A, MAT_CLASSID, 1);
+  PetscValidLogicalCollectiveEnum(A, layout, 2);
+  PetscTryMethod(A, "MatFMMSetLayout_C", (Mat, MatFMMLayout), (A, layout));
+  PetscFunctionReturn(0);
+}
+
+/*@
+   MatFMMSetMethod - Chooses between the FMM and exact O(N M) summation of
+   the same operator.
+
+   Logically collective on A
+
+   Input Parameters:
++  A      - the `MATFMM`
+-  method - `MATFMM_METHOD_FMM` (default) or `MATFMM_METHOD_DIRECT`
+
+   Options Database Key:
+.  -mat_fmm_method <fmm,direct> - the method
+
+   Errors:
+.  `PETSC_ERR_ARG_OUTOFRANGE` - unknown method
+
+   Level: intermediate
+
+.seealso: `MATFMM`
+@*/
+PetscErrorCode MatFMMSetMethod(Mat A, MatFMMMethod method)
+{
+  PetscFunctionBegin;
+  PetscValidHeaderSpecific(A, MAT_CLASSID, 1);
+  PetscValidLogicalCollectiveEnum(A, method, 2);
+  PetscTryMethod(A, "MatFMMSetMethod_C", (Mat, MatFMMMethod), (A, method));
+  PetscFunctionReturn(0);
+}
+
+/*@
+   MatFMMSetDevice - Chooses where a `MATFMM` computes.
+
+   Logically collective on A
+
+   Input Parameters:
++  A      - the `MATFMM`
+-  device - `MATFMM_DEVICE_AUTO` (default: CUDA when built with it and a GPU is present), `MATFMM_DEVICE_CPU` or `MATFMM_DEVICE_CUDA`
+
+   Options Database Key:
+.  -mat_fmm_device <auto,cpu,cuda> - the device
+
+   Errors:
++  `PETSC_ERR_ARG_OUTOFRANGE` - unknown device
+-  `PETSC_ERR_SUP` (at assembly) - cuda requested in a build or on a machine without it
+
+   Level: intermediate
+
+.seealso: `MATFMM`, `MatFMMGetDevice()`
+@*/
+PetscErrorCode MatFMMSetDevice(Mat A, MatFMMDevice device)
+{
+  PetscFunctionBegin;
+  PetscValidHeaderSpecific(A, MAT_CLASSID, 1);
+  PetscValidLogicalCollectiveEnum(A, device, 2);
+  PetscTryMethod(A, "MatFMMSetDevice_C", (Mat, MatFMMDevice), (A, device));
+  PetscFunctionReturn(0);
+}
+
+/*@
+   MatFMMGetExpansionOrder - Gets the expansion order p in use (after assembly,
+   the one chosen from the tolerance when p was not set).
+
+   Not collective
+
+   Input Parameter:
+.  A - the `MATFMM`
+
+   Output Parameter:
+.  p - the expansion order
+
+   Level: intermediate
+
+.seealso: `MatFMMSetExpansionOrder()`, `MatFMMSetTolerance()`
+@*/
+PetscErrorCode MatFMMGetExpansionOrder(Mat A, PetscInt *p)
+{
+  Mat_FMM *fmm;
+
+  PetscFunctionBegin;
+  PetscValidHeaderSpecific(A, MAT_CLASSID, 1);
+  PetscValidIntPointer(p, 2);
+  PetscCheckTypeName(A, MATFMM);
+  fmm = (Mat_FMM *)A->data;
+  if (fmm->p_user > 0) *p = fmm->p_user;
+  else PetscCall(FMMChooseOrder(fmm->eps, fmm->theta, p));
+  PetscFunctionReturn(0);
+}
+
+/*@
+   MatFMMGetTreeInfo - Gets statistics of the tree of an assembled `MATFMM`.
+
+   Not collective (values of this rank's plan)
+
+   Input Parameter:
+.  A - the assembled `MATFMM`
+
+   Output Parameters (each may be NULL):
++  levels - L, the level of the leaves (the root is level 0)
+.  leaves - number of leaf boxes, 4^L
+.  m2l    - number of M2L translations in one product on this rank
+-  p2p    - number of near-field target-source pairs on this rank, capped at `PETSC_MAX_INT`
+
+   Errors:
+.  `PETSC_ERR_ARG_WRONGSTATE` - A not assembled
+
+   Level: intermediate
+
+.seealso: `MATFMM`, `MatView()`
+@*/
+PetscErrorCode MatFMMGetTreeInfo(Mat A, PetscInt *levels, PetscInt *leaves, PetscInt *m2l, PetscInt *p2p)
+{
+  Mat_FMM *fmm;
+
+  PetscFunctionBegin;
+  PetscValidHeaderSpecific(A, MAT_CLASSID, 1);
+  PetscCheckTypeName(A, MATFMM);
+  fmm = (Mat_FMM *)A->data;
+  PetscCheck(fmm->setup, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONGSTATE, "Assemble the MATFMM first (MatAssemblyBegin/End)");
+  if (levels) *levels = fmm->plan.L;
+  if (leaves) *leaves = fmm->plan.nleaves;
+  if (m2l) *m2l = fmm->plan.faroff[fmm->plan.nboxes];
+  if (p2p) *p2p = (PetscInt)PetscMin((PetscCount)PETSC_MAX_INT, fmm->plan.p2ppairs);
+  PetscFunctionReturn(0);
+}
+
+/*@
+   MatFMMGetDevice - Gets the device a `MATFMM` computes on: after assembly
+   the one in use (`MATFMM_DEVICE_CPU` or `MATFMM_DEVICE_CUDA`), before it the one requested.
+
+   Not collective
+
+   Input Parameter:
+.  A - the `MATFMM`
+
+   Output Parameter:
+.  device - the device
+
+   Level: intermediate
+
+.seealso: `MatFMMSetDevice()`
+@*/
+PetscErrorCode MatFMMGetDevice(Mat A, MatFMMDevice *device)
+{
+  Mat_FMM *fmm;
+
+  PetscFunctionBegin;
+  PetscValidHeaderSpecific(A, MAT_CLASSID, 1);
+  PetscCheckTypeName(A, MATFMM);
+  fmm     = (Mat_FMM *)A->data;
+  *device = fmm->setup ? fmm->device_used : fmm->device;
+  PetscFunctionReturn(0);
+}
+
+static PetscErrorCode MatSetFromOptions_FMM(Mat A, PetscOptionItems *PetscOptionsObject)
+{
+  Mat_FMM     *fmm = (Mat_FMM *)A->data;
+  PetscInt     ival;
+  PetscReal    rval, alpha = fmm->alpha, beta = fmm->beta;
+  PetscBool    set, seta, setb;
+  MatFMMKernel kernel = fmm->kernel;
+  PetscEnum    e;
+
+  PetscFunctionBegin;
+  PetscOptionsHeadBegin(PetscOptionsObject, "MATFMM options (2D Laplace fast multipole method)");
+  PetscCall(PetscOptionsInt("-mat_fmm_ct", "Clustering threshold: points per leaf box", "MatFMMSetClusteringThreshold", fmm->ct, &ival, &set));
+  if (set) PetscCall(MatFMMSetClusteringThreshold(A, ival));
+  PetscCall(PetscOptionsInt("-mat_fmm_p", "Expansion order (overrides -mat_fmm_eps)", "MatFMMSetExpansionOrder", fmm->p_user > 0 ? fmm->p_user : 0, &ival, &set));
+  if (set) PetscCall(MatFMMSetExpansionOrder(A, ival));
+  PetscCall(PetscOptionsReal("-mat_fmm_eps", "Requested relative accuracy; chooses p", "MatFMMSetTolerance", fmm->eps, &rval, &set));
+  if (set) PetscCall(MatFMMSetTolerance(A, rval));
+  PetscCall(PetscOptionsReal("-mat_fmm_theta", "Theta of the separation criterion R + theta r <= theta d", "MatFMMSetTheta", fmm->theta, &rval, &set));
+  if (set) PetscCall(MatFMMSetTheta(A, rval));
+  PetscCall(PetscOptionsEnum("-mat_fmm_layout", "Near-field (P2P) data layout", "MatFMMSetLayout", MatFMMLayouts, (PetscEnum)fmm->layout, &e, &set));
+  if (set) PetscCall(MatFMMSetLayout(A, (MatFMMLayout)e));
+  PetscCall(PetscOptionsReal("-mat_fmm_repetition_mb", "Memory budget of the repetition layout records (MB)", "MatFMMSetLayout", fmm->repetition_mb, &rval, &set));
+  if (set) {
+    PetscCheck(rval > 0, PetscObjectComm((PetscObject)A), PETSC_ERR_ARG_OUTOFRANGE, "-mat_fmm_repetition_mb %g must be > 0", (double)rval);
+    if (rval != fmm->repetition_mb) PetscCall(MatFMMInvalidate(A));
+    fmm->repetition_mb = rval;
+  }
+  PetscCall(PetscOptionsEnum("-mat_fmm_method", "Evaluation method", "MatFMMSetMethod", MatFMMMethods, (PetscEnum)fmm->method, &e, &set));
+  if (set) PetscCall(MatFMMSetMethod(A, (MatFMMMethod)e));
+  PetscCall(PetscOptionsEnum("-mat_fmm_device", "Where to compute", "MatFMMSetDevice", MatFMMDevices, (PetscEnum)fmm->device, &e, &set));
+  if (set) PetscCall(MatFMMSetDevice(A, (MatFMMDevice)e));
+  PetscCall(PetscOptionsEnum("-mat_fmm_kernel", "Laplace layer potential", "MatFMMSetKernel", MatFMMKernels, (PetscEnum)kernel, &e, &set));
+  if (set) kernel = (MatFMMKernel)e;
+  PetscCall(PetscOptionsReal("-mat_fmm_alpha", "Weight of the double layer in the combined kernel", "MatFMMSetKernel", alpha, &alpha, &seta));
+  PetscCall(PetscOptionsReal("-mat_fmm_beta", "Weight of the single layer in the combined kernel", "MatFMMSetKernel", beta, &beta, &setb));
+  if (set || seta || setb) PetscCall(MatFMMSetKernel(A, (seta || setb) && !set ? MATFMM_KERNEL_COMBINED : kernel, alpha, beta));
+  PetscOptionsHeadEnd();
+  PetscFunctionReturn(0);
+}
+
+static PetscErrorCode MatSetUp_FMM(Mat A)
+{
+  PetscFunctionBegin;
+  PetscCall(PetscLayoutSetUp(A->rmap));
+  PetscCall(PetscLayoutSetUp(A->cmap));
+  A->preallocated = PETSC_TRUE;
+  PetscFunctionReturn(0);
+}
+
+/* first non-finite entry of a[0..n), or -1 */
+static PetscInt FirstNonFinite(const PetscReal *a, PetscInt n)
+{
+  for (PetscInt i = 0; i < n; i++)
+    if (PetscIsInfOrNanReal(a[i])) return i;
+  return -1;
+}
+
+/* collective check of a condition that may fail on some ranks only */
+#define FMMCheckCollective(comm, bad, ...) \
+  do { \
+    PetscMPIInt _any, _mine = (bad) ? 1 : 0; \
+    PetscCallMPI(MPI_Allreduce(&_mine, &_any, 1, MPI_INT, MPI_MAX, comm)); \
+    if (_mine) SETERRQ(PETSC_COMM_SELF, __VA_ARGS__); \
+    PetscCheck(!_any, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "MATFMM: invalid input on another rank (see its message)"); \
+  } while (0)
+
+static PetscErrorCode GatherReal(PetscSF sf, PetscInt bs, const PetscReal *local, PetscReal *global)
+{
+  MPI_Datatype t;
+
+  PetscFunctionBegin;
+  PetscCallMPI(MPI_Type_contiguous((PetscMPIInt)bs, MPIU_REAL, &t));
+  PetscCallMPI(MPI_Type_commit(&t));
+  PetscCall(PetscSFBcastBegin(sf, t, local, global, MPI_REPLACE));
+  PetscCall(PetscSFBcastEnd(sf, t, local, global, MPI_REPLACE));
+  PetscCallMPI(MPI_Type_free(&t));
+  PetscFunctionReturn(0);
+}
+
+static PetscErrorCode MatAssemblyEnd_FMM(Mat A, MatAssemblyType type)
+{
+  Mat_FMM  *fmm  = (Mat_FMM *)A->data;
+  MPI_Comm  comm = PetscObjectComm((PetscObject)A);
+  PetscInt  N, M, i, bad;
+  PetscBool anynrm, anywts;
+
+  PetscFunctionBegin;
+  if (type == MAT_FLUSH_ASSEMBLY) PetscFunctionReturn(0);
+  {
+    PetscMPIInt mine = fmm->src ? 1 : 0, all;
+    PetscCallMPI(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, comm));
+    PetscCheck(all, comm, PETSC_ERR_ARG_WRONGSTATE, "MATFMM: call MatFMMSetSources() on every rank (n = 0 where a rank has no source) before assembly");
+  }
+  if (fmm->setup) { /* geometry and parameters unchanged: keep the plan */
+    A->assembled = PETSC_TRUE;
+    PetscFunctionReturn(0);
+  }
+  PetscCall(PetscLogEventBegin(MATFMM_Setup, A, 0, 0, 0));
+  PetscCall(MatSetUp_FMM(A));
+  M = fmm->ntgt < 0 ? fmm->nsrc : fmm->ntgt;
+  FMMCheckCollective(comm, fmm->nsrc != A->cmap->n, PETSC_ERR_ARG_SIZ, "MATFMM: %" PetscInt_FMT " local sources but local column size %" PetscInt_FMT, fmm->nsrc, A->cmap->n);
+  FMMCheckCollective(comm, M != A->rmap->n, PETSC_ERR_ARG_SIZ, "MATFMM: %" PetscInt_FMT " local targets%s but local row size %" PetscInt_FMT, M, fmm->ntgt < 0 ? " (the sources)" : "", A->rmap->n);
+  /* bad numbers */
+  bad = FirstNonFinite(fmm->src, 2 * fmm->nsrc);
+  FMMCheckCollective(comm, bad >= 0, PETSC_ERR_ARG_OUTOFRANGE, "MATFMM: source %" PetscInt_FMT " (local) has a non-finite coordinate %g", bad / 2, bad >= 0 ? (double)fmm->src[bad] : 0.0);
+  bad = fmm->hasnrm ? FirstNonFinite(fmm->nrm, 2 * fmm->nsrc) : -1;
+  FMMCheckCollective(comm, bad >= 0, PETSC_ERR_ARG_OUTOFRANGE, "MATFMM: normal of source %" PetscInt_FMT " (local) has a non-finite component %g", bad / 2, bad >= 0 ? (double)fmm->nrm[bad] : 0.0);
+  bad = fmm->haswts ? FirstNonFinite(fmm->wts, fmm->nsrc) : -1;
+  FMMCheckCollective(comm, bad >= 0, PETSC_ERR_ARG_OUTOFRANGE, "MATFMM: weight of source %" PetscInt_FMT " (local) is not finite: %g", bad, bad >= 0 ? (double)fmm->wts[bad] : 0.0);
+  bad = fmm->ntgt > 0 ? FirstNonFinite(fmm->tgt, 2 * fmm->ntgt) : -1;
+  FMMCheckCollective(comm, bad >= 0, PETSC_ERR_ARG_OUTOFRANGE, "MATFMM: target %" PetscInt_FMT " (local) has a non-finite coordinate %g", bad / 2, bad >= 0 ? (double)fmm->tgt[bad] : 0.0);
+  FMMCheckCollective(comm, fmm->alpha != 0.0 && !fmm->hasnrm && fmm->nsrc > 0, PETSC_ERR_ARG_WRONGSTATE, "MATFMM: the %s kernel has a double layer (alpha = %g) but no normals were given to MatFMMSetSources()", MatFMMKernels[fmm->kernel], (double)fmm->alpha);
+
+  /* gather all sources on every rank (the first MPI version replicates them) */
+  N = A->cmap->N;
+  PetscCall(PetscSFCreate(comm, &fmm->sf));
+  PetscCall(PetscSFSetGraphWithPattern(fmm->sf, A->cmap, PETSCSF_PATTERN_ALLGATHER));
+  PetscCallMPI(MPI_Allreduce(&fmm->hasnrm, &anynrm, 1, MPIU_BOOL, MPI_LOR, comm));
+  PetscCallMPI(MPI_Allreduce(&fmm->haswts, &anywts, 1, MPIU_BOOL, MPI_LOR, comm));
+  PetscCall(PetscMalloc1(2 * N, &fmm->gsrc));
+  PetscCall(GatherReal(fmm->sf, 2, fmm->src, fmm->gsrc));
+  if (anynrm && fmm->alpha != 0.0) { /* normals are checked above wherever there are sources */
+    PetscCall(PetscMalloc1(2 * N, &fmm->gnrm));
+    PetscCall(GatherReal(fmm->sf, 2, fmm->nrm, fmm->gnrm));
+  }
+  if (anywts) { /* weights given on some ranks only: 1 on the others */
+    PetscReal *ones = NULL;
+    if (!fmm->haswts) {
+      PetscCall(PetscMalloc1(fmm->nsrc, &ones));
+      for (i = 0; i < fmm->nsrc; i++) ones[i] = 1.0;
+    }
+    PetscCall(PetscMalloc1(N, &fmm->gwts));
+    PetscCall(GatherReal(fmm->sf, 1, fmm->haswts ? fmm->wts : ones, fmm->gwts));
+    PetscCall(PetscFree(ones));
+  }
+  /* degenerate geometry: every source at one point */
+  if (N > 1) {
+    PetscBool same = PETSC_TRUE;
+    for (i = 1; i < N && same; i++) same = (fmm->gsrc[2 * i] == fmm->gsrc[0] && fmm->gsrc[2 * i + 1] == fmm->gsrc[1]) ? PETSC_TRUE : PETSC_FALSE;
+    PetscCheck(!same, comm, PETSC_ERR_ARG_WRONG, "MATFMM: all %" PetscInt_FMT " sources are at the same point (%g, %g); the kernel vanishes between coincident points, so the operator is degenerate", N, (double)fmm->gsrc[0], (double)fmm->gsrc[1]);
+  }
+  PetscCall(PetscMalloc2(N, &fmm->sigma, M, &fmm->pot));
+
+  /* order, device, plan, backend */
+  PetscCall(MatFMMGetExpansionOrder(A, &fmm->p));
+  {
+    PetscInt ndev = 0;
+    PetscCall(PetscFMMCUDAGetDeviceCount(&ndev));
+    if (fmm->device == MATFMM_DEVICE_CUDA) {
+      PetscCheck(ndev > 0, comm, PETSC_ERR_SUP, "MATFMM: -mat_fmm_device cuda, but %s; use -mat_fmm_device cpu or auto",
+#if defined(PETSCFMM_HAVE_CUDA)
+                 "no CUDA GPU was found on this machine"
+#else
+                 "petscfmm was built without CUDA (make CUDA=1 with nvcc on the PATH)"
+#endif
+      );
+    }
+    fmm->device_used = (fmm->device != MATFMM_DEVICE_CPU && ndev > 0) ? MATFMM_DEVICE_CUDA : MATFMM_DEVICE_CPU;
+  }
+  PetscCall(PetscLogEventBegin(MATFMM_Tree, A, 0, 0, 0));
+  PetscCall(FMMPlanBuild(A));
+  PetscCall(PetscLogEventEnd(MATFMM_Tree, A, 0, 0, 0));
+#if defined(PETSCFMM_HAVE_CUDA_BACKEND)
+  fmm->ops = fmm->device_used == MATFMM_DEVICE_CUDA ? &FMMBackendCUDA : &FMMBackendCPU;
+#else
+  PetscCheck(fmm->device_used != MATFMM_DEVICE_CUDA || fmm->device == MATFMM_DEVICE_AUTO, comm, PETSC_ERR_SUP, "MATFMM: the CUDA backend is not part of this build");
+  fmm->device_used = MATFMM_DEVICE_CPU;
+  fmm->ops = &FMMBackendCPU;
+#endif
+  PetscCall((*fmm->ops->setup)(A));
+  fmm->setup   = PETSC_TRUE;
+  A->assembled = PETSC_TRUE;
+  PetscCall(PetscLogEventEnd(MATFMM_Setup, A, 0, 0, 0));
+  PetscFunctionReturn(0);
+}
+
+/* y = [y +] scale K x + (shift + diag) .* x */
+static PetscErrorCode MatApply_FMM(Mat A, Vec x, Vec y, PetscBool add)
+{
+  Mat_FMM           *fmm = (Mat_FMM *)A->data;
+  const PetscScalar *xa, *da = NULL;
+  PetscScalar       *ya;
+  PetscInt           m = A->rmap->n, r0 = A->rmap->rstart;
+
+  PetscFunctionBegin;
+  PetscCheck(fmm->setup, PetscObjectComm((PetscObject)A), PETSC_ERR_ARG_WRONGSTATE, "MATFMM: assemble the matrix (MatAssemblyBegin/End) after setting its sources");
+  PetscCall(VecGetArrayRead(x, &xa));
+  PetscCall(PetscSFBcastBegin(fmm->sf, MPIU_SCALAR, xa, fmm->sigma, MPI_REPLACE));
+  PetscCall(PetscSFBcastEnd(fmm->sf, MPIU_SCALAR, xa, fmm->sigma, MPI_REPLACE));
+  PetscCall(VecRestoreArrayRead(x, &xa));
+  if (fmm->method == MATFMM_METHOD_DIRECT) PetscCall((*fmm->ops->direct)(A, fmm->sigma, fmm->pot));
+  else PetscCall((*fmm->ops->mult)(A, fmm->sigma, fmm->pot));
+  if (add) PetscCall(VecGetArray(y, &ya));
+  else PetscCall(VecGetArrayWrite(y, &ya));
+  if (fmm->diag) PetscCall(VecGetArrayRead(fmm->diag, &da));
+  for (PetscInt i = 0; i < m; i++) {
+    PetscScalar v = fmm->scale * fmm->pot[i];
+    if (fmm->shift != 0.0 || da) v += (fmm->shift + (da ? da[i] : 0.0)) * fmm->sigma[r0 + i];
+    ya[i] = add ? ya[i] + v : v;
+  }
+  if (fmm->diag) PetscCall(VecRestoreArrayRead(fmm->diag, &da));
+  if (add) PetscCall(VecRestoreArray(y, &ya));
+  else PetscCall(VecRestoreArrayWrite(y, &ya));
+  PetscFunctionReturn(0);
+}
+
+static PetscErrorCode MatMult_FMM(Mat A, Vec x, Vec y)
+{
+  PetscFunctionBegin;
+  PetscCall(MatApply_FMM(A, x, y, PETSC_FALSE));
+  PetscFunctionReturn(0);
+}
+
+static PetscErrorCode MatMultAdd_FMM(Mat A, Vec x, Vec v, Vec y)
+{
+  PetscFunctionBegin;
+  if (v != y) PetscCall(VecCopy(v, y));
+  PetscCall(MatApply_FMM(A, x, y, PETSC_TRUE));
+  PetscFunctionReturn(0);
+}
+
+static PetscErrorCode CheckSquare(Mat A, const char *op)
+{
+  PetscFunctionBegin;
+  PetscCheck(A->rmap->N == A->cmap->N, PetscObjectComm((PetscObject)A), PETSC_ERR_ARG_SIZ, "MATFMM: %s needs a square matrix, this one is %" PetscInt_FMT " x %" PetscInt_FMT, op, A->rmap->N, A->cmap->N);
+  PetscFunctionReturn(0);
+}
+
+static PetscErrorCode MatScale_FMM(Mat A, PetscScalar a)
+{
+  Mat_FMM *fmm = (Mat_FMM *)A->data;
+
+  PetscFunctionBegin;
+  fmm->scale *= a;
+  fmm->shift *= a;
+  if (fmm->diag) PetscCall(VecScale(fmm->diag, a));
+  PetscFunctionReturn(0);
+}
+
+static PetscErrorCode MatShift_FMM(Mat A, PetscScalar a)
+{
+  Mat_FMM *fmm = (Mat_FMM *)A->data;
+
+  PetscFunctionBegin;
+  PetscCall(CheckSquare(A, "MatShift"));
+  fmm->shift += a;
+  PetscFunctionReturn(0);
+}
+
+/* scale * K_ii for the local rows: 0 where the target is its own source */
+static PetscErrorCode KernelDiagonal(Mat A, PetscScalar *kd)
+{
+  Mat_FMM *fmm = (Mat_FMM *)A->data;
+  PetscInt r0  = A->rmap->rstart;
+
+  PetscFunctionBegin;
+  PetscCheck(fmm->setup, PetscObjectComm((PetscObject)A), PETSC_ERR_ARG_WRONGSTATE, "MATFMM: assemble the matrix before asking for its diagonal");
+  for (PetscInt i = 0; i < A->rmap->n; i++) {
+    PetscInt        j = r0 + i;
+    const PetscReal *z = fmm->ntgt < 0 ? &fmm->gsrc[2 * j] : &fmm->tgt[2 * i];
+    PetscReal        rx = z[0] - fmm->gsrc[2 * j], ry = z[1] - fmm->gsrc[2 * j + 1], r2 = rx * rx + ry * ry;
+    PetscReal        w = fmm->gwts ? fmm->gwts[j] : 1.0, k = 0.0;
+    if (r2 > 0.0) {
+      k = -fmm->beta * w / (2 * PETSC_PI) * 0.5 * PetscLogReal(r2);
+      if (fmm->gnrm) k += fmm->alpha * w / (2 * PETSC_PI) * (fmm->gnrm[2 * j] * rx + fmm->gnrm[2 * j + 1] * ry) / r2;
+    }
+    kd[i] = fmm->scale * k;
+  }
+  PetscFunctionReturn(0);
+}
+
+static PetscErrorCode MatGetDiagonal_FMM(Mat A, Vec v)
+{
+  Mat_FMM           *fmm = (Mat_FMM *)A->data;
+  PetscScalar       *va;
+  const PetscScalar *da = NULL;
+
+  PetscFunctionBegin;
+  PetscCall(CheckSquare(A, "MatGetDiagonal"));
+  PetscCall(VecGetArrayWrite(v, &va));
+  PetscCall(KernelDiagonal(A, va));
+  if (fmm->diag) PetscCall(VecGetArrayRead(fmm->diag, &da));
+  for (PetscInt i = 0; i < A->rmap->n; i++) va[i] += fmm->shift + (da ? da[i] : 0.0);
+  if (fmm->diag) PetscCall(VecRestoreArrayRead(fmm->diag, &da));
+  PetscCall(VecRestoreArrayWrite(v, &va));
+  PetscFunctionReturn(0);
+}
+
+static PetscErrorCode MatDiagonalSet_FMM(Mat A, Vec D, InsertMode is)
+{
+  Mat_FMM *fmm = (Mat_FMM *)A->data;
+
+  PetscFunctionBegin;
+  PetscCall(CheckSquare(A, "MatDiagonalSet"));
+  PetscCheck(is == INSERT_VALUES || is == ADD_VALUES, PetscObjectComm((PetscObject)A), PETSC_ERR_ARG_OUTOFRANGE, "MATFMM: MatDiagonalSet supports INSERT_VALUES and ADD_VALUES");
+  if (!fmm->diag) {
+    PetscCall(MatCreateVecs(A, NULL, &fmm->diag));
+    PetscCall(VecSet(fmm->diag, 0.0));
+  }
+  if (is == ADD_VALUES) PetscCall(VecAXPY(fmm->diag, 1.0, D));
+  else { /* the whole diagonal becomes D: diag = D - scale K_ii - shift */
+    PetscScalar *da;
+    PetscCall(VecCopy(D, fmm->diag));
+    PetscCall(VecGetArray(fmm->diag, &da));
+    {
+      PetscScalar *kd;
+      PetscCall(PetscMalloc1(A->rmap->n, &kd));
+      PetscCall(KernelDiagonal(A, kd));
+      for (PetscInt i = 0; i < A->rmap->n; i++) da[i] -= kd[i] + fmm->shift;
+      PetscCall(PetscFree(kd));
+    }
+    PetscCall(VecRestoreArray(fmm->diag, &da));
+  }
+  PetscFunctionReturn(0);
+}
+
+static PetscErrorCode MatView_FMM(Mat A, PetscViewer viewer)
+{
+  Mat_FMM  *fmm = (Mat_FMM *)A->data;
+  PetscBool ascii;
+
+  PetscFunctionBegin;
+  PetscCall(PetscObjectTypeCompare((PetscObject)viewer, PETSCVIEWERASCII, &ascii));
+  if (!ascii) PetscFunctionReturn(0);
+  {
+    char comb[64] = "";
+    if (fmm->kernel == MATFMM_KERNEL_COMBINED) PetscCall(PetscSNPrintf(comb, sizeof(comb), " %g D + %g S", (double)fmm->alpha, (double)fmm->beta));
+    PetscCall(PetscViewerASCIIPrintf(viewer, "  2D Laplace FMM: %s kernel%s, %s\n", MatFMMKernels[fmm->kernel], comb, fmm->ntgt < 0 ? "targets = sources (self term excluded)" : "separate targets"));
+  }
+  PetscCall(PetscViewerASCIIPrintf(viewer, "  method %s, device %s, near-field layout %s\n", MatFMMMethods[fmm->method], fmm->setup ? MatFMMDevices[fmm->device_used] : MatFMMDevices[fmm->device], MatFMMLayouts[fmm->layout]));
+  {
+    PetscInt p;
+    PetscCall(MatFMMGetExpansionOrder(A, &p));
+    PetscCall(PetscViewerASCIIPrintf(viewer, "  clustering threshold %" PetscInt_FMT ", expansion order %" PetscInt_FMT "%s, eps %g, theta %g\n", fmm->ct, p, fmm->p_user > 0 ? " (set)" : " (from eps)", (double)fmm->eps, (double)fmm->theta));
+  }
+  if (fmm->scale != 1.0 || fmm->shift != 0.0 || fmm->diag) PetscCall(PetscViewerASCIIPrintf(viewer, "  operator: %g K + %g I%s\n", (double)fmm->scale, (double)fmm->shift, fmm->diag ? " + diag(d)" : ""));
+  if (fmm->setup) {
+    FMMPlan    *P = &fmm->plan;
+    PetscInt64  loc[4], sum[4], mx[4];
+    PetscMPIInt size;
+    loc[0] = P->M;
+    loc[1] = P->faroff[P->nboxes];
+    loc[2] = (PetscInt64)P->p2ppairs;
+    loc[3] = P->maxleaftgt;
+    PetscCallMPI(MPI_Allreduce(loc, sum, 4, MPIU_INT64, MPI_SUM, PetscObjectComm((PetscObject)A)));
+    PetscCallMPI(MPI_Allreduce(loc, mx, 4, MPIU_INT64, MPI_MAX, PetscObjectComm((PetscObject)A)));
+    PetscCallMPI(MPI_Comm_size(PetscObjectComm((PetscObject)A), &size));
+    PetscCall(PetscViewerASCIIPrintf(viewer, "  tree: %" PetscInt_FMT " sources, %" PetscInt64_FMT " targets, %" PetscInt_FMT " levels below the root, %" PetscInt_FMT " leaves, %" PetscInt_FMT " boxes\n", P->N, sum[0], P->L, P->nleaves, P->nboxes));
+    PetscCall(PetscViewerASCIIPrintf(viewer, "  leaf boxes: at most %" PetscInt_FMT " sources, %" PetscInt64_FMT " targets (mean %.1f sources)\n", P->maxleafsrc, mx[3], (double)P->N / (double)P->nleaves));
+    PetscCall(PetscViewerASCIIPrintf(viewer, "  interactions per product: %" PetscInt64_FMT " M2L, %" PetscInt64_FMT " P2P pairs (%.1f per target)\n", sum[1], sum[2], sum[0] ? (double)sum[2] / (double)sum[0] : 0.0));
+    if (size > 1) PetscCall(PetscViewerASCIIPrintf(viewer, "  MPI: all %" PetscInt_FMT " sources replicated on each of %d ranks; each rank evaluates its own targets\n", P->N, (int)size));
+  } else PetscCall(PetscViewerASCIIPrintf(viewer, "  (not assembled: no tree yet)\n"));
+  PetscFunctionReturn(0);
+}
+
+static PetscErrorCode MatDestroy_FMM(Mat A)
+{
+  Mat_FMM *fmm = (Mat_FMM *)A->data;
+
+  PetscFunctionBegin;
+  PetscCall(MatFMMInvalidate(A));
+  PetscCall(PetscFree3(fmm->src, fmm->nrm, fmm->wts));
+  PetscCall(PetscFree(fmm->tgt));
+  PetscCall(VecDestroy(&fmm->diag));
+  PetscCall(PetscFree(A->data));
+  PetscCall(PetscObjectChangeTypeName((PetscObject)A, NULL));
+  PetscCall(PetscObjectComposeFunction((PetscObject)A, "MatFMMSetSources_C", NULL));
+  PetscCall(PetscObjectComposeFunction((PetscObject)A, "MatFMMSetTargets_C", NULL));
+  PetscCall(PetscObjectComposeFunction((PetscObject)A, "MatFMMSetKernel_C", NULL));
+  PetscCall(PetscObjectComposeFunction((PetscObject)A, "MatFMMSetClusteringThreshold_C", NULL));
+  PetscCall(PetscObjectComposeFunction((PetscObject)A, "MatFMMSetExpansionOrder_C", NULL));
+  PetscCall(PetscObjectComposeFunction((PetscObject)A, "MatFMMSetTolerance_C", NULL));
+  PetscCall(PetscObjectComposeFunction((PetscObject)A, "MatFMMSetTheta_C", NULL));
+  PetscCall(PetscObjectComposeFunction((PetscObject)A, "MatFMMSetLayout_C", NULL));
+  PetscCall(PetscObjectComposeFunction((PetscObject)A, "MatFMMSetMethod_C", NULL));
+  PetscCall(PetscObjectComposeFunction((PetscObject)A, "MatFMMSetDevice_C", NULL));
+  PetscFunctionReturn(0);
+}
+
+/*MC
+   MATFMM - "fmm" - A matrix whose product is a 2D fast multipole method for
+   the Laplace single layer, double layer, or their combination, on the CPU
+   (OpenMP) or a GPU (CUDA).
+
+   An M x N `MATFMM` maps densities on N sources (columns) to potentials at M
+   targets (rows); with no targets set the targets are the sources.  Rows and
+   columns are distributed by PETSc's layouts; in this version every rank holds
+   all sources and evaluates its own targets.
+
+   Options Database Keys:
++  -mat_type fmm - select this type with `MatSetFromOptions()`
+.  -mat_fmm_ct <ct> - clustering threshold, points per leaf box (default 32)
+.  -mat_fmm_p <p> - expansion order (default: from -mat_fmm_eps)
+.  -mat_fmm_eps <eps> - requested relative accuracy (default 1e-10)
+.  -mat_fmm_theta <theta> - separation parameter of the theta-criterion (default 0.5)
+.  -mat_fmm_layout <tiled,indexing,repetition> - near-field layout (default tiled)
+.  -mat_fmm_repetition_mb <mb> - memory budget of the repetition layout (default 256)
+.  -mat_fmm_method <fmm,direct> - FMM or exact summation (default fmm)
+.  -mat_fmm_device <auto,cpu,cuda> - where to compute (default auto)
+-  -mat_fmm_kernel <single,double,combined>, -mat_fmm_alpha, -mat_fmm_beta - the operator
+
+   Usage:
+.vb
+   MatCreate(comm, &A);
+   MatSetSizes(A, m, n, PETSC_DETERMINE, PETSC_DETERMINE);
+   MatSetType(A, MATFMM);
+   MatFMMSetSources(A, n, xy, normals, weights);
+   MatFMMSetKernel(A, MATFMM_KERNEL_DOUBLE, 0, 0);
+   MatSetFromOptions(A);
+   MatAssemblyBegin(A, MAT_FINAL_ASSEMBLY); MatAssemblyEnd(A, MAT_FINAL_ASSEMBLY);  // builds the tree
+   MatShift(A, -0.5);                                                            // diagonal terms
+.ve
+
+   Notes:
+   The tree is the adaptive median-split pyramid of Goude & Engblom (J.
+   Supercomput. 63, 2013), interaction lists follow the theta-criterion of
+   Engblom (2011) and the translations are those of Greengard & Rokhlin
+   (1987) in radius-scaled form.  Supported: `MatMult()`, `MatMultAdd()`,
+   `MatScale()`, `MatShift()`, `MatDiagonalSet()`, `MatGetDiagonal()`,
+   `MatView()`, `MatComputeOperator()`.  A program that does not link
+   petscfmm gets the type with -dll_append /path/to/libpetscfmm.so; one that
+   links it calls `PetscFMMInitializePackage()`.
+
+   Level: beginner
+
+.seealso: `MatCreateFMM()`, `MatFMMSetSources()`, `MatFMMSetTargets()`, `MatFMMSetKernel()`
+M*/
+PETSC_EXTERN PetscErrorCode MatCreate_FMM(Mat A)
+{
+  Mat_FMM *fmm;
+
+  PetscFunctionBegin;
+  PetscCall(PetscFMMInitializePackage());
+  PetscCall(PetscNew(&fmm));
+  A->data            = (void *)fmm;
+  fmm->ntgt          = -1;
+  fmm->kernel        = MATFMM_KERNEL_SINGLE;
+  fmm->alpha         = 0.0;
+  fmm->beta          = 1.0;
+  fmm->ct            = 32;
+  fmm->p_user        = 0;
+  fmm->eps           = 1e-10;
+  fmm->theta         = 0.5;
+  fmm->layout        = MATFMM_LAYOUT_TILED;
+  fmm->method        = MATFMM_METHOD_FMM;
+  fmm->device        = MATFMM_DEVICE_AUTO;
+  fmm->repetition_mb = 256.0;
+  fmm->scale         = 1.0;
+  fmm->shift         = 0.0;
+
+  A->ops->mult           = MatMult_FMM;
+  A->ops->multadd        = MatMultAdd_FMM;
+  A->ops->scale          = MatScale_FMM;
+  A->ops->shift          = MatShift_FMM;
+  A->ops->diagonalset    = MatDiagonalSet_FMM;
+  A->ops->getdiagonal    = MatGetDiagonal_FMM;
+  A->ops->view           = MatView_FMM;
+  A->ops->destroy        = MatDestroy_FMM;
+  A->ops->setfromoptions = MatSetFromOptions_FMM;
+  A->ops->setup          = MatSetUp_FMM;
+  A->ops->assemblyend    = MatAssemblyEnd_FMM;
+  A->assembled           = PETSC_FALSE;
+
+  PetscCall(PetscObjectComposeFunction((PetscObject)A, "MatFMMSetSources_C", MatFMMSetSources_FMM));
+  PetscCall(PetscObjectComposeFunction((PetscObject)A, "MatFMMSetTargets_C", MatFMMSetTargets_FMM));
+  PetscCall(PetscObjectComposeFunction((PetscObject)A, "MatFMMSetKernel_C", MatFMMSetKernel_FMM));
+  PetscCall(PetscObjectComposeFunction((PetscObject)A, "MatFMMSetClusteringThreshold_C", MatFMMSetClusteringThreshold_FMM));
+  PetscCall(PetscObjectComposeFunction((PetscObject)A, "MatFMMSetExpansionOrder_C", MatFMMSetExpansionOrder_FMM));
+  PetscCall(PetscObjectComposeFunction((PetscObject)A, "MatFMMSetTolerance_C", MatFMMSetTolerance_FMM));
+  PetscCall(PetscObjectComposeFunction((PetscObject)A, "MatFMMSetTheta_C", MatFMMSetTheta_FMM));
+  PetscCall(PetscObjectComposeFunction((PetscObject)A, "MatFMMSetLayout_C", MatFMMSetLayout_FMM));
+  PetscCall(PetscObjectComposeFunction((PetscObject)A, "MatFMMSetMethod_C", MatFMMSetMethod_FMM));
+  PetscCall(PetscObjectComposeFunction((PetscObject)A, "MatFMMSetDevice_C", MatFMMSetDevice_FMM));
+  PetscCall(PetscObjectChangeTypeName((PetscObject)A, MATFMM));
+  PetscFunctionReturn(0);
+}
+
+/*@
+   MatCreateFMM - Creates a `MATFMM` with given sizes (sources and targets are set afterwards).
+
+   Collective
+
+   Input Parameters:
++  comm - MPI communicator
+.  m    - local number of targets (rows), or `PETSC_DECIDE`
+.  n    - local number of sources (columns), or `PETSC_DECIDE`
+.  M    - global number of targets, or `PETSC_DETERMINE`
+-  N    - global number of sources, or `PETSC_DETERMINE`
+
+   Output Parameter:
+.  A - the matrix
+
+   Notes:
+   Equivalent to `MatCreate()`, `MatSetSizes()`, `MatSetType`(A, `MATFMM`).
+   Then call `MatFMMSetSources()`, optionally `MatFMMSetTargets()`,
+   `MatFMMSetKernel()` and `MatSetFromOptions()`, and assemble.
+
+   Level: beginner
+
+.seealso: `MATFMM`, `MatFMMSetSources()`
+@*/
+PetscErrorCode MatCreateFMM(MPI_Comm comm, PetscInt m, PetscInt n, PetscInt M, PetscInt N, Mat *A)
+{
+  PetscFunctionBegin;
+  PetscCall(PetscFMMInitializePackage());
+  PetscCall(MatCreate(comm, A));
+  PetscCall(MatSetSizes(*A, m, n, M, N));
+  PetscCall(MatSetType(*A, MATFMM));
+  PetscFunctionReturn(0);
+}

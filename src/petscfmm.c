@@ -1,0 +1,96 @@
+/* Package registration: the Mat type, the log events, the dynamic-library entry point. */
+#include "fmmimpl.h"
+
+PetscLogEvent MATFMM_Setup, MATFMM_Tree, MATFMM_P2M, MATFMM_M2M, MATFMM_M2L, MATFMM_L2L, MATFMM_L2P, MATFMM_P2P, MATFMM_Direct;
+
+static PetscBool PetscFMMPackageInitialized = PETSC_FALSE;
+
+PETSC_EXTERN PetscErrorCode MatCreate_FMM(Mat);
+
+/*@C
+   PetscFMMFinalizePackage - Called by `PetscFinalize()` to forget the package's registration.
+
+   Not collective
+
+   Level: developer
+
+.seealso: `PetscFMMInitializePackage()`
+@*/
+PetscErrorCode PetscFMMFinalizePackage(void)
+{
+  PetscFunctionBegin;
+  PetscFMMPackageInitialized = PETSC_FALSE;
+  PetscFunctionReturn(0);
+}
+
+/*@C
+   PetscFMMInitializePackage - Registers the `MATFMM` type and the log events
+   of its phases (FMMSetup, FMMTreeBuild, FMMP2M, FMMM2M, FMMM2L, FMML2L,
+   FMML2P, FMMP2P, FMMDirect), so `-mat_type fmm` and `-log_view` know them.
+
+   Not collective; call after `PetscInitialize()` in programs that link
+   petscfmm (`MatCreateFMM()` and `-dll_append` call it for you).  Calling it
+   again does nothing.
+
+   Level: beginner
+
+.seealso: `MATFMM`, `PetscFMMFinalizePackage()`
+@*/
+PetscErrorCode PetscFMMInitializePackage(void)
+{
+  PetscFunctionBegin;
+  if (PetscFMMPackageInitialized) PetscFunctionReturn(0);
+  PetscFMMPackageInitialized = PETSC_TRUE;
+  PetscCall(MatInitializePackage());
+  PetscCall(MatRegister(MATFMM, MatCreate_FMM));
+  PetscCall(PetscLogEventRegister("FMMSetup", MAT_CLASSID, &MATFMM_Setup));
+  PetscCall(PetscLogEventRegister("FMMTreeBuild", MAT_CLASSID, &MATFMM_Tree));
+  PetscCall(PetscLogEventRegister("FMMP2M", MAT_CLASSID, &MATFMM_P2M));
+  PetscCall(PetscLogEventRegister("FMMM2M", MAT_CLASSID, &MATFMM_M2M));
+  PetscCall(PetscLogEventRegister("FMMM2L", MAT_CLASSID, &MATFMM_M2L));
+  PetscCall(PetscLogEventRegister("FMML2L", MAT_CLASSID, &MATFMM_L2L));
+  PetscCall(PetscLogEventRegister("FMML2P", MAT_CLASSID, &MATFMM_L2P));
+  PetscCall(PetscLogEventRegister("FMMP2P", MAT_CLASSID, &MATFMM_P2P));
+  PetscCall(PetscLogEventRegister("FMMDirect", MAT_CLASSID, &MATFMM_Direct));
+  PetscCall(PetscRegisterFinalize(PetscFMMFinalizePackage));
+  PetscFunctionReturn(0);
+}
+
+/*
+  PetscDLLibraryRegister_petscfmm - entry point PETSc calls when the library is
+  loaded with -dll_append /path/to/libpetscfmm.so
+*/
+PETSC_EXTERN PetscErrorCode PetscDLLibraryRegister_petscfmm(void)
+{
+  PetscFunctionBegin;
+  PetscCall(PetscFMMInitializePackage());
+  PetscFunctionReturn(0);
+}
+
+/*@
+   PetscFMMCUDAGetDeviceCount - Number of CUDA GPUs this process can use (0 when
+   petscfmm was built without CUDA or no GPU/driver is present).
+
+   Not collective
+
+   Output Parameter:
+.  n - the number of devices
+
+   Level: intermediate
+
+.seealso: `MatFMMSetDevice()`
+@*/
+PetscErrorCode PetscFMMCUDAGetDeviceCount(PetscInt *n)
+{
+  PetscFunctionBegin;
+  PetscValidIntPointer(n, 1);
+  *n = 0;
+#if defined(PETSCFMM_HAVE_CUDA)
+  {
+    int c = 0;
+    PetscCall(FMMCUDADeviceCount(&c));
+    *n = c;
+  }
+#endif
+  PetscFunctionReturn(0);
+}

@@ -1,0 +1,163 @@
+static char help[] = "Applies a MATFMM to random densities and compares with exact summation.\n\
+Sources are N points uniform in the unit square, on a closed curve (with normals\n\
+and trapezoid weights), or in tight clusters; targets are the sources.\n\
+  -n <N>                             number of points (default 10000)\n\
+  -geometry <square,curve,clusters>  point distribution (default curve)\n\
+  -check <bool>                      compare with -mat_fmm_method direct (default true)\n\
+  -tol <tol>                         fail unless relerr <= tol (default: no test)\n\
+Every -mat_fmm_ option applies (see -help).\n\n";
+
+/*
+  The smallest complete MATFMM program: create, set the geometry, let the
+  options database tune it, assemble (builds the tree), multiply.
+  Output ends with one line
+    summary: N=<N> M=<M> p=<p> ct=<CT> levels=<L> setup_s=<t> mult_s=<t> relerr=<e>
+*/
+#include <petscfmm.h>
+
+typedef enum { GEOM_SQUARE, GEOM_CURVE, GEOM_CLUSTERS } Geometry;
+static const char *const Geometries[] = {"square", "curve", "clusters", "Geometry", "GEOM_", NULL};
+
+/* all N points on every rank (same random stream), so any rank count sees the same problem */
+static PetscErrorCode MakePoints(Geometry g, PetscInt N, PetscReal *xy, PetscReal *nrm, PetscReal *w)
+{
+  PetscRandom r;
+
+  PetscFunctionBegin;
+  PetscCall(PetscRandomCreate(PETSC_COMM_SELF, &r));
+  PetscCall(PetscRandomSetSeed(r, 42));
+  PetscCall(PetscRandomSeed(r));
+  for (PetscInt i = 0; i < N; i++) {
+    PetscReal a, b;
+    PetscCall(PetscRandomGetValueReal(r, &a));
+    PetscCall(PetscRandomGetValueReal(r, &b));
+    nrm[2 * i] = 1.0;
+    nrm[2 * i + 1] = 0.0;
+    w[i]           = 1.0 / N;
+    switch (g) {
+    case GEOM_SQUARE:
+      xy[2 * i]     = a;
+      xy[2 * i + 1] = b;
+      break;
+    case GEOM_CURVE: { /* star r(t) = 1 + 0.3 cos 5t, trapezoid rule in t */
+      PetscReal t = 2 * PETSC_PI * i / N, rr = 1 + 0.3 * PetscCosReal(5 * t), dr = -1.5 * PetscSinReal(5 * t);
+      PetscReal dx = dr * PetscCosReal(t) - rr * PetscSinReal(t), dy = dr * PetscSinReal(t) + rr * PetscCosReal(t), sp = PetscSqrtReal(dx * dx + dy * dy);
+      xy[2 * i]      = rr * PetscCosReal(t);
+      xy[2 * i + 1]  = rr * PetscSinReal(t);
+      nrm[2 * i]     = dy / sp;
+      nrm[2 * i + 1] = -dx / sp;
+      w[i]           = sp * 2 * PETSC_PI / N;
+    } break;
+    case GEOM_CLUSTERS: { /* 16 clusters of radius ~1e-3 at random centres */
+      PetscInt  c  = i % 16;
+      PetscReal cx = 0.5 + 0.45 * PetscCosReal(2.4 * c + 0.3 * c * c), cy = 0.5 + 0.45 * PetscSinReal(1.7 * c + 0.2 * c * c);
+      PetscReal rad = 1e-3 * PetscSqrtReal(a), th = 2 * PETSC_PI * b;
+      xy[2 * i]     = cx + rad * PetscCosReal(th);
+      xy[2 * i + 1] = cy + rad * PetscSinReal(th);
+    } break;
+    }
+  }
+  PetscCall(PetscRandomDestroy(&r));
+  PetscFunctionReturn(0);
+}
+
+static PetscErrorCode CreateOperator(MPI_Comm comm, PetscInt n, const PetscReal *xy, const PetscReal *nrm, const PetscReal *w, MatFMMMethod method, Mat *A)
+{
+  PetscFunctionBegin;
+  PetscCall(MatCreate(comm, A));
+  PetscCall(MatSetSizes(*A, n, n, PETSC_DETERMINE, PETSC_DETERMINE));
+  PetscCall(MatSetType(*A, MATFMM));
+  PetscCall(MatFMMSetSources(*A, n, xy, nrm, w));
+  PetscCall(MatSetFromOptions(*A));
+  PetscCall(MatFMMSetMethod(*A, method)); /* after the options: the reference is always exact */
+  PetscCall(MatAssemblyBegin(*A, MAT_FINAL_ASSEMBLY));
+  PetscCall(MatAssemblyEnd(*A, MAT_FINAL_ASSEMBLY));
+  PetscFunctionReturn(0);
+}
+
+int main(int argc, char **argv)
+{
+  PetscInt       N = 10000, n, rstart, p, L;
+  Geometry       g     = GEOM_CURVE;
+  PetscBool      check = PETSC_TRUE;
+  PetscReal     *xy, *nrm, *w, relerr = -1, nrm2, tol = -1;
+  PetscLogDouble t0, t1, t2, tsetup;
+  Mat            A, B;
+  Vec            x, y, yref;
+  PetscRandom    rnd;
+  PetscMPIInt    rank;
+
+  PetscCall(PetscInitialize(&argc, &argv, NULL, help));
+  PetscCall(PetscFMMInitializePackage());
+  PetscCallMPI(MPI_Comm_rank(PETSC_COMM_WORLD, &rank));
+  PetscOptionsBegin(PETSC_COMM_WORLD, NULL, "ex2 options", NULL);
+  PetscCall(PetscOptionsInt("-n", "Number of points", NULL, N, &N, NULL));
+  PetscCall(PetscOptionsEnum("-geometry", "Point distribution", NULL, Geometries, (PetscEnum)g, (PetscEnum *)&g, NULL));
+  PetscCall(PetscOptionsBool("-check", "Compare with exact summation", NULL, check, &check, NULL));
+  PetscCall(PetscOptionsReal("-tol", "Fail unless the relative error is at most this", NULL, tol, &tol, NULL));
+  PetscOptionsEnd();
+  PetscCheck(N >= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-n %" PetscInt_FMT " must be >= 1", N);
+
+  PetscCall(PetscMalloc3(2 * N, &xy, 2 * N, &nrm, N, &w));
+  PetscCall(MakePoints(g, N, xy, nrm, w));
+  n = PETSC_DECIDE;
+  PetscCall(PetscSplitOwnership(PETSC_COMM_WORLD, &n, &N));
+  PetscCallMPI(MPI_Scan(&n, &rstart, 1, MPIU_INT, MPI_SUM, PETSC_COMM_WORLD));
+  rstart -= n;
+
+  PetscCall(PetscTime(&t0));
+  PetscCall(CreateOperator(PETSC_COMM_WORLD, n, xy + 2 * rstart, nrm + 2 * rstart, w + rstart, MATFMM_METHOD_FMM, &A));
+  PetscCall(PetscTime(&t1));
+  tsetup = t1 - t0;
+
+  PetscCall(MatCreateVecs(A, &x, &y));
+  PetscCall(PetscRandomCreate(PETSC_COMM_WORLD, &rnd));
+  PetscCall(PetscRandomSetFromOptions(rnd));
+  PetscCall(VecSetRandom(x, rnd));
+  PetscCall(MatMult(A, x, y)); /* warm-up: first touch of the work arrays */
+  PetscCall(PetscTime(&t1));
+  PetscCall(MatMult(A, x, y));
+  PetscCall(PetscTime(&t2));
+
+  if (check) {
+    PetscCall(CreateOperator(PETSC_COMM_WORLD, n, xy + 2 * rstart, nrm + 2 * rstart, w + rstart, MATFMM_METHOD_DIRECT, &B));
+    PetscCall(VecDuplicate(y, &yref));
+    PetscCall(MatMult(B, x, yref));
+    PetscCall(VecNorm(yref, NORM_2, &nrm2));
+    PetscCall(VecAXPY(yref, -1.0, y));
+    PetscCall(VecNorm(yref, NORM_2, &relerr));
+    relerr /= nrm2;
+    PetscCall(VecDestroy(&yref));
+    PetscCall(MatDestroy(&B));
+  }
+  PetscCall(MatFMMGetExpansionOrder(A, &p));
+  PetscCall(MatFMMGetTreeInfo(A, &L, NULL, NULL, NULL));
+  {
+    PetscInt ct = 32;
+    PetscCall(PetscOptionsGetInt(NULL, NULL, "-mat_fmm_ct", &ct, NULL));
+    PetscCall(PetscPrintf(PETSC_COMM_WORLD, "summary: N=%" PetscInt_FMT " M=%" PetscInt_FMT " p=%" PetscInt_FMT " ct=%" PetscInt_FMT " levels=%" PetscInt_FMT " setup_s=%.4f mult_s=%.4f relerr=%.3e\n", N, N, p, ct, L, (double)tsetup, (double)(t2 - t1), (double)relerr));
+  }
+  if (tol > 0) {
+    PetscCheck(check && relerr <= tol, PETSC_COMM_WORLD, PETSC_ERR_NOT_CONVERGED, "relative error %g exceeds -tol %g", (double)relerr, (double)tol);
+    PetscCall(PetscPrintf(PETSC_COMM_WORLD, "check: relerr <= %g\n", (double)tol));
+  }
+  PetscCall(PetscRandomDestroy(&rnd));
+  PetscCall(VecDestroy(&x));
+  PetscCall(VecDestroy(&y));
+  PetscCall(MatDestroy(&A));
+  PetscCall(PetscFree3(xy, nrm, w));
+  PetscCall(PetscFinalize());
+  return 0;
+}
+
+/*TEST
+  test:
+    suffix: curve
+    args: -n 4000 -geometry curve -mat_fmm_eps 1e-10 -tol 1e-10
+    filter: grep -v summary
+  test:
+    suffix: view
+    nsize: 2
+    args: -n 3000 -geometry square -mat_fmm_ct 20 -mat_fmm_p 12 -mat_view ::ascii_info -check 0
+    filter: grep -v summary
+TEST*/
