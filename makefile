@@ -32,7 +32,8 @@ CUDA      ?= $(if $(NVCC),1,0)
 CUDA_ARCH ?= sm_90
 CUDA_DIR  := $(abspath $(dir $(NVCC))/..)
 
-CFLAGS_FMM := -O3 -fPIC -fopenmp -Wall -Wno-unknown-pragmas -Iinclude -Isrc $(PETSC_CC_INCLUDES)
+OPTFLAGS   ?= -O3 -march=native -fno-math-errno
+CFLAGS_FMM := $(OPTFLAGS) -fPIC -fopenmp -Wall -Wno-unknown-pragmas -Iinclude -Isrc $(PETSC_CC_INCLUDES)
 LIBS_FMM   := -fopenmp -L$(PETSC_LIB_DIR) -Wl,-rpath,$(PETSC_LIB_DIR) $(PETSC_LIB_BASIC) -lm
 
 LIB_SRCS := $(wildcard src/*.c src/mat/*.c src/cpu/*.c)

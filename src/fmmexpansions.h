@@ -24,11 +24,13 @@
 
 /* near-field pair: Re[q log(z - y) + d/(z - y)] with r = z - y; the zero
    distance pair (a target on its own source, or coincident points) is excluded */
+#if !defined(__CUDACC__)
+  #pragma omp declare simd
+#endif
 FMM_HD double FMMPairKernel(double rx, double ry, double q, double dx, double dy)
 {
   double r2 = rx * rx + ry * ry;
-  if (r2 == 0.0) return 0.0;
-  return 0.5 * q * log(r2) + (dx * rx + dy * ry) / r2;
+  return r2 == 0.0 ? 0.0 : 0.5 * q * log(r2) + (dx * rx + dy * ry) / r2;
 }
 
 /* P2M: add one source (charge q, dipole d) at w = (y - c)/s to a multipole */
@@ -115,6 +117,9 @@ FMM_HD void FMMM2L(int p, const double *m2l, double z0x, double z0y, double sm, 
   for (int l = 1; l <= p; l++) {
     const double *row = m2l + (l - 1) * p;
     double        yr = -Ar[0] / l, yi = 0.0;
+#if !defined(__CUDACC__)
+  #pragma omp simd reduction(+ : yr, yi)
+#endif
     for (int k = 0; k < p; k++) {
       yr += row[k] * tr[k];
       yi += row[k] * ti[k];

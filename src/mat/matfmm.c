@@ -492,7 +492,7 @@ PetscErrorCode MatFMMGetExpansionOrder(Mat A, PetscInt *p)
 +  levels - L, the level of the leaves (the root is level 0)
 .  leaves - number of leaf boxes, 4^L
 .  m2l    - number of M2L translations in one product on this rank
--  p2p    - number of near-field target-source pairs on this rank, capped at `PETSC_MAX_INT`
+-  p2p    - number of near-field target-source pairs on this rank
 
    Errors:
 .  `PETSC_ERR_ARG_WRONGSTATE` - A not assembled
@@ -501,7 +501,7 @@ PetscErrorCode MatFMMGetExpansionOrder(Mat A, PetscInt *p)
 
 .seealso: `MATFMM`, `MatView()`
 @*/
-PetscErrorCode MatFMMGetTreeInfo(Mat A, PetscInt *levels, PetscInt *leaves, PetscInt *m2l, PetscInt *p2p)
+PetscErrorCode MatFMMGetTreeInfo(Mat A, PetscInt *levels, PetscInt *leaves, PetscInt *m2l, PetscCount *p2p)
 {
   Mat_FMM *fmm;
 
@@ -513,7 +513,7 @@ PetscErrorCode MatFMMGetTreeInfo(Mat A, PetscInt *levels, PetscInt *leaves, Pets
   if (levels) *levels = fmm->plan.L;
   if (leaves) *leaves = fmm->plan.nleaves;
   if (m2l) *m2l = fmm->plan.faroff[fmm->plan.nboxes];
-  if (p2p) *p2p = (PetscInt)PetscMin((PetscCount)PETSC_MAX_INT, fmm->plan.p2ppairs);
+  if (p2p) *p2p = fmm->plan.p2ppairs;
   PetscFunctionReturn(0);
 }
 

@@ -1,0 +1,180 @@
+static char help[] = "MATFMM benchmark: setup, MatMult (median of -reps), time per phase, rates, sampled error.\n\
+  -n <N>                        points (default 1000000)\n\
+  -geometry <square,curve>      uniform in the unit square, or on a star-shaped closed curve (default curve)\n\
+  -reps <r>                     timed MatMults (default 10)\n\
+  -sample <s>                   targets checked against exact summation (default 200; 0: none)\n\
+  -kernel <single,double>       via -mat_fmm_kernel; every -mat_fmm_ option applies\n\n";
+
+/*
+  Prints, for the options given:
+    bench: device=.. N=.. geometry=.. eps=.. p=.. ct=.. layout=.. levels=.. setup_s=.. mult_med_s=.. mult_min_s=.. mult_max_s=.. points_per_s=..
+    phases_ms: P2M=.. M2M=.. M2L=.. L2L=.. L2P=.. P2P=..   (per MatMult)
+    rates: p2p_pairs_per_s=.. m2l_gflops=.. m2l_count=.. p2p_pairs=.. relerr_sample=..
+  M2L flops are counted as 8p^2 + 20p per translation: the two real (p x p)
+  matrix-vector products of FMMM2L and the powers around them.
+*/
+#include <petscfmm.h>
+
+static int CmpReal(const void *a, const void *b)
+{
+  PetscReal x = *(const PetscReal *)a, y = *(const PetscReal *)b;
+  return (x > y) - (x < y);
+}
+
+int main(int argc, char **argv)
+{
+  PetscInt           N = 1000000, reps = 10, nsample = 200, n, rstart, p, L, m2l, ct = 32;
+  PetscBool          curve = PETSC_TRUE;
+  char               geom[16] = "curve";
+  PetscReal         *xy, *nrm, *w, *times, eps = 1e-10;
+  PetscLogDouble     t0, t1;
+  Mat                A;
+  Vec                x, y;
+  PetscRandom        rnd;
+  MatFMMDevice       dev;
+  PetscLogEvent      ev[6];
+  PetscEventPerfInfo before[6], after[6];
+  const char        *evname[6] = {"FMMP2M", "FMMM2M", "FMMM2L", "FMML2L", "FMML2P", "FMMP2P"};
+
+  PetscCall(PetscInitialize(&argc, &argv, NULL, help));
+  PetscCall(PetscFMMInitializePackage());
+  PetscCall(PetscLogDefaultBegin());
+  PetscOptionsBegin(PETSC_COMM_WORLD, NULL, "bench options", NULL);
+  PetscCall(PetscOptionsInt("-n", "Number of points", NULL, N, &N, NULL));
+  PetscCall(PetscOptionsString("-geometry", "square or curve", NULL, geom, geom, sizeof(geom), NULL));
+  PetscCall(PetscOptionsInt("-reps", "Timed MatMults", NULL, reps, &reps, NULL));
+  PetscCall(PetscOptionsInt("-sample", "Targets checked against exact summation", NULL, nsample, &nsample, NULL));
+  PetscOptionsEnd();
+  curve = (PetscBool)(strcmp(geom, "square") != 0);
+  PetscCall(PetscOptionsGetReal(NULL, NULL, "-mat_fmm_eps", &eps, NULL));
+  PetscCall(PetscOptionsGetInt(NULL, NULL, "-mat_fmm_ct", &ct, NULL));
+
+  n = PETSC_DECIDE;
+  PetscCall(PetscSplitOwnership(PETSC_COMM_WORLD, &n, &N));
+  PetscCallMPI(MPI_Scan(&n, &rstart, 1, MPIU_INT, MPI_SUM, PETSC_COMM_WORLD));
+  rstart -= n;
+  PetscCall(PetscMalloc4(2 * n, &xy, 2 * n, &nrm, n, &w, reps, &times));
+  PetscCall(PetscRandomCreate(PETSC_COMM_SELF, &rnd));
+  for (PetscInt i = 0; i < n; i++) {
+    PetscInt g = rstart + i;
+    if (curve) { /* star r(t) = 1 + 0.3 cos 5t, trapezoid rule */
+      PetscReal t = 2 * PETSC_PI * g / N, rr = 1 + 0.3 * PetscCosReal(5 * t), dr = -1.5 * PetscSinReal(5 * t);
+      PetscReal dx = dr * PetscCosReal(t) - rr * PetscSinReal(t), dy = dr * PetscSinReal(t) + rr * PetscCosReal(t), sp = PetscSqrtReal(dx * dx + dy * dy);
+      xy[2 * i]      = rr * PetscCosReal(t);
+      xy[2 * i + 1]  = rr * PetscSinReal(t);
+      nrm[2 * i]     = dy / sp;
+      nrm[2 * i + 1] = -dx / sp;
+      w[i]           = sp * 2 * PETSC_PI / N;
+    } else {
+      PetscCall(PetscRandomGetValueReal(rnd, &xy[2 * i]));
+      PetscCall(PetscRandomGetValueReal(rnd, &xy[2 * i + 1]));
+      nrm[2 * i]     = 1.0;
+      nrm[2 * i + 1] = 0.0;
+      w[i]           = 1.0 / N;
+    }
+  }
+
+  PetscCall(PetscTime(&t0));
+  PetscCall(MatCreate(PETSC_COMM_WORLD, &A));
+  PetscCall(MatSetSizes(A, n, n, PETSC_DETERMINE, PETSC_DETERMINE));
+  PetscCall(MatSetType(A, MATFMM));
+  PetscCall(MatFMMSetSources(A, n, xy, nrm, w));
+  PetscCall(MatSetFromOptions(A));
+  PetscCall(MatAssemblyBegin(A, MAT_FINAL_ASSEMBLY));
+  PetscCall(MatAssemblyEnd(A, MAT_FINAL_ASSEMBLY));
+  PetscCall(PetscTime(&t1));
+  PetscCall(MatCreateVecs(A, &x, &y));
+  PetscCall(VecSetRandom(x, rnd));
+  PetscCall(MatMult(A, x, y)); /* warm-up */
+
+  for (int e = 0; e < 6; e++) {
+    PetscCall(PetscLogEventGetId(evname[e], &ev[e]));
+    PetscCall(PetscLogEventGetPerfInfo(PETSC_DETERMINE, ev[e], &before[e]));
+  }
+  for (PetscInt r = 0; r < reps; r++) {
+    PetscLogDouble a, b;
+    PetscCall(PetscBarrier((PetscObject)A));
+    PetscCall(PetscTime(&a));
+    PetscCall(MatMult(A, x, y));
+    PetscCall(PetscBarrier((PetscObject)A));
+    PetscCall(PetscTime(&b));
+    times[r] = b - a;
+  }
+  for (int e = 0; e < 6; e++) PetscCall(PetscLogEventGetPerfInfo(PETSC_DETERMINE, ev[e], &after[e]));
+  qsort(times, reps, sizeof(PetscReal), CmpReal);
+
+  PetscCall(MatFMMGetExpansionOrder(A, &p));
+  PetscCall(MatFMMGetTreeInfo(A, &L, NULL, &m2l, NULL));
+  PetscCall(MatFMMGetDevice(A, &dev));
+  {
+    PetscReal   med = times[reps / 2], ph[6], pairs = 0, mloc = m2l, msum;
+    PetscCount  p2p;
+    const char *layout = "tiled";
+    char        lay[32];
+    PetscBool   set;
+    PetscCall(PetscOptionsGetString(NULL, NULL, "-mat_fmm_layout", lay, sizeof(lay), &set));
+    if (set) layout = lay;
+    for (int e = 0; e < 6; e++) ph[e] = (after[e].time - before[e].time) / reps;
+    PetscCall(MPIU_Allreduce(MPI_IN_PLACE, ph, 6, MPIU_REAL, MPIU_MAX, PETSC_COMM_WORLD));
+    PetscCall(MatFMMGetTreeInfo(A, NULL, NULL, NULL, &p2p));
+    pairs = (PetscReal)p2p;
+    PetscCall(MPIU_Allreduce(&mloc, &msum, 1, MPIU_REAL, MPIU_SUM, PETSC_COMM_WORLD));
+    PetscCall(MPIU_Allreduce(MPI_IN_PLACE, &pairs, 1, MPIU_REAL, MPIU_SUM, PETSC_COMM_WORLD));
+    PetscCall(PetscPrintf(PETSC_COMM_WORLD, "bench: device=%s N=%" PetscInt_FMT " geometry=%s eps=%g p=%" PetscInt_FMT " ct=%" PetscInt_FMT " layout=%s levels=%" PetscInt_FMT " setup_s=%.4f mult_med_s=%.5f mult_min_s=%.5f mult_max_s=%.5f points_per_s=%.3e\n", MatFMMDevices[dev], N,
+                           curve ? "curve" : "square", (double)eps, p, ct, layout, L, (double)(t1 - t0), (double)med, (double)times[0], (double)times[reps - 1], (double)(N / med)));
+    PetscCall(PetscPrintf(PETSC_COMM_WORLD, "phases_ms: P2M=%.3f M2M=%.3f M2L=%.3f L2L=%.3f L2P=%.3f P2P=%.3f\n", 1e3 * ph[0], 1e3 * ph[1], 1e3 * ph[2], 1e3 * ph[3], 1e3 * ph[4], 1e3 * ph[5]));
+    PetscCall(PetscPrintf(PETSC_COMM_WORLD, "rates: p2p_pairs_per_s=%.3e m2l_gflops=%.2f m2l_count=%.0f p2p_pairs=%.0f", (double)(pairs / ph[5]), (double)(msum * (8.0 * p * p + 20.0 * p) / ph[2] * 1e-9), (double)msum, (double)pairs));
+  }
+
+  /* error on a sample of targets: exact sums with a second MATFMM (targets = the sample, method direct) */
+  if (nsample > 0) {
+    PetscInt           ns = PetscMin(nsample, n), *idx;
+    PetscReal         *txy, err2 = 0, ref2 = 0, loc[2];
+    const PetscScalar *ya;
+    Mat                D;
+    Vec                yd;
+    PetscCall(PetscMalloc2(ns, &idx, 2 * ns, &txy));
+    for (PetscInt k = 0; k < ns; k++) {
+      idx[k]          = (PetscInt)(((PetscInt64)k * n) / ns);
+      txy[2 * k]      = xy[2 * idx[k]];
+      txy[2 * k + 1]  = xy[2 * idx[k] + 1];
+    }
+    PetscCall(MatCreate(PETSC_COMM_WORLD, &D));
+    PetscCall(MatSetSizes(D, ns, n, PETSC_DETERMINE, PETSC_DETERMINE));
+    PetscCall(MatSetType(D, MATFMM));
+    PetscCall(MatFMMSetSources(D, n, xy, nrm, w));
+    PetscCall(MatFMMSetTargets(D, ns, txy));
+    PetscCall(MatSetFromOptions(D));
+    PetscCall(MatFMMSetMethod(D, MATFMM_METHOD_DIRECT));
+    PetscCall(MatAssemblyBegin(D, MAT_FINAL_ASSEMBLY));
+    PetscCall(MatAssemblyEnd(D, MAT_FINAL_ASSEMBLY));
+    PetscCall(MatCreateVecs(D, NULL, &yd));
+    PetscCall(MatMult(D, x, yd));
+    PetscCall(VecGetArrayRead(yd, &ya));
+    {
+      const PetscScalar *yf;
+      PetscCall(VecGetArrayRead(y, &yf));
+      for (PetscInt k = 0; k < ns; k++) {
+        err2 += PetscSqr(yf[idx[k]] - ya[k]);
+        ref2 += PetscSqr(ya[k]);
+      }
+      PetscCall(VecRestoreArrayRead(y, &yf));
+    }
+    PetscCall(VecRestoreArrayRead(yd, &ya));
+    loc[0] = err2;
+    loc[1] = ref2;
+    PetscCall(MPIU_Allreduce(MPI_IN_PLACE, loc, 2, MPIU_REAL, MPIU_SUM, PETSC_COMM_WORLD));
+    PetscCall(PetscPrintf(PETSC_COMM_WORLD, " relerr_sample=%.3e\n", (double)PetscSqrtReal(loc[0] / loc[1])));
+    PetscCall(VecDestroy(&yd));
+    PetscCall(MatDestroy(&D));
+    PetscCall(PetscFree2(idx, txy));
+  } else PetscCall(PetscPrintf(PETSC_COMM_WORLD, "\n"));
+
+  PetscCall(PetscRandomDestroy(&rnd));
+  PetscCall(VecDestroy(&x));
+  PetscCall(VecDestroy(&y));
+  PetscCall(MatDestroy(&A));
+  PetscCall(PetscFree4(xy, nrm, w, times));
+  PetscCall(PetscFinalize());
+  return 0;
+}
