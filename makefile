@@ -32,7 +32,7 @@ CUDA      ?= $(if $(NVCC),1,0)
 CUDA_ARCH ?= sm_90
 CUDA_DIR  := $(abspath $(dir $(NVCC))/..)
 
-OPTFLAGS   ?= -O3 -march=native -fno-math-errno
+OPTFLAGS   ?= -O3 -march=native -fno-math-errno -fno-trapping-math
 CFLAGS_FMM := $(OPTFLAGS) -fPIC -fopenmp -Wall -Wno-unknown-pragmas -Iinclude -Isrc $(PETSC_CC_INCLUDES)
 LIBS_FMM   := -fopenmp -L$(PETSC_LIB_DIR) -Wl,-rpath,$(PETSC_LIB_DIR) $(PETSC_LIB_BASIC) -lm
 

@@ -2,14 +2,15 @@
   The plan: the adaptive median-split pyramid and the theta-criterion
   interaction lists (Goude & Engblom 2013, Sec. 2; Engblom 2011).
 
-  Every rank builds the same tree from all N sources: each box of a level is
-  split at the median of its sources along the longer side of their bounding
-  box, then each half again, giving the four children.  Medians are taken on
-  the key (coordinate, global index), so ties between equal coordinates are
-  broken the same way on every rank and every backend.  Targets follow the
-  split values.  The box centres and radii cover the box's sources and the
-  targets of all ranks (one MPI_Allreduce), so the plan and hence the result
-  do not depend on how targets are distributed.
+  Every rank builds the same tree from all points: the N sources and, when the
+  targets are not the sources, the targets of all ranks.  Each box of a level
+  is split at the median of its points along the longer side of their
+  bounding box, then each half again, giving the four children, so boxes
+  adapt to where sources and targets are (targets away from the sources get
+  boxes of their own instead of stretching the source boxes).  Medians are
+  taken on the key (coordinate, index), so ties between equal coordinates are
+  broken the same way on every rank and every backend.  The plan, and hence
+  the product, does not depend on how rows and columns are distributed.
 */
 #include "fmmimpl.h"
 
@@ -53,50 +54,35 @@ static void Select(FMMPoint *pt, PetscInt n, PetscInt k, int dir)
   }
 }
 
-/* Split pt[0..n) at its median along the longer side of its bounding box.
-   Returns the direction and the split value (coordinate of the first point of
-   the upper half); h = n/2 points go to the lower half. */
-static void SplitSources(FMMPoint *pt, PetscInt n, int *dir, PetscReal *val)
+/* Split pt[0..n) at its median along the longer side of its bounding box:
+   the n/2 smallest keys first */
+static void Split(FMMPoint *pt, PetscInt n)
 {
   PetscReal xmin = PETSC_MAX_REAL, xmax = -PETSC_MAX_REAL, ymin = PETSC_MAX_REAL, ymax = -PETSC_MAX_REAL;
-  if (n == 0) {
-    *dir = 0;
-    *val = PETSC_MAX_REAL; /* all targets go to the lower half */
-    return;
-  }
+  if (n < 2) return;
   for (PetscInt i = 0; i < n; i++) {
     xmin = PetscMin(xmin, pt[i].x);
     xmax = PetscMax(xmax, pt[i].x);
     ymin = PetscMin(ymin, pt[i].y);
     ymax = PetscMax(ymax, pt[i].y);
   }
-  *dir = (ymax - ymin > xmax - xmin) ? 1 : 0;
-  Select(pt, n, n / 2, *dir);
-  *val = *dir ? pt[n / 2].y : pt[n / 2].x;
-}
-
-/* Partition targets: those with coordinate < val first; returns their count */
-static PetscInt SplitTargets(FMMPoint *pt, PetscInt n, int dir, PetscReal val)
-{
-  PetscInt s = 0;
-  for (PetscInt i = 0; i < n; i++) {
-    PetscReal c = dir ? pt[i].y : pt[i].x;
-    if (c < val) Swap(&pt[i], &pt[s++]);
-  }
-  return s;
+  Select(pt, n, n / 2, (ymax - ymin > xmax - xmin) ? 1 : 0);
 }
 
 /*
   FMMChooseOrder - expansion order p for a relative accuracy eps and
   separation parameter theta.  The truncation error of the theta-criterion
-  decays like theta^p (Engblom 2011); measured relative 2-norm errors of whole
-  products sit near 1e-3 theta^p in the worst case we know (double layer on a
-  curve, tests/accuracy.c), so p solves 1e-2 theta^p = eps: a factor 10 margin.
+  decays like theta^p (Engblom 2011).  Measured relative 2-norm errors of whole
+  products, worst case the double layer on a closed curve (tests/accuracy.c,
+  tests/kernels.c), are K theta^p with K at most about 0.6/p: 0.007 to 0.09 for
+  p = 6..52 and theta = 0.35..0.7 (K = 0.02 at p = 27, theta = 0.5, N = 3000,
+  where the former rule 1e-2 theta^p = eps missed eps = 1e-10).  So p solves
+  0.1 theta^p = eps: a margin of 2 at p ~ 6, above 5 for p >= 20.
 */
 PetscErrorCode FMMChooseOrder(PetscReal eps, PetscReal theta, PetscInt *p)
 {
   PetscFunctionBegin;
-  *p = (PetscInt)PetscCeilReal(PetscLogReal(eps / 1e-2) / PetscLogReal(theta));
+  *p = (PetscInt)PetscCeilReal(PetscLogReal(eps / 0.1) / PetscLogReal(theta));
   *p = PetscMin(PetscMax(*p, 4), 64);
   PetscFunctionReturn(0);
 }
@@ -108,21 +94,46 @@ static inline PetscBool Separated(PetscReal rt, PetscReal rs, PetscReal d, Petsc
   return (R + theta * r <= theta * d) ? PETSC_TRUE : PETSC_FALSE;
 }
 
+/* all targets of all ranks, in global order (the tree depends on them) */
+static PetscErrorCode GatherTargets(Mat A, PetscReal **gtgt)
+{
+  Mat_FMM     *fmm = (Mat_FMM *)A->data;
+  PetscSF      sf;
+  MPI_Datatype t2;
+
+  PetscFunctionBegin;
+  PetscCall(PetscMalloc1(2 * A->rmap->N, gtgt));
+  PetscCall(PetscSFCreate(PetscObjectComm((PetscObject)A), &sf));
+  PetscCall(PetscSFSetGraphWithPattern(sf, A->rmap, PETSCSF_PATTERN_ALLGATHER));
+  PetscCallMPI(MPI_Type_contiguous(2, MPIU_REAL, &t2));
+  PetscCallMPI(MPI_Type_commit(&t2));
+  PetscCall(PetscSFBcastBegin(sf, t2, fmm->tgt, *gtgt, MPI_REPLACE));
+  PetscCall(PetscSFBcastEnd(sf, t2, fmm->tgt, *gtgt, MPI_REPLACE));
+  PetscCallMPI(MPI_Type_free(&t2));
+  PetscCall(PetscSFDestroy(&sf));
+  PetscFunctionReturn(0);
+}
+
 PetscErrorCode FMMPlanBuild(Mat A)
 {
-  Mat_FMM   *fmm = (Mat_FMM *)A->data;
-  FMMPlan   *P   = &fmm->plan;
-  PetscInt   N = A->cmap->N, M, L = 0, nleaves, nboxes;
-  FMMPoint  *spt, *tpt;
-  PetscInt **soff, **toff; /* per level: box ranges, 4^l + 1 */
-  PetscReal *bb, *rad;     /* box bounding boxes (xmin,ymin,-xmax,-ymax), radii */
+  Mat_FMM   *fmm  = (Mat_FMM *)A->data;
+  FMMPlan   *P    = &fmm->plan;
+  PetscBool  same = fmm->ntgt < 0 ? PETSC_TRUE : PETSC_FALSE;
+  PetscInt   N = A->cmap->N, Mg = same ? 0 : A->rmap->N, U = N + Mg, M, L = 0, nleaves, nboxes;
+  PetscInt   t0, t1; /* this rank's targets: global indices [t0, t1) of the sources (same) or of the targets */
+  FMMPoint  *pt;     /* all points: sources i < N, targets N + global index */
+  PetscInt  *off, *noff, *scnt, *tcnt;
+  PetscReal *gtgt = NULL, *bb, *rad; /* box bounding boxes (xmin,ymin,-xmax,-ymax), radii */
   PetscInt  *stroff, *str, *far, nfar;
   PetscReal  twopi = 2.0 * PETSC_PI;
 
   PetscFunctionBegin;
   PetscCall(FMMPlanDestroy(P));
-  M = fmm->ntgt < 0 ? fmm->nsrc : fmm->ntgt;
-  while (L < 15 && (PetscInt64)fmm->ct * ((PetscInt64)1 << (2 * L)) < N) L++;
+  M  = same ? fmm->nsrc : fmm->ntgt;
+  t0 = same ? A->cmap->rstart : A->rmap->rstart;
+  t1 = t0 + M;
+  /* depth: leaves of about CT points; 4^14 leaves at most */
+  while (L < 14 && (PetscInt64)fmm->ct * ((PetscInt64)1 << (2 * L)) < U) L++;
   nleaves    = (PetscInt)1 << (2 * L);
   nboxes     = FMMLevelStart(L + 1);
   P->L       = L;
@@ -130,91 +141,85 @@ PetscErrorCode FMMPlanBuild(Mat A)
   P->nboxes  = nboxes;
   P->N       = N;
   P->M       = M;
-  P->same    = fmm->ntgt < 0 ? PETSC_TRUE : PETSC_FALSE;
+  P->same    = same;
 
-  PetscCall(PetscMalloc2(N, &spt, M, &tpt));
-  for (PetscInt i = 0; i < N; i++) {
-    spt[i].x = fmm->gsrc[2 * i];
-    spt[i].y = fmm->gsrc[2 * i + 1];
-    spt[i].i = i;
-  }
-  {
-    const PetscReal *t = fmm->ntgt < 0 ? fmm->src : fmm->tgt;
-    for (PetscInt i = 0; i < M; i++) {
-      tpt[i].x = t[2 * i];
-      tpt[i].y = t[2 * i + 1];
-      tpt[i].i = i;
-    }
+  if (!same) PetscCall(GatherTargets(A, &gtgt));
+  PetscCall(PetscMalloc1(U, &pt));
+  for (PetscInt i = 0; i < U; i++) {
+    const PetscReal *z = i < N ? &fmm->gsrc[2 * i] : &gtgt[2 * (i - N)];
+    pt[i].x            = z[0];
+    pt[i].y            = z[1];
+    pt[i].i            = i;
   }
 
-  /* sorting: split every box of level l into four */
-  PetscCall(PetscMalloc2(L + 1, &soff, L + 1, &toff));
-  for (PetscInt l = 0; l <= L; l++) PetscCall(PetscMalloc2(((PetscInt)1 << (2 * l)) + 1, &soff[l], ((PetscInt)1 << (2 * l)) + 1, &toff[l]));
-  soff[0][0] = 0;
-  soff[0][1] = N;
-  toff[0][0] = 0;
-  toff[0][1] = M;
+  /* sorting: split every box of level l into four; off[] holds the point
+     ranges of the boxes of the current level */
+  PetscCall(PetscMalloc1(2, &off));
+  off[0] = 0;
+  off[1] = U;
   for (PetscInt l = 0; l < L; l++) {
     PetscInt nb = (PetscInt)1 << (2 * l);
+    PetscCall(PetscMalloc1(4 * nb + 1, &noff));
 #pragma omp parallel for schedule(dynamic, 1) if (nb > 8)
     for (PetscInt b = 0; b < nb; b++) {
-      PetscInt  s0 = soff[l][b], ns = soff[l][b + 1] - s0, t0 = toff[l][b], nt = toff[l][b + 1] - t0;
-      PetscInt  sh[5], th[5];
-      int       dir;
-      PetscReal val;
-      /* first split: halves [0,h) and [h,ns) */
-      SplitSources(spt + s0, ns, &dir, &val);
-      PetscInt h  = ns / 2;
-      PetscInt th0 = SplitTargets(tpt + t0, nt, dir, val);
-      /* second split of each half */
-      SplitSources(spt + s0, h, &dir, &val);
-      PetscInt ta = SplitTargets(tpt + t0, th0, dir, val);
-      SplitSources(spt + s0 + h, ns - h, &dir, &val);
-      PetscInt tb = SplitTargets(tpt + t0 + th0, nt - th0, dir, val);
-      sh[0] = 0;
-      sh[1] = h / 2;
-      sh[2] = h;
-      sh[3] = h + (ns - h) / 2;
-      sh[4] = ns;
-      th[0] = 0;
-      th[1] = ta;
-      th[2] = th0;
-      th[3] = th0 + tb;
-      th[4] = nt;
-      for (int c = 0; c < 4; c++) {
-        soff[l + 1][4 * b + c] = s0 + sh[c];
-        toff[l + 1][4 * b + c] = t0 + th[c];
-      }
-      if (b == nb - 1) {
-        soff[l + 1][4 * nb] = N;
-        toff[l + 1][4 * nb] = M;
-      }
+      PetscInt u0 = off[b], n = off[b + 1] - u0, h = n / 2;
+      Split(pt + u0, n);
+      Split(pt + u0, h);
+      Split(pt + u0 + h, n - h);
+      noff[4 * b]     = u0;
+      noff[4 * b + 1] = u0 + h / 2;
+      noff[4 * b + 2] = u0 + h;
+      noff[4 * b + 3] = u0 + h + (n - h) / 2;
     }
+    noff[4 * nb] = U;
+    PetscCall(PetscFree(off));
+    off = noff;
   }
 
-  /* points in tree order */
+  /* sources and this rank's targets of each leaf, in tree order */
+  PetscCall(PetscCalloc2(nleaves + 1, &scnt, nleaves + 1, &tcnt));
+#pragma omp parallel for schedule(static)
+  for (PetscInt b = 0; b < nleaves; b++) {
+    for (PetscInt k = off[b]; k < off[b + 1]; k++) {
+      PetscInt i = pt[k].i, g = same ? i : i - N;
+      if (i < N) scnt[b + 1]++;
+      if ((same || i >= N) && g >= t0 && g < t1) tcnt[b + 1]++;
+    }
+  }
+  for (PetscInt b = 0; b < nleaves; b++) {
+    scnt[b + 1] += scnt[b];
+    tcnt[b + 1] += tcnt[b];
+  }
   PetscCall(PetscMalloc4(N, &P->sperm, N, &P->sx, N, &P->sy, nleaves + 1, &P->sleaf));
   PetscCall(PetscMalloc3(N, &P->cq, N, &P->cdx, N, &P->cdy));
   PetscCall(PetscMalloc4(M, &P->tperm, M, &P->tx, M, &P->ty, nleaves + 1, &P->tleaf));
-  for (PetscInt i = 0; i < N; i++) {
-    PetscInt  g = spt[i].i;
-    PetscReal w = fmm->gwts ? fmm->gwts[g] : 1.0;
-    P->sperm[i] = g;
-    P->sx[i]    = spt[i].x;
-    P->sy[i]    = spt[i].y;
-    P->cq[i]    = -fmm->beta * w / twopi;
-    P->cdx[i]   = fmm->gnrm ? fmm->alpha * w * fmm->gnrm[2 * g] / twopi : 0.0;
-    P->cdy[i]   = fmm->gnrm ? fmm->alpha * w * fmm->gnrm[2 * g + 1] / twopi : 0.0;
+  PetscCall(PetscArraycpy(P->sleaf, scnt, nleaves + 1));
+  PetscCall(PetscArraycpy(P->tleaf, tcnt, nleaves + 1));
+#pragma omp parallel for schedule(static)
+  for (PetscInt b = 0; b < nleaves; b++) {
+    PetscInt s = P->sleaf[b], t = P->tleaf[b];
+    for (PetscInt k = off[b]; k < off[b + 1]; k++) {
+      PetscInt i = pt[k].i, g = same ? i : i - N;
+      if (i < N) {
+        PetscReal w = fmm->gwts ? fmm->gwts[i] : 1.0;
+        P->sperm[s] = i;
+        P->sx[s]    = pt[k].x;
+        P->sy[s]    = pt[k].y;
+        P->cq[s]    = -fmm->beta * w / twopi;
+        P->cdx[s]   = fmm->gnrm ? fmm->alpha * w * fmm->gnrm[2 * i] / twopi : 0.0;
+        P->cdy[s]   = fmm->gnrm ? fmm->alpha * w * fmm->gnrm[2 * i + 1] / twopi : 0.0;
+        s++;
+      }
+      if ((same || i >= N) && g >= t0 && g < t1) {
+        P->tperm[t] = g - t0;
+        P->tx[t]    = pt[k].x;
+        P->ty[t]    = pt[k].y;
+        t++;
+      }
+    }
   }
-  for (PetscInt i = 0; i < M; i++) {
-    P->tperm[i] = tpt[i].i;
-    P->tx[i]    = tpt[i].x;
-    P->ty[i]    = tpt[i].y;
-  }
-  PetscCall(PetscArraycpy(P->sleaf, soff[L], nleaves + 1));
-  PetscCall(PetscArraycpy(P->tleaf, toff[L], nleaves + 1));
 
-  /* box geometry: bounding boxes of leaves, targets of all ranks, then upward */
+  /* box geometry: bounding boxes of the leaves' points, then upward */
   PetscCall(PetscMalloc2(4 * nboxes, &bb, nboxes, &rad));
   PetscCall(PetscMalloc3(nboxes, &P->cx, nboxes, &P->cy, nboxes, &P->scale));
   {
@@ -223,22 +228,11 @@ PetscErrorCode FMMPlanBuild(Mat A)
     for (PetscInt b = 0; b < nleaves; b++) {
       PetscReal *q = leafbb + 4 * b;
       q[0] = q[1] = q[2] = q[3] = PETSC_MAX_REAL;
-      for (PetscInt i = P->tleaf[b]; i < P->tleaf[b + 1]; i++) {
-        q[0] = PetscMin(q[0], P->tx[i]);
-        q[1] = PetscMin(q[1], P->ty[i]);
-        q[2] = PetscMin(q[2], -P->tx[i]);
-        q[3] = PetscMin(q[3], -P->ty[i]);
-      }
-    }
-    PetscCall(MPIU_Allreduce(MPI_IN_PLACE, leafbb, 4 * nleaves, MPIU_REAL, MPI_MIN, PetscObjectComm((PetscObject)A)));
-#pragma omp parallel for schedule(static)
-    for (PetscInt b = 0; b < nleaves; b++) {
-      PetscReal *q = leafbb + 4 * b;
-      for (PetscInt i = P->sleaf[b]; i < P->sleaf[b + 1]; i++) {
-        q[0] = PetscMin(q[0], P->sx[i]);
-        q[1] = PetscMin(q[1], P->sy[i]);
-        q[2] = PetscMin(q[2], -P->sx[i]);
-        q[3] = PetscMin(q[3], -P->sy[i]);
+      for (PetscInt k = off[b]; k < off[b + 1]; k++) {
+        q[0] = PetscMin(q[0], pt[k].x);
+        q[1] = PetscMin(q[1], pt[k].y);
+        q[2] = PetscMin(q[2], -pt[k].x);
+        q[3] = PetscMin(q[3], -pt[k].y);
       }
     }
     for (PetscInt l = L - 1; l >= 0; l--) {
@@ -253,7 +247,7 @@ PetscErrorCode FMMPlanBuild(Mat A)
     if (floor_s == 0.0) floor_s = 1.0;
     for (PetscInt b = 0; b < nboxes; b++) {
       PetscReal *q = bb + 4 * b;
-      if (q[0] == PETSC_MAX_REAL) { /* no point in this box on any rank */
+      if (q[0] == PETSC_MAX_REAL) { /* no point in this box */
         P->cx[b] = P->cy[b] = 0.0;
         rad[b]              = 0.0;
       } else {
@@ -278,19 +272,19 @@ PetscErrorCode FMMPlanBuild(Mat A)
   str[0]                      = 0;
   nfar                        = 0;
   for (PetscInt l = 0; l < L; l++) {
-    PetscInt  nb = (PetscInt)1 << (2 * (l + 1)), c0 = FMMLevelStart(l + 1);
+    PetscInt  nb = (PetscInt)1 << (2 * (l + 1)), c0 = FMMLevelStart(l + 1), span = (PetscInt)1 << (2 * (L - l - 1));
     PetscInt *cnts, *cntf, *nstr = NULL;
     PetscCall(PetscCalloc2(nb + 1, &cnts, nb + 1, &cntf));
     for (int pass = 0; pass < 2; pass++) {
 #pragma omp parallel for schedule(dynamic, 64)
       for (PetscInt t = 0; t < nb; t++) {
         PetscInt tp = t / 4, ks = 0, kf = 0;
-        if (toff[l + 1][t + 1] == toff[l + 1][t]) continue; /* no target of this rank here */
+        if (P->tleaf[(t + 1) * span] == P->tleaf[t * span]) continue; /* no target of this rank here */
         for (PetscInt j = stroff[tp]; j < stroff[tp + 1]; j++) {
           for (int c = 0; c < 4; c++) {
             PetscInt  s = 4 * str[j] + c;
             PetscReal d;
-            if (soff[l + 1][s + 1] == soff[l + 1][s]) continue; /* no source there */
+            if (P->sleaf[(s + 1) * span] == P->sleaf[s * span]) continue; /* no source there */
             d = PetscSqrtReal(PetscSqr(P->cx[c0 + t] - P->cx[c0 + s]) + PetscSqr(P->cy[c0 + t] - P->cy[c0 + s]));
             if (Separated(rad[c0 + t], rad[c0 + s], d, fmm->theta)) {
               if (pass) far[nfar + cntf[t] + kf] = c0 + s;
@@ -341,10 +335,11 @@ PetscErrorCode FMMPlanBuild(Mat A)
     P->p2ppairs += (PetscCount)ns * (P->tleaf[b + 1] - P->tleaf[b]);
   }
 
-  for (PetscInt l = 0; l <= L; l++) PetscCall(PetscFree2(soff[l], toff[l]));
-  PetscCall(PetscFree2(soff, toff));
+  PetscCall(PetscFree(off));
+  PetscCall(PetscFree2(scnt, tcnt));
   PetscCall(PetscFree2(bb, rad));
-  PetscCall(PetscFree2(spt, tpt));
+  PetscCall(PetscFree(pt));
+  PetscCall(PetscFree(gtgt));
   PetscFunctionReturn(0);
 }
 

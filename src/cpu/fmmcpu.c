@@ -5,8 +5,17 @@
   from exactly one thread, in a fixed order, so results do not depend on the
   number of threads.
 */
+#include <math.h>
+/* The P2P sum is dominated by log(); glibc's vector log (libmvec, linked
+   through libm) lets "omp simd" loops take 4 at a time.  glibc's math.h
+   declares it only under -ffast-math, which we do not want elsewhere. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__GLIBC__)
+  #pragma omp declare simd notinbranch
+extern double log(double);
+#endif
 #include "../fmmimpl.h"
 #include "../fmmexpansions.h"
+
 
 #define FMM_PMAX 64 /* largest expansion order (stack work arrays) */
 

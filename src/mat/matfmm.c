@@ -289,7 +289,7 @@ PetscErrorCode MatFMMSetExpansionOrder(Mat A, PetscInt p)
 
 /*@
    MatFMMSetTolerance - Sets the requested relative accuracy eps, from which
-   the expansion order is chosen, p = ceil(log(eps/0.01)/log(theta)), unless it
+   the expansion order is chosen, p = ceil(log(eps/0.1)/log(theta)), unless it
    was set with `MatFMMSetExpansionOrder()`.
 
    Logically collective on A
@@ -303,7 +303,7 @@ PetscErrorCode MatFMMSetExpansionOrder(Mat A, PetscInt p)
 
    Notes:
    Source of the rule: the theta^p error bound of Engblom (2011), with the
-   constant measured on whole products (tests/accuracy.c) and a factor 10 margin.  Takes effect at the next assembly.
+   constant measured on whole products (tests/accuracy.c; see FMMChooseOrder() in src/plan.c), a margin of 2 to 10.  Takes effect at the next assembly.
 
    Errors:
 .  `PETSC_ERR_ARG_OUTOFRANGE` - eps outside (0,1)
@@ -634,7 +634,7 @@ static PetscErrorCode MatAssemblyEnd_FMM(Mat A, MatAssemblyType type)
   PetscFunctionBegin;
   if (type == MAT_FLUSH_ASSEMBLY) PetscFunctionReturn(0);
   {
-    PetscMPIInt mine = fmm->src ? 1 : 0, all;
+    PetscMPIInt mine = fmm->nsrc >= 0 ? 1 : 0, all; /* n = 0 is a valid call: src may be NULL then */
     PetscCallMPI(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, comm));
     PetscCheck(all, comm, PETSC_ERR_ARG_WRONGSTATE, "MATFMM: call MatFMMSetSources() on every rank (n = 0 where a rank has no source) before assembly");
   }
@@ -644,6 +644,11 @@ static PetscErrorCode MatAssemblyEnd_FMM(Mat A, MatAssemblyType type)
   }
   PetscCall(PetscLogEventBegin(MATFMM_Setup, A, 0, 0, 0));
   PetscCall(MatSetUp_FMM(A));
+  { /* an optimized PETSc does not check that the local sizes add up to the global ones */
+    PetscMPIInt size;
+    PetscCallMPI(MPI_Comm_size(comm, &size));
+    PetscCheck(A->rmap->range[size] == A->rmap->N && A->cmap->range[size] == A->cmap->N, comm, PETSC_ERR_ARG_SIZ, "MATFMM: the local sizes add up to %" PetscInt_FMT " x %" PetscInt_FMT ", but the global size is %" PetscInt_FMT " x %" PetscInt_FMT, A->rmap->range[size], A->cmap->range[size], A->rmap->N, A->cmap->N);
+  }
   M = fmm->ntgt < 0 ? fmm->nsrc : fmm->ntgt;
   FMMCheckCollective(comm, fmm->nsrc != A->cmap->n, PETSC_ERR_ARG_SIZ, "MATFMM: %" PetscInt_FMT " local sources but local column size %" PetscInt_FMT, fmm->nsrc, A->cmap->n);
   FMMCheckCollective(comm, M != A->rmap->n, PETSC_ERR_ARG_SIZ, "MATFMM: %" PetscInt_FMT " local targets%s but local row size %" PetscInt_FMT, M, fmm->ntgt < 0 ? " (the sources)" : "", A->rmap->n);
@@ -721,33 +726,56 @@ static PetscErrorCode MatAssemblyEnd_FMM(Mat A, MatAssemblyType type)
   PetscFunctionReturn(0);
 }
 
-/* y = [y +] scale K x + (shift + diag) .* x */
+/* y = [y +] scale K x + (shift + diag) .* x
+   On one rank the densities are x itself (no gather), and a plain product
+   (no add, scale 1, no diagonal terms) lets the backend write y directly; the
+   CUDA backend then takes the arrays where they live (host or device memory,
+   VecGetArray...AndMemType), so a CUDA-enabled PETSc copies nothing. */
 static PetscErrorCode MatApply_FMM(Mat A, Vec x, Vec y, PetscBool add)
 {
   Mat_FMM           *fmm = (Mat_FMM *)A->data;
-  const PetscScalar *xa, *da = NULL;
-  PetscScalar       *ya;
+  const PetscScalar *xa, *da = NULL, *sigma;
+  PetscScalar       *ya, *out;
   PetscInt           m = A->rmap->n, r0 = A->rmap->rstart;
+  PetscMPIInt        size;
+  PetscBool          plain, memtype;
+  PetscMemType       mt;
 
   PetscFunctionBegin;
   PetscCheck(fmm->setup, PetscObjectComm((PetscObject)A), PETSC_ERR_ARG_WRONGSTATE, "MATFMM: assemble the matrix (MatAssemblyBegin/End) after setting its sources");
-  PetscCall(VecGetArrayRead(x, &xa));
-  PetscCall(PetscSFBcastBegin(fmm->sf, MPIU_SCALAR, xa, fmm->sigma, MPI_REPLACE));
-  PetscCall(PetscSFBcastEnd(fmm->sf, MPIU_SCALAR, xa, fmm->sigma, MPI_REPLACE));
-  PetscCall(VecRestoreArrayRead(x, &xa));
-  if (fmm->method == MATFMM_METHOD_DIRECT) PetscCall((*fmm->ops->direct)(A, fmm->sigma, fmm->pot));
-  else PetscCall((*fmm->ops->mult)(A, fmm->sigma, fmm->pot));
-  if (add) PetscCall(VecGetArray(y, &ya));
-  else PetscCall(VecGetArrayWrite(y, &ya));
-  if (fmm->diag) PetscCall(VecGetArrayRead(fmm->diag, &da));
-  for (PetscInt i = 0; i < m; i++) {
-    PetscScalar v = fmm->scale * fmm->pot[i];
-    if (fmm->shift != 0.0 || da) v += (fmm->shift + (da ? da[i] : 0.0)) * fmm->sigma[r0 + i];
-    ya[i] = add ? ya[i] + v : v;
-  }
-  if (fmm->diag) PetscCall(VecRestoreArrayRead(fmm->diag, &da));
-  if (add) PetscCall(VecRestoreArray(y, &ya));
+  PetscCallMPI(MPI_Comm_size(PetscObjectComm((PetscObject)A), &size));
+  plain   = (!add && fmm->scale == 1.0 && fmm->shift == 0.0 && !fmm->diag) ? PETSC_TRUE : PETSC_FALSE;
+  memtype = (size == 1 && plain && fmm->device_used == MATFMM_DEVICE_CUDA) ? PETSC_TRUE : PETSC_FALSE;
+  if (memtype) PetscCall(VecGetArrayReadAndMemType(x, &xa, &mt));
+  else PetscCall(VecGetArrayRead(x, &xa));
+  if (size > 1) {
+    PetscCall(PetscSFBcastBegin(fmm->sf, MPIU_SCALAR, xa, fmm->sigma, MPI_REPLACE));
+    PetscCall(PetscSFBcastEnd(fmm->sf, MPIU_SCALAR, xa, fmm->sigma, MPI_REPLACE));
+    sigma = fmm->sigma;
+  } else sigma = xa;
+  if (plain) {
+    if (memtype) PetscCall(VecGetArrayWriteAndMemType(y, &ya, &mt));
+    else PetscCall(VecGetArrayWrite(y, &ya));
+    out = ya;
+  } else out = fmm->pot;
+  if (fmm->method == MATFMM_METHOD_DIRECT) PetscCall((*fmm->ops->direct)(A, sigma, out));
+  else PetscCall((*fmm->ops->mult)(A, sigma, out));
+  if (!plain) {
+    if (add) PetscCall(VecGetArray(y, &ya));
+    else PetscCall(VecGetArrayWrite(y, &ya));
+    if (fmm->diag) PetscCall(VecGetArrayRead(fmm->diag, &da));
+    for (PetscInt i = 0; i < m; i++) {
+      PetscScalar v = fmm->scale * fmm->pot[i];
+      if (fmm->shift != 0.0 || da) v += (fmm->shift + (da ? da[i] : 0.0)) * sigma[r0 + i];
+      ya[i] = add ? ya[i] + v : v;
+    }
+    if (fmm->diag) PetscCall(VecRestoreArrayRead(fmm->diag, &da));
+    if (add) PetscCall(VecRestoreArray(y, &ya));
+    else PetscCall(VecRestoreArrayWrite(y, &ya));
+  } else if (memtype) PetscCall(VecRestoreArrayWriteAndMemType(y, &ya));
   else PetscCall(VecRestoreArrayWrite(y, &ya));
+  if (memtype) PetscCall(VecRestoreArrayReadAndMemType(x, &xa));
+  else PetscCall(VecRestoreArrayRead(x, &xa));
   PetscFunctionReturn(0);
 }
 
@@ -981,6 +1009,7 @@ PETSC_EXTERN PetscErrorCode MatCreate_FMM(Mat A)
   PetscCall(PetscNew(&fmm));
   A->data            = (void *)fmm;
   fmm->ntgt          = -1;
+  fmm->nsrc          = -1; /* MatFMMSetSources() not called yet */
   fmm->kernel        = MATFMM_KERNEL_SINGLE;
   fmm->alpha         = 0.0;
   fmm->beta          = 1.0;

@@ -1,0 +1,206 @@
+static char help[] = "Accuracy of the whole MATFMM product against -mat_fmm_method direct.\n\
+  -n <N>                               number of points, targets = sources (default 20000)\n\
+  -geometry <square,curve,clusters>    uniform in the unit square, a closed star-shaped curve, or 16 tight clusters\n\
+  -cluster_radius <r>                  radius of the clusters (default 1e-6)\n\
+  -kernel <single,double,combined>     the operator (combined: 0.7 D - 1.3 S)\n\
+  -mat_fmm_eps <eps>                   the tolerance, also the required relative 2-norm error (default 1e-10)\n\
+  -ps <p1,p2,...>                      expansion orders of the convergence study (default 4,8,16,24)\n\
+  -factor <f>                          each order must cut the error by at least this factor (default 10)\n\
+  -verbose                             print the errors (not for reference outputs)\n\n";
+
+/*
+  One exact product (a second MATFMM with options prefix ref_ and
+  -ref_mat_fmm_method direct), then
+   1. the FMM with the order chosen from the tolerance (-mat_fmm_eps, then
+      MatFMMSetTolerance() 1e-4, 1e-6, 1e-8): relative 2-norm error <= eps;
+   2. the FMM with p = 4, 8, 16, 24: the error falls strictly, by at least -factor per step.
+  Errors are measured against the exact product of the same operator, so only
+  the multipole truncation is measured: the tree, the interaction lists and the
+  near field must be exact.
+*/
+#include <petscfmm.h>
+
+typedef enum { GEOM_SQUARE, GEOM_CURVE, GEOM_CLUSTERS } Geometry;
+static const char *const Geometries[] = {"square", "curve", "clusters", "Geometry", "GEOM_", NULL};
+
+static PetscErrorCode MakePoints(Geometry g, PetscInt N, PetscReal crad, PetscReal *xy, PetscReal *nrm, PetscReal *w)
+{
+  PetscRandom r;
+
+  PetscFunctionBeginUser;
+  PetscCall(PetscRandomCreate(PETSC_COMM_SELF, &r));
+  PetscCall(PetscRandomSetType(r, PETSCRAND48));
+  PetscCall(PetscRandomSetSeed(r, 1234));
+  PetscCall(PetscRandomSeed(r));
+  for (PetscInt i = 0; i < N; i++) {
+    PetscReal a, b, c;
+    PetscCall(PetscRandomGetValueReal(r, &a));
+    PetscCall(PetscRandomGetValueReal(r, &b));
+    PetscCall(PetscRandomGetValueReal(r, &c));
+    /* random unit normals and weights unless the curve defines them */
+    nrm[2 * i]     = PetscCosReal(2 * PETSC_PI * c);
+    nrm[2 * i + 1] = PetscSinReal(2 * PETSC_PI * c);
+    w[i]           = (0.5 + c) / N;
+    switch (g) {
+    case GEOM_SQUARE:
+      xy[2 * i]     = a;
+      xy[2 * i + 1] = b;
+      break;
+    case GEOM_CURVE: { /* star r(t) = 1 + 0.3 cos 5t, trapezoid rule in t */
+      PetscReal t = 2 * PETSC_PI * i / N, rr = 1 + 0.3 * PetscCosReal(5 * t), dr = -1.5 * PetscSinReal(5 * t);
+      PetscReal dx = dr * PetscCosReal(t) - rr * PetscSinReal(t), dy = dr * PetscSinReal(t) + rr * PetscCosReal(t), sp = PetscSqrtReal(dx * dx + dy * dy);
+      xy[2 * i]      = rr * PetscCosReal(t);
+      xy[2 * i + 1]  = rr * PetscSinReal(t);
+      nrm[2 * i]     = dy / sp;
+      nrm[2 * i + 1] = -dx / sp;
+      w[i]           = sp * 2 * PETSC_PI / N;
+    } break;
+    case GEOM_CLUSTERS: { /* 16 clusters of radius crad, 1/16 of the points in one of them and 1/4 spread uniformly */
+      if (i % 4 == 3) {
+        xy[2 * i]     = a;
+        xy[2 * i + 1] = b;
+      } else {
+        PetscInt  k  = (i % 5 == 0) ? 0 : i % 16;
+        PetscReal cx = 0.5 + 0.45 * PetscCosReal(2.4 * k + 0.3 * k * k), cy = 0.5 + 0.45 * PetscSinReal(1.7 * k + 0.2 * k * k);
+        PetscReal rad = crad * PetscSqrtReal(a), th = 2 * PETSC_PI * b;
+        xy[2 * i]     = cx + rad * PetscCosReal(th);
+        xy[2 * i + 1] = cy + rad * PetscSinReal(th);
+      }
+    } break;
+    }
+  }
+  PetscCall(PetscRandomDestroy(&r));
+  PetscFunctionReturn(0);
+}
+
+static PetscErrorCode Create(const char *prefix, PetscInt N, const PetscReal *xy, const PetscReal *nrm, const PetscReal *w, MatFMMKernel k, Mat *A)
+{
+  PetscFunctionBeginUser;
+  PetscCall(MatCreate(PETSC_COMM_WORLD, A));
+  PetscCall(MatSetSizes(*A, N, N, N, N));
+  PetscCall(MatSetType(*A, MATFMM));
+  if (prefix) PetscCall(MatSetOptionsPrefix(*A, prefix));
+  PetscCall(MatFMMSetSources(*A, N, xy, nrm, w));
+  PetscCall(MatFMMSetKernel(*A, k, 0.7, -1.3));
+  PetscCall(MatSetFromOptions(*A));
+  PetscCall(MatAssemblyBegin(*A, MAT_FINAL_ASSEMBLY));
+  PetscCall(MatAssemblyEnd(*A, MAT_FINAL_ASSEMBLY));
+  PetscFunctionReturn(0);
+}
+
+static PetscErrorCode RelErr(Mat A, Vec x, Vec yref, PetscReal *err)
+{
+  Vec       y;
+  PetscReal n0, n1;
+
+  PetscFunctionBeginUser;
+  PetscCall(VecDuplicate(yref, &y));
+  PetscCall(MatMult(A, x, y));
+  PetscCall(VecAXPY(y, -1.0, yref));
+  PetscCall(VecNorm(y, NORM_2, &n1));
+  PetscCall(VecNorm(yref, NORM_2, &n0));
+  *err = n1 / n0;
+  PetscCall(VecDestroy(&y));
+  PetscFunctionReturn(0);
+}
+
+int main(int argc, char **argv)
+{
+  PetscInt     N = 20000, ps[16] = {4, 8, 16, 24}, np = 16, nfail = 0, p;
+  Geometry     g      = GEOM_SQUARE;
+  MatFMMKernel kernel = MATFMM_KERNEL_SINGLE;
+  PetscReal    crad = 1e-6, tol = 1e-10, factor = 10, theta = 0.5, *xy, *nrm, *w, err, errs[16], epss[3] = {1e-4, 1e-6, 1e-8};
+  PetscBool    verbose = PETSC_FALSE, set;
+  Mat          A, R;
+  Vec          x, yref;
+  PetscRandom  rnd;
+  char         desc[128];
+
+  PetscCall(PetscInitialize(&argc, &argv, NULL, help));
+  PetscCall(PetscFMMInitializePackage());
+  PetscOptionsBegin(PETSC_COMM_WORLD, NULL, "accuracy test options", NULL);
+  PetscCall(PetscOptionsInt("-n", "Number of points", NULL, N, &N, NULL));
+  PetscCall(PetscOptionsEnum("-geometry", "Point distribution", NULL, Geometries, (PetscEnum)g, (PetscEnum *)&g, NULL));
+  PetscCall(PetscOptionsReal("-cluster_radius", "Radius of the clusters", NULL, crad, &crad, NULL));
+  PetscCall(PetscOptionsEnum("-kernel", "Kernel", NULL, MatFMMKernels, (PetscEnum)kernel, (PetscEnum *)&kernel, NULL));
+  PetscCall(PetscOptionsReal("-mat_fmm_eps", "Tolerance (read here: the required relative error)", NULL, tol, &tol, NULL));
+  PetscCall(PetscOptionsIntArray("-ps", "Expansion orders", NULL, ps, &np, &set));
+  if (!set) np = 4;
+  PetscCall(PetscOptionsReal("-factor", "Error reduction per order step", NULL, factor, &factor, NULL));
+  PetscCall(PetscOptionsReal("-mat_fmm_theta", "theta (read here for the error model)", NULL, theta, &theta, NULL));
+  PetscCall(PetscOptionsBool("-verbose", "Print errors", NULL, verbose, &verbose, NULL));
+  PetscOptionsEnd();
+  PetscCall(PetscSNPrintf(desc, sizeof(desc), "N=%" PetscInt_FMT " %s%s %s", N, Geometries[g], g == GEOM_CLUSTERS ? " (tight)" : "", MatFMMKernels[kernel]));
+
+  PetscCall(PetscMalloc3(2 * N, &xy, 2 * N, &nrm, N, &w));
+  PetscCall(MakePoints(g, N, crad, xy, nrm, w));
+
+  /* the reference: -ref_mat_fmm_method direct (unless the command line sets it) */
+  PetscCall(PetscOptionsHasName(NULL, "ref_", "-mat_fmm_method", &set));
+  if (!set) PetscCall(PetscOptionsSetValue(NULL, "-ref_mat_fmm_method", "direct"));
+  PetscCall(Create("ref_", N, xy, nrm, w, kernel, &R));
+  PetscCall(MatCreateVecs(R, &x, &yref));
+  PetscCall(PetscRandomCreate(PETSC_COMM_WORLD, &rnd));
+  PetscCall(PetscRandomSetType(rnd, PETSCRAND48));
+  PetscCall(PetscRandomSetSeed(rnd, 99));
+  PetscCall(PetscRandomSeed(rnd));
+  PetscCall(VecSetRandom(x, rnd));
+  PetscCall(VecShift(x, -0.5));
+  PetscCall(MatMult(R, x, yref));
+
+  /* 1. the order chosen from the tolerance: the options' -mat_fmm_eps, then coarser ones */
+  PetscCall(Create(NULL, N, xy, nrm, w, kernel, &A));
+  for (PetscInt k = 0; k < 4; k++) {
+    PetscReal eps = k ? epss[k - 1] : tol;
+    if (k) {
+      PetscCall(MatFMMSetTolerance(A, eps));
+      PetscCall(MatAssemblyBegin(A, MAT_FINAL_ASSEMBLY));
+      PetscCall(MatAssemblyEnd(A, MAT_FINAL_ASSEMBLY));
+    }
+    PetscCall(MatFMMGetExpansionOrder(A, &p));
+    PetscCall(RelErr(A, x, yref, &err));
+    if (k) PetscCall(PetscPrintf(PETSC_COMM_WORLD, "%s: MatFMMSetTolerance(%g): relative error <= %g %s\n", desc, (double)eps, (double)eps, err <= eps ? "ok" : "FAILED"));
+    else PetscCall(PetscPrintf(PETSC_COMM_WORLD, "%s: -mat_fmm_eps: relative error <= %g %s\n", desc, (double)eps, err <= eps ? "ok" : "FAILED"));
+    if (verbose || !(err <= eps)) PetscCall(PetscPrintf(PETSC_COMM_WORLD, "    p = %" PetscInt_FMT ": relative error %.3e\n", p, (double)err));
+    if (!(err <= eps)) nfail++;
+  }
+
+  /* 2. convergence in p */
+  for (PetscInt k = 0; k < np; k++) {
+    PetscCall(MatFMMSetExpansionOrder(A, ps[k]));
+    PetscCall(MatAssemblyBegin(A, MAT_FINAL_ASSEMBLY));
+    PetscCall(MatAssemblyEnd(A, MAT_FINAL_ASSEMBLY));
+    PetscCall(RelErr(A, x, yref, &errs[k]));
+    if (verbose) PetscCall(PetscPrintf(PETSC_COMM_WORLD, "    p = %2" PetscInt_FMT ": relative error %.3e (error / theta^p = %.3g)\n", ps[k], (double)errs[k], (double)(errs[k] / PetscPowRealInt(theta, ps[k]))));
+    if (k) {
+      PetscBool ok = (errs[k] * factor <= errs[k - 1]) ? PETSC_TRUE : PETSC_FALSE;
+      PetscCall(PetscPrintf(PETSC_COMM_WORLD, "%s: p=%2" PetscInt_FMT " -> %2" PetscInt_FMT ": error falls by a factor >= %g %s\n", desc, ps[k - 1], ps[k], (double)factor, ok ? "ok" : "FAILED"));
+      if (!ok) {
+        nfail++;
+        PetscCall(PetscPrintf(PETSC_COMM_WORLD, "    errors %.3e -> %.3e\n", (double)errs[k - 1], (double)errs[k]));
+      }
+    }
+  }
+  PetscCheck(!nfail, PETSC_COMM_WORLD, PETSC_ERR_NOT_CONVERGED, "%" PetscInt_FMT " accuracy checks failed", nfail);
+
+  PetscCall(PetscRandomDestroy(&rnd));
+  PetscCall(VecDestroy(&x));
+  PetscCall(VecDestroy(&yref));
+  PetscCall(MatDestroy(&A));
+  PetscCall(MatDestroy(&R));
+  PetscCall(PetscFree3(xy, nrm, w));
+  PetscCall(PetscFinalize());
+  return 0;
+}
+
+/*TEST
+  test:
+    suffix: square
+    args: -geometry square -kernel single -mat_fmm_eps 1e-10 -malloc_dump
+  test:
+    suffix: curve
+    args: -geometry curve -kernel double -mat_fmm_eps 1e-10 -malloc_dump
+  test:
+    suffix: clusters
+    args: -geometry clusters -kernel combined -mat_fmm_eps 1e-10 -malloc_dump
+TEST*/

@@ -1,0 +1,335 @@
+static char help[] = "Checks the CUDA backend of MATFMM against the CPU backend.\n\
+For each kernel (single, double, combined) and near-field layout (tiled,\n\
+indexing, repetition) it applies the same MATFMM (same p and CT) on both\n\
+devices, requires |y_gpu - y_cpu| <= 1e-12 |y_cpu|, and requires a repeated\n\
+GPU product to be bitwise identical; then the same for -mat_fmm_method direct.\n\
+  -n <N>                             number of sources (default 3000)\n\
+  -geometry <square,curve,clusters>  point distribution (default curve)\n\
+  -targets <bool>                    separate targets (N/2, some on sources) instead of the sources\n\
+  -oom <bool>                        only check that a GPU allocation failure is a PETSC_ERR_MEM error\n\
+Every -mat_fmm_ option applies to both devices; -mat_fmm_cuda_m2l <tc,fma> picks the GPU M2L kernel.\n\n";
+
+/*
+  Output: one line per case, "ok" or the failure, so a GPU host compares it
+  with tests/output/gpu_*.out.  Tests need a GPU: CI skips them.
+*/
+#include <petscfmm.h>
+
+typedef enum { GEOM_SQUARE, GEOM_CURVE, GEOM_CLUSTERS } Geometry;
+static const char *const Geometries[] = {"square", "curve", "clusters", "Geometry", "GEOM_", NULL};
+
+static PetscErrorCode MakePoints(Geometry g, PetscInt N, PetscReal *xy, PetscReal *nrm, PetscReal *w)
+{
+  PetscRandom r;
+
+  PetscFunctionBegin;
+  PetscCall(PetscRandomCreate(PETSC_COMM_SELF, &r));
+  PetscCall(PetscRandomSetSeed(r, 7));
+  PetscCall(PetscRandomSeed(r));
+  for (PetscInt i = 0; i < N; i++) {
+    PetscReal a, b;
+    PetscCall(PetscRandomGetValueReal(r, &a));
+    PetscCall(PetscRandomGetValueReal(r, &b));
+    nrm[2 * i]     = PetscCosReal(2 * PETSC_PI * b);
+    nrm[2 * i + 1] = PetscSinReal(2 * PETSC_PI * b);
+    w[i]           = (0.5 + a) / N;
+    switch (g) {
+    case GEOM_SQUARE:
+      xy[2 * i]     = a;
+      xy[2 * i + 1] = b;
+      break;
+    case GEOM_CURVE: { /* star r(t) = 1 + 0.3 cos 5t */
+      PetscReal t = 2 * PETSC_PI * i / N, rr = 1 + 0.3 * PetscCosReal(5 * t), dr = -1.5 * PetscSinReal(5 * t);
+      PetscReal dx = dr * PetscCosReal(t) - rr * PetscSinReal(t), dy = dr * PetscSinReal(t) + rr * PetscCosReal(t), sp = PetscSqrtReal(dx * dx + dy * dy);
+      xy[2 * i]      = rr * PetscCosReal(t);
+      xy[2 * i + 1]  = rr * PetscSinReal(t);
+      nrm[2 * i]     = dy / sp;
+      nrm[2 * i + 1] = -dx / sp;
+      w[i]           = sp * 2 * PETSC_PI / N;
+    } break;
+    case GEOM_CLUSTERS: { /* 16 tight clusters */
+      PetscInt  c  = i % 16;
+      PetscReal cx = 0.5 + 0.45 * PetscCosReal(2.4 * c + 0.3 * c * c), cy = 0.5 + 0.45 * PetscSinReal(1.7 * c + 0.2 * c * c);
+      PetscReal rad = 1e-3 * PetscSqrtReal(a), th = 2 * PETSC_PI * b;
+      xy[2 * i]     = cx + rad * PetscCosReal(th);
+      xy[2 * i + 1] = cy + rad * PetscSinReal(th);
+    } break;
+    }
+  }
+  PetscCall(PetscRandomDestroy(&r));
+  PetscFunctionReturn(0);
+}
+
+typedef struct {
+  PetscInt   n, m;   /* local sources, local targets (m < 0: the sources) */
+  PetscReal *xy, *nrm, *w, *txy;
+} Problem;
+
+static PetscErrorCode CreateFMM(MPI_Comm comm, const Problem *pb, MatFMMKernel k, MatFMMLayout layout, MatFMMMethod method, MatFMMDevice dev, Mat *A)
+{
+  PetscFunctionBegin;
+  PetscCall(MatCreate(comm, A));
+  PetscCall(MatSetSizes(*A, pb->m < 0 ? pb->n : pb->m, pb->n, PETSC_DETERMINE, PETSC_DETERMINE));
+  PetscCall(MatSetType(*A, MATFMM));
+  PetscCall(MatFMMSetSources(*A, pb->n, pb->xy, pb->nrm, pb->w));
+  if (pb->m >= 0) PetscCall(MatFMMSetTargets(*A, pb->m, pb->txy));
+  PetscCall(MatSetFromOptions(*A)); /* -mat_fmm_ct, -mat_fmm_p, ... apply to both devices */
+  PetscCall(MatFMMSetKernel(*A, k, 0.7, 1.3));
+  PetscCall(MatFMMSetLayout(*A, layout));
+  PetscCall(MatFMMSetMethod(*A, method));
+  PetscCall(MatFMMSetDevice(*A, dev));
+  PetscCall(MatAssemblyBegin(*A, MAT_FINAL_ASSEMBLY));
+  PetscCall(MatAssemblyEnd(*A, MAT_FINAL_ASSEMBLY));
+  PetscFunctionReturn(0);
+}
+
+/* relative difference, and whether a and b are bitwise equal on every rank */
+static PetscErrorCode Compare(Vec a, Vec b, PetscReal *rel, PetscBool *bitwise)
+{
+  const PetscScalar *x, *y;
+  PetscInt           n;
+  Vec                d;
+  PetscReal          nd, nb;
+  PetscMPIInt        same;
+
+  PetscFunctionBegin;
+  PetscCall(VecGetLocalSize(a, &n));
+  PetscCall(VecGetArrayRead(a, &x));
+  PetscCall(VecGetArrayRead(b, &y));
+  same = (PetscMPIInt)(n == 0 || memcmp(x, y, n * sizeof(PetscScalar)) == 0);
+  PetscCall(VecRestoreArrayRead(a, &x));
+  PetscCall(VecRestoreArrayRead(b, &y));
+  PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, &same, 1, MPI_INT, MPI_MIN, PetscObjectComm((PetscObject)a)));
+  *bitwise = same ? PETSC_TRUE : PETSC_FALSE;
+  PetscCall(VecDuplicate(a, &d));
+  PetscCall(VecWAXPY(d, -1.0, b, a));
+  PetscCall(VecNorm(d, NORM_2, &nd));
+  PetscCall(VecNorm(b, NORM_2, &nb));
+  *rel = nb > 0 ? nd / nb : nd;
+  PetscCall(VecDestroy(&d));
+  PetscFunctionReturn(0);
+}
+
+/* GPU vs CPU for one kernel/layout/method; returns the GPU product in yg (for the FMM-vs-direct check) */
+static PetscErrorCode CheckCase(MPI_Comm comm, const Problem *pb, MatFMMKernel k, MatFMMLayout layout, MatFMMMethod method, Vec x, Vec yg, PetscInt *nfail)
+{
+  Mat          Ac, Ag;
+  Vec          yc, yg2;
+  PetscReal    rel, rel2;
+  PetscBool    bit, bit2;
+  MatFMMDevice dev;
+  const char  *what = method == MATFMM_METHOD_DIRECT ? "direct" : MatFMMLayouts[layout];
+
+  PetscFunctionBegin;
+  PetscCall(CreateFMM(comm, pb, k, layout, method, MATFMM_DEVICE_CPU, &Ac));
+  PetscCall(CreateFMM(comm, pb, k, layout, method, MATFMM_DEVICE_CUDA, &Ag));
+  PetscCall(MatFMMGetDevice(Ag, &dev));
+  PetscCheck(dev == MATFMM_DEVICE_CUDA, comm, PETSC_ERR_PLIB, "the GPU matrix runs on %s", MatFMMDevices[dev]);
+  PetscCall(MatCreateVecs(Ac, NULL, &yc));
+  PetscCall(VecDuplicate(yc, &yg2));
+  PetscCall(MatMult(Ac, x, yc));
+  PetscCall(MatMult(Ag, x, yg));
+  PetscCall(MatMult(Ag, x, yg2));
+  PetscCall(Compare(yg, yc, &rel, &bit));
+  PetscCall(Compare(yg2, yg, &rel2, &bit2));
+  if (rel <= 1e-12 && bit2) PetscCall(PetscPrintf(comm, "%-8s %-10s gpu vs cpu <= 1e-12: ok, repeated product bitwise identical: ok\n", MatFMMKernels[k], what));
+  else {
+    PetscCall(PetscPrintf(comm, "%-8s %-10s FAILED: gpu vs cpu %.3e (need <= 1e-12), repeated product %s\n", MatFMMKernels[k], what, (double)rel, bit2 ? "identical" : "DIFFERS"));
+    (*nfail)++;
+  }
+  PetscCall(VecDestroy(&yc));
+  PetscCall(VecDestroy(&yg2));
+  PetscCall(MatDestroy(&Ac));
+  PetscCall(MatDestroy(&Ag));
+  PetscFunctionReturn(0);
+}
+
+/* a GPU allocation failure must come back as PETSC_ERR_MEM: repetition records far beyond any GPU */
+static PetscErrorCode CheckOOM(MPI_Comm comm)
+{
+  PetscInt       N = 600000, n = PETSC_DECIDE, rstart;
+  PetscReal     *xy, *nrm, *w;
+  Mat            A;
+  PetscErrorCode ierr;
+
+  PetscFunctionBegin;
+  PetscCall(PetscSplitOwnership(comm, &n, &N));
+  PetscCallMPI(MPI_Scan(&n, &rstart, 1, MPIU_INT, MPI_SUM, comm));
+  rstart -= n;
+  PetscCall(PetscMalloc3(2 * N, &xy, 2 * N, &nrm, N, &w));
+  PetscCall(MakePoints(GEOM_SQUARE, N, xy, nrm, w));
+  PetscCall(MatCreate(comm, &A));
+  PetscCall(MatSetSizes(A, n, n, PETSC_DETERMINE, PETSC_DETERMINE));
+  PetscCall(MatSetType(A, MATFMM));
+  PetscCall(MatFMMSetSources(A, n, xy + 2 * rstart, NULL, NULL));
+  PetscCall(MatFMMSetClusteringThreshold(A, 4096));
+  PetscCall(MatFMMSetLayout(A, MATFMM_LAYOUT_REPETITION));
+  PetscCall(MatFMMSetDevice(A, MATFMM_DEVICE_CUDA));
+  PetscCall(PetscOptionsSetValue(NULL, "-mat_fmm_repetition_mb", "1e8")); /* the budget allows it, the GPU cannot */
+  PetscCall(MatSetFromOptions(A));
+  PetscCall(MatAssemblyBegin(A, MAT_FINAL_ASSEMBLY));
+  PetscCall(PetscPushErrorHandler(PetscReturnErrorHandler, NULL));
+  ierr = MatAssemblyEnd(A, MAT_FINAL_ASSEMBLY);
+  PetscCall(PetscPopErrorHandler());
+  if (ierr == PETSC_ERR_MEM) {
+    const char *text;
+    char       *msg = NULL;
+    PetscCall(PetscErrorMessage(ierr, &text, &msg));
+    PetscCall(PetscPrintf(comm, "GPU out of memory at assembly: PETSC_ERR_MEM: ok\n  %s\n", msg ? msg : ""));
+  } else PetscCall(PetscPrintf(comm, "GPU out of memory at assembly: FAILED, error code %d instead of PETSC_ERR_MEM\n", (int)ierr));
+  PetscCall(MatDestroy(&A));
+  PetscCall(PetscFree3(xy, nrm, w));
+  PetscFunctionReturn(0);
+}
+
+int main(int argc, char **argv)
+{
+  PetscInt    N = 3000, n, rstart, nfail = 0, ndev;
+  Geometry    g       = GEOM_CURVE;
+  PetscBool   targets = PETSC_FALSE, oom = PETSC_FALSE;
+  PetscReal  *xy, *nrm, *w, *txy = NULL;
+  Problem     pb;
+  Vec         x, yg, yd;
+  PetscRandom rnd;
+  MPI_Comm    comm;
+
+  PetscCall(PetscInitialize(&argc, &argv, NULL, help));
+  PetscCall(PetscFMMInitializePackage());
+  comm = PETSC_COMM_WORLD;
+  PetscOptionsBegin(comm, NULL, "gpu test options", NULL);
+  PetscCall(PetscOptionsInt("-n", "Number of sources", NULL, N, &N, NULL));
+  PetscCall(PetscOptionsEnum("-geometry", "Point distribution", NULL, Geometries, (PetscEnum)g, (PetscEnum *)&g, NULL));
+  PetscCall(PetscOptionsBool("-targets", "Separate targets", NULL, targets, &targets, NULL));
+  PetscCall(PetscOptionsBool("-oom", "Check the out-of-memory error only", NULL, oom, &oom, NULL));
+  PetscOptionsEnd();
+  PetscCall(PetscFMMCUDAGetDeviceCount(&ndev));
+  PetscCheck(ndev > 0, comm, PETSC_ERR_SUP, "this test needs a CUDA GPU and petscfmm built with CUDA");
+  if (oom) {
+    PetscCall(CheckOOM(comm));
+    PetscCall(PetscFinalize());
+    return 0;
+  }
+
+  PetscCall(PetscMalloc3(2 * N, &xy, 2 * N, &nrm, N, &w));
+  PetscCall(MakePoints(g, N, xy, nrm, w));
+  n = PETSC_DECIDE;
+  PetscCall(PetscSplitOwnership(comm, &n, &N));
+  PetscCallMPI(MPI_Scan(&n, &rstart, 1, MPIU_INT, MPI_SUM, comm));
+  rstart -= n;
+  pb.n   = n;
+  pb.m   = -1;
+  pb.xy  = xy + 2 * rstart;
+  pb.nrm = nrm + 2 * rstart;
+  pb.w   = w + rstart;
+  if (targets) { /* n/2 local targets: every 4th on a source (zero-distance pairs), the rest random */
+    PetscRandom r;
+    pb.m = n / 2;
+    PetscCall(PetscMalloc1(2 * pb.m + 2, &txy));
+    PetscCall(PetscRandomCreate(PETSC_COMM_SELF, &r));
+    PetscCall(PetscRandomSetSeed(r, 11 + rstart));
+    PetscCall(PetscRandomSeed(r));
+    for (PetscInt i = 0; i < pb.m; i++) {
+      PetscReal a, b;
+      PetscCall(PetscRandomGetValueReal(r, &a));
+      PetscCall(PetscRandomGetValueReal(r, &b));
+      txy[2 * i]     = i % 4 == 0 ? pb.xy[4 * i] : 2.6 * a - 1.3;
+      txy[2 * i + 1] = i % 4 == 0 ? pb.xy[4 * i + 1] : 2.6 * b - 1.3;
+    }
+    PetscCall(PetscRandomDestroy(&r));
+    pb.txy = txy;
+  }
+
+  {
+    Mat A;
+    PetscCall(CreateFMM(comm, &pb, MATFMM_KERNEL_SINGLE, MATFMM_LAYOUT_TILED, MATFMM_METHOD_FMM, MATFMM_DEVICE_CUDA, &A));
+    PetscCall(MatCreateVecs(A, &x, &yg));
+    PetscCall(MatDestroy(&A));
+  }
+  PetscCall(VecDuplicate(yg, &yd));
+  PetscCall(PetscRandomCreate(comm, &rnd));
+  PetscCall(PetscRandomSetSeed(rnd, 3));
+  PetscCall(PetscRandomSeed(rnd));
+  PetscCall(VecSetRandom(x, rnd));
+  for (int k = MATFMM_KERNEL_SINGLE; k <= MATFMM_KERNEL_COMBINED; k++) {
+    for (int l = MATFMM_LAYOUT_TILED; l <= MATFMM_LAYOUT_REPETITION; l++) PetscCall(CheckCase(comm, &pb, (MatFMMKernel)k, (MatFMMLayout)l, MATFMM_METHOD_FMM, x, yg, &nfail));
+    PetscCall(CheckCase(comm, &pb, (MatFMMKernel)k, MATFMM_LAYOUT_TILED, MATFMM_METHOD_DIRECT, x, yd, &nfail));
+  }
+  { /* the GPU FMM approximates the GPU direct sum (last kernel: combined) within theta^p,
+       ten times the error model behind -mat_fmm_eps (0.1 theta^p) */
+    PetscReal rel, theta = 0.5, tol;
+    PetscBool bit;
+    PetscInt  p;
+    Mat       A;
+    PetscCall(CreateFMM(comm, &pb, MATFMM_KERNEL_COMBINED, MATFMM_LAYOUT_TILED, MATFMM_METHOD_FMM, MATFMM_DEVICE_CUDA, &A));
+    PetscCall(MatFMMGetExpansionOrder(A, &p));
+    PetscCall(MatDestroy(&A));
+    PetscCall(PetscOptionsGetReal(NULL, NULL, "-mat_fmm_theta", &theta, NULL));
+    tol = PetscMax(PetscPowReal(theta, (PetscReal)p), 1e-12);
+    PetscCall(Compare(yg, yd, &rel, &bit));
+    if (rel <= tol) PetscCall(PetscPrintf(comm, "combined fmm vs direct on the GPU within theta^p: ok\n"));
+    else {
+      PetscCall(PetscPrintf(comm, "combined fmm vs direct on the GPU: FAILED %.3e > %.3e\n", (double)rel, (double)tol));
+      nfail++;
+    }
+  }
+  PetscCall(PetscPrintf(comm, "%s\n", nfail ? "FAILED" : "all cases agree"));
+  PetscCall(PetscRandomDestroy(&rnd));
+  PetscCall(VecDestroy(&x));
+  PetscCall(VecDestroy(&yg));
+  PetscCall(VecDestroy(&yd));
+  PetscCall(PetscFree(txy));
+  PetscCall(PetscFree3(xy, nrm, w));
+  PetscCall(PetscFinalize());
+  return nfail ? 1 : 0;
+}
+
+/*TEST
+
+  test:
+    suffix: curve
+    requires: cuda
+    args: -n 3000 -geometry curve -mat_fmm_ct 16
+
+  test:
+    suffix: curve_fma
+    requires: cuda
+    args: -n 3000 -geometry curve -mat_fmm_ct 16 -mat_fmm_cuda_m2l fma
+
+  test:
+    suffix: square_p40
+    requires: cuda
+    args: -n 3000 -geometry square -mat_fmm_p 40 -mat_fmm_ct 12
+
+  test:
+    suffix: square_p5
+    requires: cuda
+    args: -n 4000 -geometry square -mat_fmm_p 5 -mat_fmm_ct 8
+
+  test:
+    suffix: clusters_p48
+    requires: cuda
+    args: -n 3000 -geometry clusters -mat_fmm_p 48 -mat_fmm_ct 24 -mat_fmm_repetition_mb 1
+
+  test:
+    suffix: targets
+    requires: cuda
+    args: -n 3000 -geometry square -targets -mat_fmm_ct 20 -mat_fmm_eps 1e-6
+
+  test:
+    suffix: mpi
+    requires: cuda
+    nsize: 2
+    args: -n 3000 -geometry curve -mat_fmm_ct 12 -targets
+
+  test:
+    suffix: tiny
+    requires: cuda
+    args: -n 7 -geometry square
+
+  test:
+    suffix: oom
+    requires: cuda
+    args: -oom
+    filter: sed -E 's/[0-9]+\.[0-9] MB/X MB/g; s/GPU [0-9]+ has/GPU X has/'
+
+TEST*/
