@@ -95,13 +95,15 @@ static PetscErrorCode MatFMMSetTargets_FMM(Mat A, PetscInt m, const PetscReal xy
   Mat_FMM *fmm = (Mat_FMM *)A->data;
 
   PetscFunctionBegin;
+  PetscCheck(m >= 0 || m == PETSC_DETERMINE, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "Number of local targets %" PetscInt_FMT " must be >= 0, or PETSC_DETERMINE for targets = sources", m);
+  PetscCheck(m != PETSC_DETERMINE || !xy, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "m = PETSC_DETERMINE (targets = sources) takes xy = NULL");
+  PetscCheck(m <= 0 || xy, PETSC_COMM_SELF, PETSC_ERR_ARG_NULL, "Target coordinates are required (array of 2*%" PetscInt_FMT " reals)", m);
   PetscCall(MatFMMInvalidate(A));
   PetscCall(PetscFree(fmm->tgt));
-  if (!xy) {
+  if (m == PETSC_DETERMINE) {
     fmm->ntgt = -1;
     PetscFunctionReturn(0);
   }
-  PetscCheck(m >= 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "Number of local targets %" PetscInt_FMT " must be >= 0", m);
   PetscCheck(A->rmap->n < 0 || A->rmap->n == m, PETSC_COMM_SELF, PETSC_ERR_ARG_SIZ, "Number of local targets %" PetscInt_FMT " differs from the local row size %" PetscInt_FMT " of the matrix", m, A->rmap->n);
   PetscCall(PetscMalloc1(2 * m, &fmm->tgt));
   if (m) PetscCall(PetscArraycpy(fmm->tgt, xy, 2 * m));
@@ -118,16 +120,19 @@ static PetscErrorCode MatFMMSetTargets_FMM(Mat A, PetscInt m, const PetscReal xy
 
    Input Parameters:
 +  A  - the `MATFMM`
-.  m  - number of targets on this rank: the local row size of A
--  xy - coordinates, interleaved (x_0, y_0, ...), 2m reals; NULL makes the targets the sources
-        (the default: the square operator of an integral equation, self term excluded)
+.  m  - number of targets on this rank (the local row size of A, may be 0), or `PETSC_DETERMINE`
+        to make the targets the sources (the default: the square operator of an integral
+        equation, self term excluded)
+-  xy - coordinates, interleaved (x_0, y_0, ...), 2m reals (NULL when m is 0 or `PETSC_DETERMINE`)
 
    Notes:
    The array is copied.  A target at zero distance from a source gets no
    contribution from it.
 
    Errors:
-+  `PETSC_ERR_ARG_SIZ` - m differs from the local row size already set
++  `PETSC_ERR_ARG_OUTOFRANGE` - m < 0 and not `PETSC_DETERMINE`
+.  `PETSC_ERR_ARG_NULL` - xy NULL with m > 0
+.  `PETSC_ERR_ARG_SIZ` - m differs from the local row size already set
 -  at `MatAssemblyEnd()` - NaN/Inf coordinates
 
    Level: beginner
@@ -642,7 +647,6 @@ static PetscErrorCode MatAssemblyEnd_FMM(Mat A, MatAssemblyType type)
     A->assembled = PETSC_TRUE;
     PetscFunctionReturn(0);
   }
-  PetscCall(PetscLogEventBegin(MATFMM_Setup, A, 0, 0, 0));
   PetscCall(MatSetUp_FMM(A));
   { /* an optimized PETSc does not check that the local sizes add up to the global ones */
     PetscMPIInt size;
@@ -663,6 +667,7 @@ static PetscErrorCode MatAssemblyEnd_FMM(Mat A, MatAssemblyType type)
   FMMCheckCollective(comm, bad >= 0, PETSC_ERR_ARG_OUTOFRANGE, "MATFMM: target %" PetscInt_FMT " (local) has a non-finite coordinate %g", bad / 2, bad >= 0 ? (double)fmm->tgt[bad] : 0.0);
   FMMCheckCollective(comm, fmm->alpha != 0.0 && !fmm->hasnrm && fmm->nsrc > 0, PETSC_ERR_ARG_WRONGSTATE, "MATFMM: the %s kernel has a double layer (alpha = %g) but no normals were given to MatFMMSetSources()", MatFMMKernels[fmm->kernel], (double)fmm->alpha);
 
+  PetscCall(PetscLogEventBegin(MATFMM_Setup, A, 0, 0, 0));
   /* gather all sources on every rank (the first MPI version replicates them) */
   N = A->cmap->N;
   PetscCall(PetscSFCreate(comm, &fmm->sf));
