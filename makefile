@@ -70,8 +70,8 @@ $(LIB): $(LIB_OBJS)
 $(TESTS) $(TUTORIALS) $(BENCHES): %: %.c $(LIB)
 	$(CC) $(CFLAGS_FMM) $< -o $@ $(if $(filter tests/noload,$@),,-L$(CURDIR)/lib -Wl,-rpath,$(CURDIR)/lib -lpetscfmm) $(LIBS_FMM)
 
-# the main job: the integral-equation tutorial on its default problem
-MAIN ?= tutorials/ex2
+# the main job: the boundary-integral tutorial (ex1) on its default problem
+MAIN ?= tutorials/ex1
 run: $(MAIN)
 	$(MPIEXEC) -n 1 ./$(MAIN)
 

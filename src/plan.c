@@ -13,6 +13,8 @@
   the product, does not depend on how rows and columns are distributed.
 */
 #include "fmmimpl.h"
+#include <stdint.h>
+#include <stdlib.h>
 
 typedef struct {
   PetscReal x, y;
@@ -32,17 +34,45 @@ static inline void Swap(FMMPoint *a, FMMPoint *b)
   *b         = t;
 }
 
+static int CmpX(const void *a, const void *b)
+{
+  return KeyLess((const FMMPoint *)a, (const FMMPoint *)b, 0) ? -1 : (KeyLess((const FMMPoint *)b, (const FMMPoint *)a, 0) ? 1 : 0);
+}
+
+static int CmpY(const void *a, const void *b)
+{
+  return KeyLess((const FMMPoint *)a, (const FMMPoint *)b, 1) ? -1 : (KeyLess((const FMMPoint *)b, (const FMMPoint *)a, 1) ? 1 : 0);
+}
+
 /* Quickselect: reorder pt[0..n) so that pt[k] is the k-th smallest key and the
-   ones before it are smaller. Keys are distinct (the index breaks ties). */
+   ones before it are smaller.  Keys are distinct (the index breaks ties), so
+   the result is unique whatever the pivots.  Pivots are the median of three
+   pseudo-random entries (fixed seed, so runs repeat): points split by the
+   parent box arrive in patterns that make median-of-first/middle/last
+   quadratic.  After 2 log2(n) rounds the rest is sorted (introselect). */
 static void Select(FMMPoint *pt, PetscInt n, PetscInt k, int dir)
 {
-  PetscInt lo = 0, hi = n - 1;
+  PetscInt lo = 0, hi = n - 1, rounds = 0, maxrounds = 8;
+  uint64_t r = 0x9E3779B97F4A7C15ull ^ (uint64_t)n;
+
+  for (PetscInt m = n; m > 1; m >>= 1) maxrounds += 2;
   while (hi > lo) {
-    PetscInt mid = lo + (hi - lo) / 2;
-    /* median of three into pt[hi] as pivot */
-    if (KeyLess(&pt[mid], &pt[lo], dir)) Swap(&pt[mid], &pt[lo]);
-    if (KeyLess(&pt[hi], &pt[lo], dir)) Swap(&pt[hi], &pt[lo]);
-    if (KeyLess(&pt[mid], &pt[hi], dir)) Swap(&pt[mid], &pt[hi]);
+    PetscInt len = hi - lo + 1, c[3];
+    if (++rounds > maxrounds) {
+      qsort(pt + lo, (size_t)len, sizeof(FMMPoint), dir ? CmpY : CmpX);
+      return;
+    }
+    for (int j = 0; j < 3; j++) { /* xorshift64 */
+      r ^= r << 13;
+      r ^= r >> 7;
+      r ^= r << 17;
+      c[j] = lo + (PetscInt)(r % (uint64_t)len);
+    }
+    /* median of the three into pt[hi] */
+    if (KeyLess(&pt[c[1]], &pt[c[0]], dir)) { PetscInt t = c[0]; c[0] = c[1]; c[1] = t; }
+    if (KeyLess(&pt[c[2]], &pt[c[1]], dir)) { PetscInt t = c[1]; c[1] = c[2]; c[2] = t; }
+    if (KeyLess(&pt[c[1]], &pt[c[0]], dir)) { PetscInt t = c[0]; c[0] = c[1]; c[1] = t; }
+    Swap(&pt[c[1]], &pt[hi]);
     FMMPoint piv = pt[hi];
     PetscInt s   = lo;
     for (PetscInt i = lo; i < hi; i++)
