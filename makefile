@@ -41,10 +41,11 @@ LIB_OBJS := $(patsubst %.c,build/%.o,$(LIB_SRCS))
 ifeq ($(CUDA),1)
   CU_SRCS    := $(wildcard cuda/*.cu)
   LIB_OBJS   += $(patsubst %.cu,build/%.o,$(CU_SRCS))
-  CFLAGS_FMM += -DPETSCFMM_HAVE_CUDA
-  NVCCFLAGS  := -O3 -std=c++17 -arch=$(CUDA_ARCH) -Xcompiler -fPIC,-fopenmp -DPETSCFMM_HAVE_CUDA -Iinclude -Isrc $(PETSC_CC_INCLUDES) $(shell $(CC) --showme:compile 2>/dev/null)
+  # PETSCFMM_HAVE_CUDA: device detection; PETSCFMM_HAVE_CUDA_BACKEND: MatAssemblyEnd may select FMMBackendCUDA
+  CFLAGS_FMM += -DPETSCFMM_HAVE_CUDA -DPETSCFMM_HAVE_CUDA_BACKEND
+  NVCCFLAGS  := -O3 -std=c++17 -arch=$(CUDA_ARCH) -lineinfo -Xcompiler -fPIC,-fopenmp -DPETSCFMM_HAVE_CUDA -DPETSCFMM_HAVE_CUDA_BACKEND -Iinclude -Isrc $(PETSC_CC_INCLUDES) $(shell $(CC) --showme:compile 2>/dev/null)
   # static CUDA runtime: the library loads (and runs on the CPU) where no CUDA driver exists
-  LIBS_FMM   += -L$(CUDA_DIR)/lib64 -Wl,-rpath,$(CUDA_DIR)/lib64 -lcublas -lcudart_static -ldl -lrt -lpthread -lstdc++
+  LIBS_FMM   += -L$(CUDA_DIR)/lib64 -Wl,-rpath,$(CUDA_DIR)/lib64 -lcudart_static -ldl -lrt -lpthread -lstdc++
 endif
 
 LIB := lib/libpetscfmm.so

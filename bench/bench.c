@@ -23,7 +23,7 @@ static int CmpReal(const void *a, const void *b)
 
 int main(int argc, char **argv)
 {
-  PetscInt           N = 1000000, reps = 10, nsample = 200, n, rstart, p, L, m2l, ct = 32;
+  PetscInt           N = 1000000, reps = 10, nsample = 200, n, rstart, p, L, m2l, ct;
   PetscBool          curve = PETSC_TRUE;
   char               geom[16] = "curve";
   PetscReal         *xy, *nrm, *w, *times, eps = 1e-10;
@@ -47,7 +47,6 @@ int main(int argc, char **argv)
   PetscOptionsEnd();
   curve = (PetscBool)(strcmp(geom, "square") != 0);
   PetscCall(PetscOptionsGetReal(NULL, NULL, "-mat_fmm_eps", &eps, NULL));
-  PetscCall(PetscOptionsGetInt(NULL, NULL, "-mat_fmm_ct", &ct, NULL));
 
   n = PETSC_DECIDE;
   PetscCall(PetscSplitOwnership(PETSC_COMM_WORLD, &n, &N));
@@ -104,6 +103,7 @@ int main(int argc, char **argv)
   qsort(times, reps, sizeof(PetscReal), CmpReal);
 
   PetscCall(MatFMMGetExpansionOrder(A, &p));
+  PetscCall(MatFMMGetClusteringThreshold(A, &ct));
   PetscCall(MatFMMGetTreeInfo(A, &L, NULL, &m2l, NULL));
   PetscCall(MatFMMGetDevice(A, &dev));
   {

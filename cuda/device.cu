@@ -1,6 +1,6 @@
-/* CUDA device detection; a machine without a GPU or driver reports 0 devices. */
-#include <cuda_runtime.h>
-#include <petscsys.h>
+/* CUDA device detection and selection, and device allocation with a clear out-of-memory error.
+   A machine without a GPU or driver reports 0 devices. */
+#include "fmmcuda.h"
 
 extern "C" PetscErrorCode FMMCUDADeviceCount(int *n)
 {
@@ -10,4 +10,42 @@ extern "C" PetscErrorCode FMMCUDADeviceCount(int *n)
     (void)cudaGetLastError(); /* clear the sticky "no device"/"no driver" error */
   }
   return 0;
+}
+
+/* one GPU per MPI rank: rank (in PETSC_COMM_WORLD) modulo the number of visible devices */
+PetscErrorCode FMMCUDASelectDevice(MPI_Comm comm, int *dev)
+{
+  int         n = 0;
+  PetscMPIInt rank;
+
+  PetscFunctionBegin;
+  (void)comm;
+  PetscCall(FMMCUDADeviceCount(&n));
+  PetscCheck(n > 0, PETSC_COMM_SELF, PETSC_ERR_SUP, "MATFMM CUDA: no CUDA GPU found");
+  PetscCallMPI(MPI_Comm_rank(PETSC_COMM_WORLD, &rank));
+  *dev = (int)(rank % n);
+  FMMCallCUDA(cudaSetDevice(*dev));
+  PetscFunctionReturn(0);
+}
+
+/* cudaMalloc that reports what did not fit, and how much was free */
+PetscErrorCode FMMCUDAMalloc(void **p, size_t bytes, const char *what)
+{
+  cudaError_t e;
+
+  PetscFunctionBegin;
+  *p = NULL;
+  if (!bytes) PetscFunctionReturn(0);
+  e = cudaMalloc(p, bytes);
+  if (e == cudaErrorMemoryAllocation) {
+    size_t fr = 0, tot = 0;
+    int    dev = -1;
+    (void)cudaGetLastError();
+    (void)cudaGetDevice(&dev);
+    (void)cudaMemGetInfo(&fr, &tot);
+    *p = NULL;
+    SETERRQ(PETSC_COMM_SELF, PETSC_ERR_MEM, "MATFMM CUDA: out of GPU memory: %s needs %.1f MB, GPU %d has %.1f MB free of %.1f MB; use more GPUs (MPI ranks), a smaller -mat_fmm_repetition_mb or -mat_fmm_layout tiled, or -mat_fmm_device cpu", what, bytes / 1048576.0, dev, fr / 1048576.0, tot / 1048576.0);
+  }
+  FMMCallCUDA(e);
+  PetscFunctionReturn(0);
 }

@@ -106,6 +106,7 @@ PETSC_EXTERN PetscErrorCode MatFMMSetLayout(Mat, MatFMMLayout);
 PETSC_EXTERN PetscErrorCode MatFMMSetMethod(Mat, MatFMMMethod);
 PETSC_EXTERN PetscErrorCode MatFMMSetDevice(Mat, MatFMMDevice);
 PETSC_EXTERN PetscErrorCode MatFMMGetExpansionOrder(Mat, PetscInt *);
+PETSC_EXTERN PetscErrorCode MatFMMGetClusteringThreshold(Mat, PetscInt *);
 PETSC_EXTERN PetscErrorCode MatFMMGetTreeInfo(Mat, PetscInt *, PetscInt *, PetscInt *, PetscCount *);
 PETSC_EXTERN PetscErrorCode MatFMMGetDevice(Mat, MatFMMDevice *);
 PETSC_EXTERN PetscErrorCode PetscFMMCUDAGetDeviceCount(PetscInt *);

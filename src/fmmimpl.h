@@ -86,6 +86,8 @@ typedef struct {
   MatFMMMethod method;
   MatFMMDevice device, device_used;
   PetscReal    repetition_mb;
+  PetscBool    ct_set;                      /* CT given by the user; else the device's default */
+  PetscBool    cuda_m2l_tc, cuda_log_fast; /* CUDA kernel choices (-mat_fmm_cuda_m2l, -mat_fmm_cuda_log) */
   /* diagonal terms: y = scale*K x + diag .* x + shift*x */
   PetscScalar  scale, shift;
   Vec          diag; /* NULL when none (row layout) */

@@ -7,7 +7,7 @@ GPU product to be bitwise identical; then the same for -mat_fmm_method direct.\n
   -geometry <square,curve,clusters>  point distribution (default curve)\n\
   -targets <bool>                    separate targets (N/2, some on sources) instead of the sources\n\
   -oom <bool>                        only check that a GPU allocation failure is a PETSC_ERR_MEM error\n\
-Every -mat_fmm_ option applies to both devices; -mat_fmm_cuda_m2l <tc,fma> picks the GPU M2L kernel.\n\n";
+Every -mat_fmm_ option applies to both devices; -mat_fmm_cuda_m2l <tc,fma> and -mat_fmm_cuda_log <fast,libm> pick GPU kernels.\n\n";
 
 /*
   Output: one line per case, "ok" or the failure, so a GPU host compares it
@@ -293,12 +293,17 @@ int main(int argc, char **argv)
   test:
     suffix: curve_fma
     requires: cuda
-    args: -n 3000 -geometry curve -mat_fmm_ct 16 -mat_fmm_cuda_m2l fma
+    args: -n 3000 -geometry curve -mat_fmm_ct 16 -mat_fmm_cuda_m2l fma -mat_fmm_cuda_log libm
 
   test:
     suffix: square_p40
     requires: cuda
     args: -n 3000 -geometry square -mat_fmm_p 40 -mat_fmm_ct 12
+
+  test:
+    suffix: square_bigleaf
+    requires: cuda
+    args: -n 8000 -geometry square -mat_fmm_ct 700 -mat_fmm_p 12 -mat_fmm_repetition_mb 200
 
   test:
     suffix: square_p5

@@ -133,8 +133,8 @@ int main(int argc, char **argv)
   PetscCall(MatFMMGetExpansionOrder(A, &p));
   PetscCall(MatFMMGetTreeInfo(A, &L, NULL, NULL, NULL));
   {
-    PetscInt ct = 32;
-    PetscCall(PetscOptionsGetInt(NULL, NULL, "-mat_fmm_ct", &ct, NULL));
+    PetscInt ct;
+    PetscCall(MatFMMGetClusteringThreshold(A, &ct));
     PetscCall(PetscPrintf(PETSC_COMM_WORLD, "summary: N=%" PetscInt_FMT " M=%" PetscInt_FMT " p=%" PetscInt_FMT " ct=%" PetscInt_FMT " levels=%" PetscInt_FMT " setup_s=%.4f mult_s=%.4f relerr=%.3e\n", N, N, p, ct, L, (double)tsetup, (double)(t2 - t1), (double)relerr));
   }
   if (tol > 0) {

@@ -218,7 +218,17 @@ PetscErrorCode MatFMMSetKernel(Mat A, MatFMMKernel kernel, PetscReal alpha, Pets
     PetscFunctionReturn(0); \
   }
 
-FMM_PARAM_SETTER(ClusteringThreshold, PetscInt, ct, v >= 1 && v <= 1048576, "Clustering threshold %" PetscInt_FMT " out of range: expected 1 <= ct <= 1048576 points per leaf box", v)
+static PetscErrorCode MatFMMSetClusteringThreshold_FMM(Mat A, PetscInt v)
+{
+  Mat_FMM *fmm = (Mat_FMM *)A->data;
+
+  PetscFunctionBegin;
+  PetscCheck(v >= 1 && v <= 1048576, PetscObjectComm((PetscObject)A), PETSC_ERR_ARG_OUTOFRANGE, "Clustering threshold %" PetscInt_FMT " out of range: expected 1 <= ct <= 1048576 points per leaf box", v);
+  if (fmm->ct != v || !fmm->ct_set) PetscCall(MatFMMInvalidate(A));
+  fmm->ct     = v;
+  fmm->ct_set = PETSC_TRUE;
+  PetscFunctionReturn(0);
+}
 FMM_PARAM_SETTER(ExpansionOrder, PetscInt, p_user, v >= 1 && v <= FMM_P_MAX, "Expansion order %" PetscInt_FMT " out of range: expected 1 <= p <= %d", v, FMM_P_MAX)
 FMM_PARAM_SETTER(Tolerance, PetscReal, eps, v > 0.0 && v < 1.0, "Tolerance %g out of range: expected 0 < eps < 1", (double)v)
 FMM_PARAM_SETTER(Theta, PetscReal, theta, v > 0.0 && v < 1.0, "Theta %g out of range: expected 0 < theta < 1", (double)v)
@@ -242,6 +252,8 @@ FMM_PARAM_SETTER(Device, MatFMMDevice, device, v >= MATFMM_DEVICE_AUTO && v <= M
 
    Notes:
    Larger CT moves work from the far field (M2L) to the near field (P2P).
+   The default is the measured best of the device in use: 32 on the CPU, 64
+   with CUDA (bench/bench, N = 1e5..1e7 on a curve, eps 1e-10 and 1e-6).
    Takes effect at the next `MatAssemblyEnd()`.  Source: Goude & Engblom 2013, Sec. 2.
 
    Errors:
@@ -486,6 +498,32 @@ PetscErrorCode MatFMMGetExpansionOrder(Mat A, PetscInt *p)
 }
 
 /*@
+   MatFMMGetClusteringThreshold - Gets the clustering threshold CT: the one set,
+   else the default of the device (after assembly, the device in use).
+
+   Not collective
+
+   Input Parameter:
+.  A - the `MATFMM`
+
+   Output Parameter:
+.  ct - points per leaf box
+
+   Level: intermediate
+
+.seealso: `MatFMMSetClusteringThreshold()`
+@*/
+PetscErrorCode MatFMMGetClusteringThreshold(Mat A, PetscInt *ct)
+{
+  PetscFunctionBegin;
+  PetscValidHeaderSpecific(A, MAT_CLASSID, 1);
+  PetscValidIntPointer(ct, 2);
+  PetscCheckTypeName(A, MATFMM);
+  *ct = ((Mat_FMM *)A->data)->ct;
+  PetscFunctionReturn(0);
+}
+
+/*@
    MatFMMGetTreeInfo - Gets statistics of the tree of an assembled `MATFMM`.
 
    Not collective (values of this rank's plan)
@@ -561,7 +599,7 @@ static PetscErrorCode MatSetFromOptions_FMM(Mat A, PetscOptionItems *PetscOption
 
   PetscFunctionBegin;
   PetscOptionsHeadBegin(PetscOptionsObject, "MATFMM options (2D Laplace fast multipole method)");
-  PetscCall(PetscOptionsInt("-mat_fmm_ct", "Clustering threshold: points per leaf box", "MatFMMSetClusteringThreshold", fmm->ct, &ival, &set));
+  PetscCall(PetscOptionsInt("-mat_fmm_ct", "Clustering threshold: points per leaf box (default: 32 on the CPU, 64 with CUDA)", "MatFMMSetClusteringThreshold", fmm->ct, &ival, &set));
   if (set) PetscCall(MatFMMSetClusteringThreshold(A, ival));
   PetscCall(PetscOptionsInt("-mat_fmm_p", "Expansion order (overrides -mat_fmm_eps)", "MatFMMSetExpansionOrder", fmm->p_user > 0 ? fmm->p_user : 0, &ival, &set));
   if (set) PetscCall(MatFMMSetExpansionOrder(A, ival));
@@ -581,6 +619,18 @@ static PetscErrorCode MatSetFromOptions_FMM(Mat A, PetscOptionItems *PetscOption
   if (set) PetscCall(MatFMMSetMethod(A, (MatFMMMethod)e));
   PetscCall(PetscOptionsEnum("-mat_fmm_device", "Where to compute", "MatFMMSetDevice", MatFMMDevices, (PetscEnum)fmm->device, &e, &set));
   if (set) PetscCall(MatFMMSetDevice(A, (MatFMMDevice)e));
+#if defined(PETSCFMM_HAVE_CUDA)
+  {
+    const char *m2l[] = {"tc", "fma"}, *lg[] = {"fast", "libm"};
+    PetscInt    i;
+    PetscCall(PetscOptionsEList("-mat_fmm_cuda_m2l", "CUDA M2L kernel: FP64 tensor cores or unrolled FMA", "MATFMM", m2l, 2, m2l[fmm->cuda_m2l_tc ? 0 : 1], &i, &set));
+    if (set && fmm->cuda_m2l_tc != (i == 0)) PetscCall(MatFMMInvalidate(A));
+    if (set) fmm->cuda_m2l_tc = i == 0 ? PETSC_TRUE : PETSC_FALSE;
+    PetscCall(PetscOptionsEList("-mat_fmm_cuda_log", "CUDA near-field log: table-based or the CUDA math library", "MATFMM", lg, 2, lg[fmm->cuda_log_fast ? 0 : 1], &i, &set));
+    if (set && fmm->cuda_log_fast != (i == 0)) PetscCall(MatFMMInvalidate(A));
+    if (set) fmm->cuda_log_fast = i == 0 ? PETSC_TRUE : PETSC_FALSE;
+  }
+#endif
   PetscCall(PetscOptionsEnum("-mat_fmm_kernel", "Laplace layer potential", "MatFMMSetKernel", MatFMMKernels, (PetscEnum)kernel, &e, &set));
   if (set) kernel = (MatFMMKernel)e;
   PetscCall(PetscOptionsReal("-mat_fmm_alpha", "Weight of the double layer in the combined kernel", "MatFMMSetKernel", alpha, &alpha, &seta));
@@ -714,6 +764,7 @@ static PetscErrorCode MatAssemblyEnd_FMM(Mat A, MatAssemblyType type)
     }
     fmm->device_used = (fmm->device != MATFMM_DEVICE_CPU && ndev > 0) ? MATFMM_DEVICE_CUDA : MATFMM_DEVICE_CPU;
   }
+  if (!fmm->ct_set) fmm->ct = fmm->device_used == MATFMM_DEVICE_CUDA ? 64 : 32;
   PetscCall(PetscLogEventBegin(MATFMM_Tree, A, 0, 0, 0));
   PetscCall(FMMPlanBuild(A));
   PetscCall(PetscLogEventEnd(MATFMM_Tree, A, 0, 0, 0));
@@ -969,7 +1020,7 @@ static PetscErrorCode MatDestroy_FMM(Mat A)
 
    Options Database Keys:
 +  -mat_type fmm - select this type with `MatSetFromOptions()`
-.  -mat_fmm_ct <ct> - clustering threshold, points per leaf box (default 32)
+.  -mat_fmm_ct <ct> - clustering threshold, points per leaf box (default 32 on the CPU, 64 with CUDA)
 .  -mat_fmm_p <p> - expansion order (default: from -mat_fmm_eps)
 .  -mat_fmm_eps <eps> - requested relative accuracy (default 1e-10)
 .  -mat_fmm_theta <theta> - separation parameter of the theta-criterion (default 0.5)
@@ -977,6 +1028,8 @@ static PetscErrorCode MatDestroy_FMM(Mat A)
 .  -mat_fmm_repetition_mb <mb> - memory budget of the repetition layout (default 256)
 .  -mat_fmm_method <fmm,direct> - FMM or exact summation (default fmm)
 .  -mat_fmm_device <auto,cpu,cuda> - where to compute (default auto)
+.  -mat_fmm_cuda_m2l <tc,fma> - CUDA M2L on the FP64 tensor cores (default) or by unrolled FMAs
+.  -mat_fmm_cuda_log <fast,libm> - CUDA near-field log from a table (default; within 1e-16 absolute) or the math library
 -  -mat_fmm_kernel <single,double,combined>, -mat_fmm_alpha, -mat_fmm_beta - the operator
 
    Usage:
@@ -1018,7 +1071,9 @@ PETSC_EXTERN PetscErrorCode MatCreate_FMM(Mat A)
   fmm->kernel        = MATFMM_KERNEL_SINGLE;
   fmm->alpha         = 0.0;
   fmm->beta          = 1.0;
-  fmm->ct            = 32;
+  fmm->ct            = 32; /* CPU default; 64 with CUDA unless set (see MatFMMSetClusteringThreshold()) */
+  fmm->cuda_m2l_tc   = PETSC_TRUE;
+  fmm->cuda_log_fast = PETSC_TRUE;
   fmm->p_user        = 0;
   fmm->eps           = 1e-10;
   fmm->theta         = 0.5;

@@ -1,0 +1,114 @@
+/*
+  Private to the CUDA backend: the device copy of the plan, the work arrays of
+  one product, the error-check macros and the kernel launchers (one .cu file
+  per group of phases).  Every launcher enqueues on c->stream and returns at
+  once; every output element is written by exactly one thread in a fixed
+  order, so repeated products are bitwise identical.
+*/
+#pragma once
+#include <cuda_runtime.h>
+#include "fmmimpl.h"
+
+/* orders up to this have compile-time-order kernels: M2L on the tensor cores or
+   unrolled with the binomial matrix as constant-bank operands, P2M in registers;
+   higher orders (up to FMMCUDA_PMAX) call FMMM2L and FMMP2MAdd at run-time order */
+#define FMMCUDA_PFAST 40
+#define FMMCUDA_PMAX  64
+#define FMM_STAGE_CHUNKS 16 /* pieces of a staged host-device copy */
+
+/* a CUDA runtime error as a PETSc error: out of memory is PETSC_ERR_MEM, the rest PETSC_ERR_GPU */
+#define FMMCallCUDA(...) \
+  do { \
+    cudaError_t _fmm_e = (__VA_ARGS__); \
+    if (PetscUnlikely(_fmm_e != cudaSuccess)) { \
+      (void)cudaGetLastError(); \
+      SETERRQ(PETSC_COMM_SELF, _fmm_e == cudaErrorMemoryAllocation ? PETSC_ERR_MEM : PETSC_ERR_GPU, "MATFMM CUDA: %s (%s)", cudaGetErrorString(_fmm_e), cudaGetErrorName(_fmm_e)); \
+    } \
+  } while (0)
+
+/* after every launch: configuration errors now, faults of earlier kernels too */
+#define FMMCheckLaunch() FMMCallCUDA(cudaGetLastError())
+
+/* P2P work item: up to FMMCUDA_P2P_T targets of one leaf against up to
+   FMMCUDA_P2P_S consecutive sources of its near list (long lists are split so
+   that no block or thread walks one alone).  part < 0: the item adds its sums
+   to pot; else it writes them to part[part + t], summed in item order later. */
+#define FMMCUDA_P2P_T 128
+#define FMMCUDA_P2P_S 2048
+typedef struct {
+  PetscInt leaf, t0, nt; /* targets t0..t0+nt-1 (tree order) of leaf */
+  PetscInt e0, ne;       /* positions e0..e0+ne-1 of the leaf's near-source list */
+  PetscInt j, pos;       /* the first of them: index into near[], tree position */
+  PetscInt part;
+} FMMP2PItem;
+
+typedef struct {
+  int          dev;
+  cudaStream_t stream;
+  PetscBool    sync;       /* logging is on: synchronize before each PetscLogEventEnd */
+  PetscInt     p, ne, pp;  /* order, reals per expansion 2(p+1), padded order of the unrolled M2L (0: generic) */
+  PetscInt     kp;         /* tensor-core M2L: p rounded up to 8 (0: not used) */
+  int          kind;       /* pair kernel: 0 single layer only, 1 double layer only, 2 both */
+  PetscBool    fmm;        /* the FMM structures exist (method fmm) */
+  /* the plan (see FMMPlan) */
+  PetscInt  *sperm, *sleaf, *tperm, *tleaf, *faroff, *far, *nearoff, *near;
+  PetscInt  *tleafof; /* [M] leaf of each target (tree order) */
+  PetscReal *sx, *sy, *cq, *cdx, *cdy, *tx, *ty, *cx, *cy, *scale;
+  PetscReal *binom; /* (2p+1)^2 binomial table of fmmexpansions.h */
+  PetscReal *m2l;    /* p x p M2L matrix, for the generic M2L */
+  PetscReal *m2lpad; /* kp x kp M2L matrix, for the tensor cores */
+  /* M2L: pairs in chunks of 32 (one warp each); a chunk's run of pairs with one target box is a
+     partial sum; box t owns partials tpart[t]..tpart[t+1]-1 */
+  PetscInt   npairs, nchunks, nparts;
+  PetscInt  *pairtgt, *chunkpart, *tpart;
+  PetscReal *part;
+  /* P2P items (all layouts); leaves whose list is split own partials */
+  PetscInt    nitems, *itemstart; /* host: first item of each leaf, [nleaves+1] */
+  FMMP2PItem *items;
+  PetscInt   *leafnsc, *leafpart; /* [nleaves] source chunks, first partial */
+  PetscReal  *p2ppart;
+  PetscBool   p2psplit; /* some list is split */
+  double2    *logtab;   /* table of the near-field log (NULL: libm log, -mat_fmm_cuda_log libm) */
+  /* one product */
+  PetscReal *sigma, *q, *dx, *dy, *mpole, *local, *pot, *y;
+  /* direct: source slices when targets are few */
+  PetscReal *dpart;
+  PetscInt   dslices;
+  /* indexing / repetition: neighbour sources of each leaf, global index (nbr) and tree position (nbrt) */
+  PetscInt  *nbroff, *nbr, *nbrt;
+  PetscReal *gxy, *gq, *gdx, *gdy; /* sources in global order (indexing) */
+  /* repetition: leaf-aligned chunks [repleaf[k], repleaf[k+1]) of records */
+  PetscInt    nrepchunks, *repleaf; /* host */
+  PetscInt64 *recoff;               /* [nleaves] record offset of each leaf within its chunk */
+  PetscReal  *rec;
+  /* pinned staging of the densities and potentials (see CopyIn/CopyOut) */
+  double     *stagein, *stageout;
+  cudaEvent_t ev[FMM_STAGE_CHUNKS];
+} FMM_CUDA;
+
+PETSC_INTERN PetscErrorCode FMMCUDAMalloc(void **, size_t, const char *);
+PETSC_INTERN PetscErrorCode FMMCUDASelectDevice(MPI_Comm, int *);
+
+/* upward.cu */
+PETSC_INTERN PetscErrorCode FMMCUDAStrengths(FMM_CUDA *, const FMMPlan *);
+PETSC_INTERN PetscErrorCode FMMCUDAP2M(FMM_CUDA *, const FMMPlan *);
+PETSC_INTERN PetscErrorCode FMMCUDAM2M(FMM_CUDA *, const FMMPlan *);
+/* m2l.cu */
+PETSC_INTERN PetscErrorCode FMMCUDAM2LSetup(FMM_CUDA *);
+PETSC_INTERN PetscErrorCode FMMCUDAM2L(FMM_CUDA *, const FMMPlan *);
+/* downward.cu */
+PETSC_INTERN PetscErrorCode FMMCUDAL2L(FMM_CUDA *, const FMMPlan *);
+PETSC_INTERN PetscErrorCode FMMCUDAL2P(FMM_CUDA *, const FMMPlan *);
+PETSC_INTERN PetscErrorCode FMMCUDAScatter(FMM_CUDA *, const FMMPlan *);
+/* p2p.cu */
+PETSC_INTERN PetscErrorCode FMMCUDALogTable(FMM_CUDA *);
+PETSC_INTERN PetscErrorCode FMMCUDAP2PTiled(FMM_CUDA *, const FMMPlan *);
+PETSC_INTERN PetscErrorCode FMMCUDAP2PIndexing(FMM_CUDA *, const FMMPlan *);
+PETSC_INTERN PetscErrorCode FMMCUDAP2PRepetition(FMM_CUDA *, const FMMPlan *);
+PETSC_INTERN PetscErrorCode FMMCUDADirect(FMM_CUDA *, const FMMPlan *);
+
+/* grid size for n threads in blocks of bs */
+static inline unsigned FMMCUDABlocks(PetscInt64 n, int bs)
+{
+  return (unsigned)((n + bs - 1) / bs);
+}

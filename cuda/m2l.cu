@@ -1,0 +1,356 @@
+/*
+  M2L on the GPU: every (target box <- source box) pair of all levels in one
+  launch, then a deterministic per-box sum.
+
+  The pairs are the CSR list far[] of the plan, ordered by target box.  A warp
+  takes 32 consecutive pairs (a chunk): it stages their 32 multipoles in shared
+  memory (coalesced), each lane translates one pair, and the contributions of
+  each run of pairs with the same target box are summed in lane order into one
+  partial.  A second kernel sums the partials of each box in order.  No atomics:
+  the result does not depend on scheduling.
+
+  The translation is FMMM2L (fmmexpansions.h): T_k = A_k (-alpha)^k, then
+  y = C T with the constant p x p matrix C(l+k-1, k-1), then B_l = beta^l y_l.
+  For p <= FMMCUDA_PFAST the kernel is unrolled for a compile-time order PP >= p
+  (p rounded up to even; the extra T_k are zero): T lives in registers and C is
+  read from constant memory with compile-time offsets, so the product is
+  2 DFMA per (l, k) with constant-bank operands.  Higher orders call FMMM2L.
+
+  The tensor-core variant (default for p <= FMMCUDA_PFAST; -mat_fmm_cuda_m2l
+  fma selects the unrolled one) forms the same product for a whole chunk as
+  one matrix product Y = C [T_1 .. T_32] on the FP64 tensor cores (WMMA
+  m8n8k4, C padded to KP x KP, KP = p rounded up to 8, held in registers by a
+  persistent warp), with re and im parts of the 32 T vectors as 64 columns.
+*/
+#include "fmmcuda.h"
+#include "fmmexpansions.h"
+#include <mma.h>
+
+#define FULL_MASK 0xffffffffu
+#define M2L_WARPS 4
+
+__constant__ double cM2L[FMMCUDA_PFAST * FMMCUDA_PFAST]; /* cM2L[(l-1)*PFAST + k-1] = C(l+k-1, k-1) */
+__constant__ double cInv[FMMCUDA_PFAST + 1];            /* 1/l */
+
+/* same recurrence as the CPU table, so the same rounded values for large n */
+PetscErrorCode FMMCUDAM2LSetup(FMM_CUDA *c)
+{
+  const int nb = 2 * FMMCUDA_PFAST + 1;
+  double   *binom, m2l[FMMCUDA_PFAST * FMMCUDA_PFAST], inv[FMMCUDA_PFAST + 1];
+
+  PetscFunctionBegin;
+  PetscCall(PetscCalloc1(nb * nb, &binom));
+  for (int n = 0; n < nb; n++) {
+    binom[n * nb] = 1.0;
+    for (int k = 1; k <= n; k++) binom[n * nb + k] = binom[(n - 1) * nb + k - 1] + (k < n ? binom[(n - 1) * nb + k] : 0.0);
+  }
+  for (int l = 1; l <= FMMCUDA_PFAST; l++)
+    for (int k = 1; k <= FMMCUDA_PFAST; k++) m2l[(l - 1) * FMMCUDA_PFAST + (k - 1)] = binom[(l + k - 1) * nb + (k - 1)];
+  inv[0] = 0.0;
+  for (int l = 1; l <= FMMCUDA_PFAST; l++) inv[l] = 1.0 / l;
+  PetscCall(PetscFree(binom));
+  FMMCallCUDA(cudaMemcpyToSymbol(cM2L, m2l, sizeof(m2l)));
+  FMMCallCUDA(cudaMemcpyToSymbol(cInv, inv, sizeof(inv)));
+  if (c->kp) { /* the KP x KP corner for the tensor cores */
+    double *pad;
+    PetscCall(PetscMalloc1(c->kp * c->kp, &pad));
+    for (PetscInt l = 0; l < c->kp; l++)
+      for (PetscInt k = 0; k < c->kp; k++) pad[l * c->kp + k] = m2l[l * FMMCUDA_PFAST + k];
+    PetscCall(FMMCUDAMalloc((void **)&c->m2lpad, sizeof(double) * c->kp * c->kp, "the M2L matrix"));
+    FMMCallCUDA(cudaMemcpy(c->m2lpad, pad, sizeof(double) * c->kp * c->kp, cudaMemcpyHostToDevice));
+    PetscCall(PetscFree(pad));
+  }
+  PetscFunctionReturn(0);
+}
+
+/* one pair, unrolled for order PP >= p: reads the multipole from row, writes the contribution over it */
+template <int PP>
+__device__ __forceinline__ void M2LPairFast(int p, double *row, double z0x, double z0y, double sm, double sl)
+{
+  double       tr[PP], ti[PP];
+  const double iz = 1.0 / (z0x * z0x + z0y * z0y);
+  const double ar = -sm * z0x * iz, ai = sm * z0y * iz; /* -alpha = -sm/z0 */
+  const double br = sl * z0x * iz, bi = -sl * z0y * iz; /* beta = sl/z0 */
+  const double A0 = row[0];
+  double       pr = 1.0, pi = 0.0, s0r = 0.0, s0i = 0.0;
+#pragma unroll
+  for (int k = 1; k <= PP; k++) {
+    double t = pr * ar - pi * ai;
+    pi       = pr * ai + pi * ar;
+    pr       = t;
+    double xr = k <= p ? row[k] : 0.0, xi = k <= p ? row[p + 1 + k] : 0.0;
+    tr[k - 1] = xr * pr - xi * pi;
+    ti[k - 1] = xr * pi + xi * pr;
+    s0r += tr[k - 1];
+    s0i += ti[k - 1];
+  }
+  row[0]     = A0 * 0.5 * log(1.0 / iz) + s0r;
+  row[p + 1] = s0i;
+  pr         = 1.0;
+  pi         = 0.0;
+#pragma unroll
+  for (int l = 1; l <= PP; l++) {
+    double yr = -A0 * cInv[l], yi = 0.0;
+#pragma unroll
+    for (int k = 0; k < PP; k++) {
+      const double cc = cM2L[(l - 1) * FMMCUDA_PFAST + k];
+      yr += cc * tr[k];
+      yi += cc * ti[k];
+    }
+    double t = pr * br - pi * bi; /* beta^l */
+    pi       = pr * bi + pi * br;
+    pr       = t;
+    if (l <= p) {
+      row[l]         = yr * pr - yi * pi;
+      row[p + 1 + l] = yr * pi + yi * pr;
+    }
+  }
+}
+
+template <int PP>
+__global__ void __launch_bounds__(32 * M2L_WARPS) M2LChunkKernel(PetscInt npairs, int p, int ne, int stride, const PetscInt *far, const PetscInt *pairtgt, const PetscInt *chunkpart, const double *cx, const double *cy, const double *scale, const double *mpole, const double *m2l, double *part)
+{
+  extern __shared__ double sh[];
+  const int      lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  const PetscInt chunk = (PetscInt)blockIdx.x * M2L_WARPS + w, g0 = chunk * 32;
+  if (g0 >= npairs) return; /* whole warp */
+  const int nrows = npairs - g0 < 32 ? (int)(npairs - g0) : 32;
+  double   *rows  = sh + (size_t)w * 32 * stride;
+  PetscInt  s = 0, t = -1;
+  if (lane < nrows) {
+    s = far[g0 + lane];
+    t = pairtgt[g0 + lane];
+  }
+  /* stage the multipoles: row r <- mpole of the source of pair g0 + r; 8 rows of loads in flight */
+  constexpr int H = PP ? 3 : 5; /* ne <= 32 H */
+  for (int r0 = 0; r0 < nrows; r0 += 8) {
+    double v[8][H];
+#pragma unroll
+    for (int rr = 0; rr < 8; rr++) {
+      const PetscInt sr = __shfl_sync(FULL_MASK, s, (r0 + rr) & 31);
+#pragma unroll
+      for (int h = 0; h < H; h++) v[rr][h] = (r0 + rr < nrows && lane + 32 * h < ne) ? mpole[sr * ne + lane + 32 * h] : 0.0;
+    }
+#pragma unroll
+    for (int rr = 0; rr < 8; rr++)
+#pragma unroll
+      for (int h = 0; h < H; h++)
+        if (r0 + rr < nrows && lane + 32 * h < ne) rows[(r0 + rr) * stride + lane + 32 * h] = v[rr][h];
+  }
+  __syncwarp();
+  if (lane < nrows) {
+    double *row = rows + lane * stride;
+    double  z0x = cx[s] - cx[t], z0y = cy[s] - cy[t];
+    if constexpr (PP > 0) M2LPairFast<PP>(p, row, z0x, z0y, scale[s], scale[t]);
+    else {
+      double A[2 * (FMMCUDA_PMAX + 1)], B[2 * (FMMCUDA_PMAX + 1)], work[2 * FMMCUDA_PMAX];
+      for (int k = 0; k < ne; k++) {
+        A[k] = row[k];
+        B[k] = 0.0;
+      }
+      FMMM2L(p, m2l, z0x, z0y, scale[s], scale[t], A, B, work);
+      for (int k = 0; k < ne; k++) row[k] = B[k];
+    }
+  }
+  __syncwarp();
+  /* runs of equal target: heads are the first pair of each run in this chunk */
+  PetscInt       tprev = __shfl_up_sync(FULL_MASK, t, 1);
+  const unsigned heads = __ballot_sync(FULL_MASK, lane < nrows && (lane == 0 || t != tprev));
+  const PetscInt pbase = chunkpart[chunk];
+  for (int col = lane; col < ne; col += 32) {
+    double acc = 0.0;
+    int    seg = -1;
+    for (int r = 0; r < nrows; r++) {
+      if ((heads >> r) & 1u) {
+        if (seg >= 0) part[(pbase + seg) * ne + col] = acc;
+        seg++;
+        acc = 0.0;
+      }
+      acc += rows[r * stride + col];
+    }
+    part[(pbase + seg) * ne + col] = acc;
+  }
+}
+
+/* local[t] = sum of the partials of box t, in order (zero for boxes without far field) */
+__global__ void M2LSumKernel(PetscInt nboxes, int ne, const PetscInt *tpart, const double *part, double *local)
+{
+  const PetscInt64 idx = (PetscInt64)blockIdx.x * blockDim.x + threadIdx.x;
+  if (idx >= (PetscInt64)nboxes * ne) return;
+  const PetscInt t = (PetscInt)(idx / ne), col = (PetscInt)(idx % ne);
+  double         acc = 0.0;
+  for (PetscInt k = tpart[t]; k < tpart[t + 1]; k++) acc += part[k * ne + col];
+  local[idx] = acc;
+}
+
+/* sums of runs of equal target box over the 32 pairs of a chunk: column col of
+   pair r is at src(col)[2 r] (TC layout) or rows[r*stride + col] (FMA layout) */
+#define M2L_TC_WARPS 4
+#define M2L_TC_LDT   66 /* 64 columns + 2: a multiple of 16 bytes, as WMMA wants */
+/* doubles of shared memory per warp: KP + 1 rows, rounded to 32 bytes (WMMA pointers) */
+#define M2L_TC_WARPMEM(KP) ((((KP) + 1) * M2L_TC_LDT + 3) & ~3)
+
+template <int KP>
+__global__ void __launch_bounds__(32 * M2L_TC_WARPS) M2LTensorKernel(PetscInt nchunks, PetscInt npairs, int p, int ne, const PetscInt *far, const PetscInt *pairtgt, const PetscInt *chunkpart, const double *cx, const double *cy, const double *scale, const double *mpole, const double *cmat, double *part)
+{
+  using namespace nvcuda;
+  extern __shared__ __align__(128) double sh[];
+  constexpr int  LDT  = M2L_TC_LDT, MT = KP / 8, KT = KP / 4;
+  const int      lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  double        *T    = sh + (size_t)w * M2L_TC_WARPMEM(KP); /* rows 0..KP-1: T_k then y_l; row KP: B_0 terms */
+  const PetscInt nw   = (PetscInt)gridDim.x * M2L_TC_WARPS;
+
+  wmma::fragment<wmma::matrix_a, 8, 8, 4, double, wmma::row_major> af[MT][KT];
+#pragma unroll
+  for (int i = 0; i < MT; i++)
+#pragma unroll
+    for (int kk = 0; kk < KT; kk++) wmma::load_matrix_sync(af[i][kk], cmat + 8 * i * KP + 4 * kk, KP);
+
+  for (PetscInt chunk = (PetscInt)blockIdx.x * M2L_TC_WARPS + w; chunk < nchunks; chunk += nw) {
+    const PetscInt g0    = chunk * 32;
+    const int      nrows = npairs - g0 < 32 ? (int)(npairs - g0) : 32;
+    PetscInt       s = 0, t = -1;
+    double         A0 = 0.0, br = 0.0, bi = 0.0;
+    if (lane < nrows) {
+      s = far[g0 + lane];
+      t = pairtgt[g0 + lane];
+    }
+    /* A_k of pair r into column 2r (re) / 2r + 1 (im) of row k-1: coalesced loads,
+       8 rows (24 loads per lane) in flight at a time */
+    for (int r0 = 0; r0 < nrows; r0 += 8) {
+      double v[8][3];
+#pragma unroll
+      for (int rr = 0; rr < 8; rr++) {
+        const PetscInt sr = __shfl_sync(FULL_MASK, s, (r0 + rr) & 31);
+#pragma unroll
+        for (int h = 0; h < 3; h++) {
+          const int col = lane + 32 * h;
+          v[rr][h]      = (r0 + rr < nrows && col < ne) ? mpole[sr * ne + col] : 0.0;
+        }
+      }
+#pragma unroll
+      for (int rr = 0; rr < 8; rr++)
+#pragma unroll
+        for (int h = 0; h < 3; h++) {
+          const int col = lane + 32 * h, r = r0 + rr;
+          if (r < nrows && col >= 1 && col <= p) T[(col - 1) * LDT + 2 * r] = v[rr][h];
+          else if (r < nrows && col >= p + 2 && col < ne) T[(col - p - 2) * LDT + 2 * r + 1] = v[rr][h];
+        }
+    }
+    __syncwarp();
+    /* T_k = A_k (-alpha)^k in place */
+    if (lane < nrows) {
+      const double z0x = cx[s] - cx[t], z0y = cy[s] - cy[t], sm = scale[s], sl = scale[t];
+      const double iz = 1.0 / (z0x * z0x + z0y * z0y);
+      const double ar = -sm * z0x * iz, ai = sm * z0y * iz;
+      double       pr = 1.0, pi = 0.0, s0r = 0.0, s0i = 0.0;
+      br = sl * z0x * iz;
+      bi = -sl * z0y * iz;
+      A0 = mpole[s * ne];
+#pragma unroll
+      for (int k = 1; k <= KP; k++) {
+        double *x = T + (k - 1) * LDT + 2 * lane;
+        double  v = pr * ar - pi * ai;
+        pi        = pr * ai + pi * ar;
+        pr        = v;
+        double xr = k <= p ? x[0] : 0.0, xi = k <= p ? x[1] : 0.0, tr = xr * pr - xi * pi, ti = xr * pi + xi * pr;
+        x[0] = tr;
+        x[1] = ti;
+        s0r += tr;
+        s0i += ti;
+      }
+      T[KP * LDT + 2 * lane]     = A0 * 0.5 * log(1.0 / iz) + s0r;
+      T[KP * LDT + 2 * lane + 1] = s0i;
+    } else {
+#pragma unroll
+      for (int k = 0; k < KP; k++) T[k * LDT + 2 * lane] = T[k * LDT + 2 * lane + 1] = 0.0;
+    }
+    __syncwarp();
+    /* Y = C T, column block by column block; Y overwrites the block of T it consumed */
+#pragma unroll 1
+    for (int j = 0; j < 8; j++) {
+      wmma::fragment<wmma::accumulator, 8, 8, 4, double> acc[MT];
+#pragma unroll
+      for (int i = 0; i < MT; i++) wmma::fill_fragment(acc[i], 0.0);
+#pragma unroll
+      for (int kk = 0; kk < KT; kk++) {
+        wmma::fragment<wmma::matrix_b, 8, 8, 4, double, wmma::row_major> bf;
+        wmma::load_matrix_sync(bf, T + 4 * kk * LDT + 8 * j, LDT);
+#pragma unroll
+        for (int i = 0; i < MT; i++) wmma::mma_sync(acc[i], af[i][kk], bf, acc[i]);
+      }
+      __syncwarp();
+#pragma unroll
+      for (int i = 0; i < MT; i++) wmma::store_matrix_sync(T + 8 * i * LDT + 8 * j, acc[i], LDT, wmma::mem_row_major);
+    }
+    __syncwarp();
+    /* B_l = beta^l (y_l - A_0/l), in place */
+    if (lane < nrows) {
+      double pr = 1.0, pi = 0.0;
+      for (int l = 1; l <= p; l++) {
+        double *y  = T + (l - 1) * LDT + 2 * lane;
+        double  yr = y[0] - A0 * cInv[l], yi = y[1], v = pr * br - pi * bi;
+        pi         = pr * bi + pi * br;
+        pr         = v;
+        y[0]       = yr * pr - yi * pi;
+        y[1]       = yr * pi + yi * pr;
+      }
+    }
+    __syncwarp();
+    /* runs of equal target: partial sums in pair order */
+    PetscInt       tprev = __shfl_up_sync(FULL_MASK, t, 1);
+    const unsigned heads = __ballot_sync(FULL_MASK, lane < nrows && (lane == 0 || t != tprev));
+    const PetscInt pbase = chunkpart[chunk];
+    for (int col = lane; col < ne; col += 32) {
+      const int     l = col <= p ? col : col - p - 1;
+      const double *src = T + (l == 0 ? KP : l - 1) * LDT + (col > p ? 1 : 0);
+      double        acc = 0.0;
+      int           seg = -1;
+      for (int r = 0; r < nrows; r++) {
+        if ((heads >> r) & 1u) {
+          if (seg >= 0) part[(pbase + seg) * ne + col] = acc;
+          seg++;
+          acc = 0.0;
+        }
+        acc += src[2 * r];
+      }
+      part[(pbase + seg) * ne + col] = acc;
+    }
+    __syncwarp();
+  }
+}
+
+typedef void (*M2LTensorFn)(PetscInt, PetscInt, int, int, const PetscInt *, const PetscInt *, const PetscInt *, const double *, const double *, const double *, const double *, const double *, double *);
+static const M2LTensorFn M2LTensorKernels[] = {M2LTensorKernel<8>, M2LTensorKernel<16>, M2LTensorKernel<24>, M2LTensorKernel<32>, M2LTensorKernel<40>};
+
+typedef void (*M2LKernelFn)(PetscInt, int, int, int, const PetscInt *, const PetscInt *, const PetscInt *, const double *, const double *, const double *, const double *, const double *, double *);
+
+/* index pp/2: 0 generic, then PP = 2, 4, ..., FMMCUDA_PFAST */
+static const M2LKernelFn M2LKernels[] = {M2LChunkKernel<0>, M2LChunkKernel<2>, M2LChunkKernel<4>, M2LChunkKernel<6>, M2LChunkKernel<8>, M2LChunkKernel<10>, M2LChunkKernel<12>, M2LChunkKernel<14>, M2LChunkKernel<16>, M2LChunkKernel<18>, M2LChunkKernel<20>, M2LChunkKernel<22>, M2LChunkKernel<24>, M2LChunkKernel<26>, M2LChunkKernel<28>, M2LChunkKernel<30>, M2LChunkKernel<32>, M2LChunkKernel<34>, M2LChunkKernel<36>, M2LChunkKernel<38>, M2LChunkKernel<40>};
+
+PetscErrorCode FMMCUDAM2L(FMM_CUDA *c, const FMMPlan *P)
+{
+  PetscFunctionBegin;
+  if (c->npairs && c->kp) { /* tensor cores: a persistent grid of warps */
+    const int    kp = (int)c->kp, threads = 32 * M2L_TC_WARPS;
+    const size_t shmem = (size_t)M2L_TC_WARPS * M2L_TC_WARPMEM(kp) * sizeof(double);
+    M2LTensorFn  kern  = M2LTensorKernels[kp / 8 - 1];
+    int          perSM = 0, sms = 0;
+    if (shmem > 49152) FMMCallCUDA(cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shmem));
+    FMMCallCUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSM, kern, threads, shmem));
+    FMMCallCUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, c->dev));
+    PetscInt blocks = PetscMin((c->nchunks + M2L_TC_WARPS - 1) / M2L_TC_WARPS, (PetscInt)PetscMax(perSM, 1) * sms);
+    kern<<<(unsigned)blocks, threads, shmem, c->stream>>>(c->nchunks, c->npairs, (int)c->p, (int)c->ne, c->far, c->pairtgt, c->chunkpart, c->cx, c->cy, c->scale, c->mpole, c->m2lpad, c->part);
+    FMMCheckLaunch();
+  } else if (c->npairs) {
+    const int    stride = (int)c->ne + 1;
+    const size_t shmem  = (size_t)M2L_WARPS * 32 * stride * sizeof(double);
+    M2LKernelFn  kern   = M2LKernels[c->pp / 2];
+    if (shmem > 49152) FMMCallCUDA(cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shmem));
+    kern<<<FMMCUDABlocks(c->nchunks, M2L_WARPS), 32 * M2L_WARPS, shmem, c->stream>>>(c->npairs, (int)c->p, (int)c->ne, stride, c->far, c->pairtgt, c->chunkpart, c->cx, c->cy, c->scale, c->mpole, c->m2l, c->part);
+    FMMCheckLaunch();
+  }
+  M2LSumKernel<<<FMMCUDABlocks((PetscInt64)P->nboxes * c->ne, 256), 256, 0, c->stream>>>(P->nboxes, (int)c->ne, c->tpart, c->part, c->local);
+  FMMCheckLaunch();
+  PetscFunctionReturn(0);
+}

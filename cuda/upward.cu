@@ -1,0 +1,180 @@
+/*
+  The upward pass on the GPU: strengths of this product, P2M at the leaves,
+  M2M level by level.
+
+  P2M: for p <= FMMCUDA_PFAST four threads per leaf call FMMP2MAdd
+  (fmmexpansions.h) at a compile-time order PP >= p (p rounded up to even), so
+  the expansion stays in registers (coefficients k <= p are those of order p),
+  and add their four expansions in a fixed order.  Higher orders: a warp per leaf, a lane
+  per source expanding into its own shared-memory row, rows then summed
+  column by column in source order.
+  M2M: a thread per (parent box, coefficient l), so a level has (p+1) times
+  more threads than boxes and the upper levels do not serialise.  The sum
+  over k of FMMM2M is evaluated by Horner's rule in u; children in order 0..3.
+*/
+#include "fmmcuda.h"
+#include "fmmexpansions.h"
+
+#define P2M_WARPS 2
+
+/* q, d in tree order (and in global order for the indexing layout) */
+__global__ void StrengthsKernel(PetscInt N, const PetscInt *sperm, const double *cq, const double *cdx, const double *cdy, const double *sigma, double *q, double *dx, double *dy, double *gq, double *gdx, double *gdy)
+{
+  PetscInt i = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= N) return;
+  PetscInt g = sperm[i];
+  double   s = sigma[g], a = cq[i] * s, b = cdx[i] * s, c = cdy[i] * s;
+  q[i]  = a;
+  dx[i] = b;
+  dy[i] = c;
+  if (gq) {
+    gq[g]  = a;
+    gdx[g] = b;
+    gdy[g] = c;
+  }
+}
+
+PetscErrorCode FMMCUDAStrengths(FMM_CUDA *c, const FMMPlan *P)
+{
+  PetscFunctionBegin;
+  if (!P->N) PetscFunctionReturn(0);
+  StrengthsKernel<<<FMMCUDABlocks(P->N, 256), 256, 0, c->stream>>>(P->N, c->sperm, c->cq, c->cdx, c->cdy, c->sigma, c->q, c->dx, c->dy, c->gq, c->gdx, c->gdy);
+  FMMCheckLaunch();
+  PetscFunctionReturn(0);
+}
+
+/* ne <= 2(FMMCUDA_PMAX+1) = 130 columns: at most 5 per lane */
+#define P2M_COLS 5
+
+__global__ void __launch_bounds__(32 * P2M_WARPS) P2MKernel(PetscInt nleaves, int p, int ne, int stride, const PetscInt *sleaf, const double *sx, const double *sy, const double *q, const double *dx, const double *dy, const double *cx, const double *cy, const double *scale, double *mpole)
+{
+  extern __shared__ double sh[];
+  const int      lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  const PetscInt b    = (PetscInt)blockIdx.x * P2M_WARPS + w;
+  if (b >= nleaves) return; /* whole warp */
+  double        *rows = sh + (size_t)w * 32 * stride, *row = rows + lane * stride;
+  const double   ccx = cx[b], ccy = cy[b], s = scale[b];
+  const PetscInt i0 = sleaf[b], i1 = sleaf[b + 1];
+  double         acc[P2M_COLS];
+#pragma unroll
+  for (int m = 0; m < P2M_COLS; m++) acc[m] = 0.0;
+  for (PetscInt base = i0; base < i1; base += 32) {
+    const int nr = i1 - base < 32 ? (int)(i1 - base) : 32;
+    if (lane < nr) {
+      const PetscInt i = base + lane;
+      for (int k = 0; k < ne; k++) row[k] = 0.0;
+      FMMP2MAdd(p, s, (sx[i] - ccx) / s, (sy[i] - ccy) / s, q[i], dx[i], dy[i], row);
+    }
+    __syncwarp();
+#pragma unroll
+    for (int m = 0; m < P2M_COLS; m++) {
+      const int col = lane + 32 * m;
+      if (col < ne)
+        for (int r = 0; r < nr; r++) acc[m] += rows[r * stride + col];
+    }
+    __syncwarp();
+  }
+#pragma unroll
+  for (int m = 0; m < P2M_COLS; m++) {
+    const int col = lane + 32 * m;
+    if (col < ne) mpole[b * ne + col] = acc[m];
+  }
+}
+
+/* 4 consecutive threads per leaf take every 4th source; their expansions are
+   added (0+2, 1+3, then both) by shuffles in a fixed order */
+#define P2M_GROUP 4
+template <int PP>
+__global__ void __launch_bounds__(128) P2MFastKernel(PetscInt nleaves, int p, int ne, const PetscInt *sleaf, const double *sx, const double *sy, const double *q, const double *dx, const double *dy, const double *cx, const double *cy, const double *scale, double *mpole)
+{
+  const PetscInt tid = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x, b = tid / P2M_GROUP;
+  const int      g   = (int)(tid % P2M_GROUP);
+  const bool     ok  = b < nleaves;
+  double         A[2 * (PP + 1)];
+#pragma unroll
+  for (int k = 0; k < 2 * (PP + 1); k++) A[k] = 0.0;
+  if (ok) {
+    const double ccx = cx[b], ccy = cy[b], s = scale[b];
+    for (PetscInt i = sleaf[b] + g; i < sleaf[b + 1]; i += P2M_GROUP) FMMP2MAdd(PP, s, (sx[i] - ccx) / s, (sy[i] - ccy) / s, q[i], dx[i], dy[i], A);
+  }
+#pragma unroll
+  for (int k = 0; k < 2 * (PP + 1); k++) {
+    A[k] += __shfl_down_sync(0xffffffffu, A[k], 2);
+    A[k] += __shfl_down_sync(0xffffffffu, A[k], 1);
+  }
+  if (ok && g == 0) {
+#pragma unroll
+    for (int k = 0; k <= PP; k++)
+      if (k <= p) {
+        mpole[b * ne + k]         = A[k];
+        mpole[b * ne + p + 1 + k] = A[PP + 1 + k];
+      }
+  }
+}
+
+typedef void (*P2MFastFn)(PetscInt, int, int, const PetscInt *, const double *, const double *, const double *, const double *, const double *, const double *, const double *, const double *, double *);
+static const P2MFastFn P2MFastKernels[] = {NULL, P2MFastKernel<2>, P2MFastKernel<4>, P2MFastKernel<6>, P2MFastKernel<8>, P2MFastKernel<10>, P2MFastKernel<12>, P2MFastKernel<14>, P2MFastKernel<16>, P2MFastKernel<18>, P2MFastKernel<20>, P2MFastKernel<22>, P2MFastKernel<24>, P2MFastKernel<26>, P2MFastKernel<28>, P2MFastKernel<30>, P2MFastKernel<32>, P2MFastKernel<34>, P2MFastKernel<36>, P2MFastKernel<38>, P2MFastKernel<40>};
+
+PetscErrorCode FMMCUDAP2M(FMM_CUDA *c, const FMMPlan *P)
+{
+  const PetscInt l0 = FMMLevelStart(P->L);
+  const int      stride = (int)c->ne + 1;
+  const size_t   shmem  = (size_t)P2M_WARPS * 32 * stride * sizeof(double);
+
+  PetscFunctionBegin;
+  if (c->pp) {
+    P2MFastKernels[c->pp / 2]<<<FMMCUDABlocks((PetscInt64)P2M_GROUP * P->nleaves, 128), 128, 0, c->stream>>>(P->nleaves, (int)c->p, (int)c->ne, c->sleaf, c->sx, c->sy, c->q, c->dx, c->dy, c->cx + l0, c->cy + l0, c->scale + l0, c->mpole + l0 * c->ne);
+    FMMCheckLaunch();
+    PetscFunctionReturn(0);
+  }
+  if (shmem > 49152) FMMCallCUDA(cudaFuncSetAttribute((const void *)P2MKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shmem));
+  P2MKernel<<<FMMCUDABlocks(P->nleaves, P2M_WARPS), 32 * P2M_WARPS, shmem, c->stream>>>(P->nleaves, (int)c->p, (int)c->ne, stride, c->sleaf, c->sx, c->sy, c->q, c->dx, c->dy, c->cx + l0, c->cy + l0, c->scale + l0, c->mpole + l0 * c->ne);
+  FMMCheckLaunch();
+  PetscFunctionReturn(0);
+}
+
+/* M2M of FMMM2M for one coefficient l of one parent:
+   B_0 = sum A_0,  B_l = sum over children of -A_0 u^l/l + sum_{k=1..l} C(l-1,k-1) A_k rho^k u^(l-k) */
+__global__ void M2MKernel(PetscInt nb, int p, int ne, PetscInt pl, PetscInt cl, PetscInt span, const PetscInt *sleaf, const double *cx, const double *cy, const double *scale, const double *binom, double *mpole)
+{
+  const PetscInt t = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= nb * (p + 1)) return;
+  const PetscInt b = t / (p + 1);
+  const int      l = (int)(t % (p + 1)), nbin = 2 * p + 1;
+  const double   pcx = cx[pl + b], pcy = cy[pl + b], ps = scale[pl + b];
+  double         sr = 0.0, si = 0.0;
+  for (PetscInt ch = 4 * b; ch < 4 * b + 4; ch++) {
+    if (sleaf[(ch + 1) * span] == sleaf[ch * span]) continue; /* no sources */
+    const double *Ar = mpole + (cl + ch) * ne, *Ai = Ar + p + 1;
+    if (l == 0) {
+      sr += Ar[0];
+      continue;
+    }
+    const double ux = (cx[cl + ch] - pcx) / ps, uy = (cy[cl + ch] - pcy) / ps, rho = scale[cl + ch] / ps;
+    double       hr = 0.0, hi = 0.0, rk = 1.0, ulr = 1.0, uli = 0.0;
+    for (int k = 1; k <= l; k++) { /* Horner: h = h u + C(l-1,k-1) A_k rho^k; and u^l */
+      const double cc = binom[(l - 1) * nbin + (k - 1)], tr = hr * ux - hi * uy;
+      rk *= rho;
+      hi = hr * uy + hi * ux + cc * Ai[k] * rk;
+      hr = tr + cc * Ar[k] * rk;
+      const double v = ulr * ux - uli * uy;
+      uli            = ulr * uy + uli * ux;
+      ulr            = v;
+    }
+    sr += hr - Ar[0] * ulr / l;
+    si += hi - Ar[0] * uli / l;
+  }
+  mpole[(pl + b) * ne + l]         = sr;
+  mpole[(pl + b) * ne + p + 1 + l] = si;
+}
+
+PetscErrorCode FMMCUDAM2M(FMM_CUDA *c, const FMMPlan *P)
+{
+  PetscFunctionBegin;
+  for (PetscInt l = P->L - 1; l >= 0; l--) {
+    PetscInt nb = (PetscInt)1 << (2 * l), span = (PetscInt)1 << (2 * (P->L - l - 1));
+    M2MKernel<<<FMMCUDABlocks(nb * (c->p + 1), 128), 128, 0, c->stream>>>(nb, (int)c->p, (int)c->ne, FMMLevelStart(l), FMMLevelStart(l + 1), span, c->sleaf, c->cx, c->cy, c->scale, c->binom, c->mpole);
+    FMMCheckLaunch();
+  }
+  PetscFunctionReturn(0);
+}
