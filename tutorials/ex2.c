@@ -158,6 +158,6 @@ int main(int argc, char **argv)
   test:
     suffix: view
     nsize: 2
-    args: -n 3000 -geometry square -mat_fmm_ct 20 -mat_fmm_p 12 -mat_view ::ascii_info -check 0
+    args: -n 3000 -geometry square -mat_fmm_ct 20 -mat_fmm_p 12 -mat_view ::ascii_info -check 0 -mat_fmm_device cpu
     filter: grep -v summary
 TEST*/
