@@ -55,6 +55,11 @@ typedef struct {
   PetscCount p2ppairs; /* target-source pairs the near field sums */
 } FMMPlan;
 
+/* below this many points (sources + targets) the CPU work of one product is
+   tens of microseconds: OpenMP threads would cost more than they give, and
+   under CPU contention each parallel region can wait a scheduler slice */
+#define FMM_OMP_MIN_POINTS 8192
+
 static inline PetscInt FMMLevelStart(PetscInt l)
 {
   return ((((PetscInt)1) << (2 * l)) - 1) / 3;

@@ -208,7 +208,7 @@ PetscErrorCode FMMPlanBuild(Mat A)
 
   /* sources and this rank's targets of each leaf, in tree order */
   PetscCall(PetscCalloc2(nleaves + 1, &scnt, nleaves + 1, &tcnt));
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (U >= FMM_OMP_MIN_POINTS)
   for (PetscInt b = 0; b < nleaves; b++) {
     for (PetscInt k = off[b]; k < off[b + 1]; k++) {
       PetscInt i = pt[k].i, g = same ? i : i - N;
@@ -225,7 +225,7 @@ PetscErrorCode FMMPlanBuild(Mat A)
   PetscCall(PetscMalloc4(M, &P->tperm, M, &P->tx, M, &P->ty, nleaves + 1, &P->tleaf));
   PetscCall(PetscArraycpy(P->sleaf, scnt, nleaves + 1));
   PetscCall(PetscArraycpy(P->tleaf, tcnt, nleaves + 1));
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (U >= FMM_OMP_MIN_POINTS)
   for (PetscInt b = 0; b < nleaves; b++) {
     PetscInt s = P->sleaf[b], t = P->tleaf[b];
     for (PetscInt k = off[b]; k < off[b + 1]; k++) {
@@ -254,7 +254,7 @@ PetscErrorCode FMMPlanBuild(Mat A)
   PetscCall(PetscMalloc3(nboxes, &P->cx, nboxes, &P->cy, nboxes, &P->scale));
   {
     PetscReal *leafbb = bb + 4 * FMMLevelStart(L);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (U >= FMM_OMP_MIN_POINTS)
     for (PetscInt b = 0; b < nleaves; b++) {
       PetscReal *q = leafbb + 4 * b;
       q[0] = q[1] = q[2] = q[3] = PETSC_MAX_REAL;
@@ -306,7 +306,7 @@ PetscErrorCode FMMPlanBuild(Mat A)
     PetscInt *cnts, *cntf, *nstr = NULL;
     PetscCall(PetscCalloc2(nb + 1, &cnts, nb + 1, &cntf));
     for (int pass = 0; pass < 2; pass++) {
-#pragma omp parallel for schedule(dynamic, 64)
+#pragma omp parallel for schedule(dynamic, 64) if (U >= FMM_OMP_MIN_POINTS)
       for (PetscInt t = 0; t < nb; t++) {
         PetscInt tp = t / 4, ks = 0, kf = 0;
         if (P->tleaf[(t + 1) * span] == P->tleaf[t * span]) continue; /* no target of this rank here */

@@ -26,6 +26,7 @@ typedef struct {
   PetscReal *q, *dx, *dy;    /* [N] strengths in tree order */
   PetscReal *pot;            /* [M] potentials in tree order */
   PetscBool  hasq, hasd;     /* single layer / double layer terms present */
+  PetscBool  par;            /* enough work for OpenMP threads (see FMM_OMP_MIN_POINTS) */
   /* indexing layout: neighbour source indices (global order) per leaf */
   PetscInt  *nbr, *nbroff;
   PetscReal *gq, *gdx, *gdy; /* [N] strengths in global order */
@@ -94,6 +95,7 @@ static PetscErrorCode FMMCPUSetup(Mat A)
   c->ne        = 2 * (fmm->p + 1);
   c->hasq      = fmm->beta != 0.0 ? PETSC_TRUE : PETSC_FALSE;
   c->hasd      = (fmm->alpha != 0.0 && fmm->gnrm) ? PETSC_TRUE : PETSC_FALSE;
+  c->par       = (P->N + P->M >= FMM_OMP_MIN_POINTS) ? PETSC_TRUE : PETSC_FALSE;
   PetscCall(SetupTables(c));
   PetscCall(PetscMalloc2(P->nboxes * c->ne, &c->mpole, P->nboxes * c->ne, &c->local));
   PetscCall(PetscMalloc4(P->N, &c->q, P->N, &c->dx, P->N, &c->dy, P->M, &c->pot));
@@ -130,7 +132,7 @@ static PetscErrorCode FMMCPUSetup(Mat A)
 /* strengths of this product in tree order */
 static void Strengths(const FMMPlan *P, FMM_CPU *c, const PetscScalar *sigma)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (c->par)
   for (PetscInt i = 0; i < P->N; i++) {
     PetscReal s = sigma[P->sperm[i]];
     c->q[i]     = P->cq[i] * s;
@@ -145,7 +147,7 @@ static PetscErrorCode Upward(const FMMPlan *P, FMM_CPU *c)
 
   PetscFunctionBegin;
   PetscCall(PetscLogEventBegin(MATFMM_P2M, 0, 0, 0, 0));
-#pragma omp parallel for schedule(dynamic, 16)
+#pragma omp parallel for schedule(dynamic, 16) if (c->par)
   for (PetscInt b = 0; b < P->nleaves; b++) {
     PetscReal *A = c->mpole + (l0 + b) * ne, cx = P->cx[l0 + b], cy = P->cy[l0 + b], s = P->scale[l0 + b];
     for (PetscInt k = 0; k < ne; k++) A[k] = 0.0;
@@ -156,7 +158,7 @@ static PetscErrorCode Upward(const FMMPlan *P, FMM_CPU *c)
   PetscCall(PetscLogEventBegin(MATFMM_M2M, 0, 0, 0, 0));
   for (PetscInt l = L - 1; l >= 0; l--) {
     PetscInt nb = (PetscInt)1 << (2 * l), pl = FMMLevelStart(l), cl = FMMLevelStart(l + 1), span = (PetscInt)1 << (2 * (L - l - 1));
-#pragma omp parallel for schedule(dynamic, 4)
+#pragma omp parallel for schedule(dynamic, 4) if (c->par)
     for (PetscInt b = 0; b < nb; b++) {
       PetscReal work[4 * (FMM_PMAX + 1)], *B = c->mpole + (pl + b) * ne;
       for (PetscInt k = 0; k < ne; k++) B[k] = 0.0;
@@ -177,7 +179,7 @@ static PetscErrorCode Downward(const FMMPlan *P, FMM_CPU *c)
 
   PetscFunctionBegin;
   PetscCall(PetscLogEventBegin(MATFMM_M2L, 0, 0, 0, 0));
-#pragma omp parallel for schedule(dynamic, 16)
+#pragma omp parallel for schedule(dynamic, 16) if (c->par)
   for (PetscInt t = 0; t < P->nboxes; t++) {
     PetscReal work[2 * FMM_PMAX], *B = c->local + t * ne;
     for (PetscInt k = 0; k < ne; k++) B[k] = 0.0;
@@ -191,7 +193,7 @@ static PetscErrorCode Downward(const FMMPlan *P, FMM_CPU *c)
   PetscCall(PetscLogEventBegin(MATFMM_L2L, 0, 0, 0, 0));
   for (PetscInt l = 1; l <= L; l++) {
     PetscInt nb = (PetscInt)1 << (2 * l), pl = FMMLevelStart(l - 1), cl = FMMLevelStart(l), span = (PetscInt)1 << (2 * (L - l));
-#pragma omp parallel for schedule(dynamic, 16)
+#pragma omp parallel for schedule(dynamic, 16) if (c->par)
     for (PetscInt b = 0; b < nb; b++) {
       PetscReal work[2 * (FMM_PMAX + 1)];
       PetscInt  par = b / 4;
@@ -204,7 +206,7 @@ static PetscErrorCode Downward(const FMMPlan *P, FMM_CPU *c)
   PetscCall(PetscLogEventBegin(MATFMM_L2P, 0, 0, 0, 0));
   {
     PetscInt l0 = FMMLevelStart(L);
-#pragma omp parallel for schedule(dynamic, 16)
+#pragma omp parallel for schedule(dynamic, 16) if (c->par)
     for (PetscInt b = 0; b < P->nleaves; b++) {
       const PetscReal *B = c->local + (l0 + b) * ne, cx = P->cx[l0 + b], cy = P->cy[l0 + b], s = P->scale[l0 + b];
       for (PetscInt i = P->tleaf[b]; i < P->tleaf[b + 1]; i++) c->pot[i] = FMML2P((int)p, B, (P->tx[i] - cx) / s, (P->ty[i] - cy) / s);
@@ -218,7 +220,7 @@ static PetscErrorCode Downward(const FMMPlan *P, FMM_CPU *c)
 /* P2P, tiled: each target leaf walks its neighbour leaves as contiguous blocks */
 static void P2PTiled(const FMMPlan *P, FMM_CPU *c)
 {
-#pragma omp parallel for schedule(dynamic, 8)
+#pragma omp parallel for schedule(dynamic, 8) if (c->par)
   for (PetscInt b = 0; b < P->nleaves; b++) {
     for (PetscInt i = P->tleaf[b]; i < P->tleaf[b + 1]; i++) {
       PetscReal zx = P->tx[i], zy = P->ty[i], acc = 0.0;
@@ -251,7 +253,7 @@ static void P2PIndexing(Mat_FMM *fmm, FMM_CPU *c, const PetscScalar *sigma)
 {
   const FMMPlan   *P = &fmm->plan;
   const PetscReal *g = fmm->gsrc;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (c->par)
   for (PetscInt i = 0; i < P->N; i++) {
     PetscInt  t = P->sperm[i];
     PetscReal s = sigma[t];
@@ -259,7 +261,7 @@ static void P2PIndexing(Mat_FMM *fmm, FMM_CPU *c, const PetscScalar *sigma)
     c->gdx[t]   = P->cdx[i] * s;
     c->gdy[t]   = P->cdy[i] * s;
   }
-#pragma omp parallel for schedule(dynamic, 8)
+#pragma omp parallel for schedule(dynamic, 8) if (c->par)
   for (PetscInt b = 0; b < P->nleaves; b++) {
     for (PetscInt i = P->tleaf[b]; i < P->tleaf[b + 1]; i++) {
       PetscReal zx = P->tx[i], zy = P->ty[i], acc = 0.0;
@@ -292,7 +294,7 @@ static PetscErrorCode P2PRepetition(const FMMPlan *P, FMM_CPU *c)
       used += need;
     }
     /* build the records */
-#pragma omp parallel for schedule(dynamic, 8)
+#pragma omp parallel for schedule(dynamic, 8) if (c->par)
     for (PetscInt b = b0; b < b1; b++) {
       PetscReal *r = c->rec + recoff[b];
       for (PetscInt i = P->tleaf[b]; i < P->tleaf[b + 1]; i++) {
@@ -311,7 +313,7 @@ static PetscErrorCode P2PRepetition(const FMMPlan *P, FMM_CPU *c)
       }
     }
     /* evaluate: one contiguous stretch per target */
-#pragma omp parallel for schedule(dynamic, 8)
+#pragma omp parallel for schedule(dynamic, 8) if (c->par)
     for (PetscInt b = b0; b < b1; b++) {
       PetscInt ns = NearSources(P, b);
       for (PetscInt i = P->tleaf[b]; i < P->tleaf[b + 1]; i++) {
@@ -365,7 +367,7 @@ static PetscErrorCode FMMCPUDirect(Mat A, const PetscScalar *sigma, PetscScalar 
   PetscFunctionBegin;
   PetscCall(PetscLogEventBegin(MATFMM_Direct, 0, 0, 0, 0));
   Strengths(P, c, sigma);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((PetscLogDouble)P->N * P->M > 1e6)
   for (PetscInt i = 0; i < P->M; i++) {
     PetscReal zx = P->tx[i], zy = P->ty[i], acc = 0.0;
     for (PetscInt k = 0; k < P->N; k++) acc += FMMPairKernel(zx - P->sx[k], zy - P->sy[k], c->q[k], c->dx[k], c->dy[k]);
