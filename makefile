@@ -68,7 +68,7 @@ $(LIB): $(LIB_OBJS)
 	$(CC) -shared -o $@ $(LIB_OBJS) $(LIBS_FMM)
 
 # programs link the library; tests/noload.c must not (it loads it with -dll_append)
-$(TESTS) $(TUTORIALS) $(BENCHES): %: %.c $(LIB)
+$(TESTS) $(TUTORIALS) $(BENCHES): %: %.c $(LIB) $(wildcard tests/*.h)
 	$(CC) $(CFLAGS_FMM) $< -o $@ $(if $(filter tests/noload,$@),,-L$(CURDIR)/lib -Wl,-rpath,$(CURDIR)/lib -lpetscfmm) $(LIBS_FMM)
 
 # the main job: the boundary-integral tutorial (ex1) on its default problem

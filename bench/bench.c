@@ -15,6 +15,7 @@ static char help[] = "MATFMM benchmark: setup, MatMult (median of -reps), time p
   scalings around them.  Rates are printed for -mat_fmm_method fmm only.
 */
 #include <petscfmm.h>
+#include "../tests/testutil.h"
 
 static int CmpReal(const void *a, const void *b)
 {
@@ -57,15 +58,8 @@ int main(int argc, char **argv)
   PetscCall(PetscRandomCreate(PETSC_COMM_SELF, &rnd));
   for (PetscInt i = 0; i < n; i++) {
     PetscInt g = rstart + i;
-    if (curve) { /* star r(t) = 1 + 0.3 cos 5t, trapezoid rule */
-      PetscReal t = 2 * PETSC_PI * g / N, rr = 1 + 0.3 * PetscCosReal(5 * t), dr = -1.5 * PetscSinReal(5 * t);
-      PetscReal dx = dr * PetscCosReal(t) - rr * PetscSinReal(t), dy = dr * PetscSinReal(t) + rr * PetscCosReal(t), sp = PetscSqrtReal(dx * dx + dy * dy);
-      xy[2 * i]      = rr * PetscCosReal(t);
-      xy[2 * i + 1]  = rr * PetscSinReal(t);
-      nrm[2 * i]     = dy / sp;
-      nrm[2 * i + 1] = -dx / sp;
-      w[i]           = sp * 2 * PETSC_PI / N;
-    } else {
+    if (curve) TestStarCurvePoint(g, N, &xy[2 * i], &nrm[2 * i], &w[i]); /* star r(t) = 1 + 0.3 cos 5t, trapezoid rule */
+    else {
       PetscCall(PetscRandomGetValueReal(rnd, &xy[2 * i]));
       PetscCall(PetscRandomGetValueReal(rnd, &xy[2 * i + 1]));
       nrm[2 * i]     = 1.0;

@@ -19,6 +19,7 @@ static char help[] = "Accuracy of the whole MATFMM product against -mat_fmm_meth
   near field must be exact.
 */
 #include <petscfmm.h>
+#include "testutil.h"
 
 typedef enum { GEOM_SQUARE, GEOM_CURVE, GEOM_CLUSTERS } Geometry;
 static const char *const Geometries[] = {"square", "curve", "clusters", "Geometry", "GEOM_", NULL};
@@ -28,10 +29,7 @@ static PetscErrorCode MakePoints(Geometry g, PetscInt N, PetscReal crad, PetscRe
   PetscRandom r;
 
   PetscFunctionBeginUser;
-  PetscCall(PetscRandomCreate(PETSC_COMM_SELF, &r));
-  PetscCall(PetscRandomSetType(r, PETSCRAND48));
-  PetscCall(PetscRandomSetSeed(r, 1234));
-  PetscCall(PetscRandomSeed(r));
+  PetscCall(TestRandomCreate(PETSC_COMM_SELF, 1234, &r));
   for (PetscInt i = 0; i < N; i++) {
     PetscReal a, b, c;
     PetscCall(PetscRandomGetValueReal(r, &a));
@@ -46,26 +44,14 @@ static PetscErrorCode MakePoints(Geometry g, PetscInt N, PetscReal crad, PetscRe
       xy[2 * i]     = a;
       xy[2 * i + 1] = b;
       break;
-    case GEOM_CURVE: { /* star r(t) = 1 + 0.3 cos 5t, trapezoid rule in t */
-      PetscReal t = 2 * PETSC_PI * i / N, rr = 1 + 0.3 * PetscCosReal(5 * t), dr = -1.5 * PetscSinReal(5 * t);
-      PetscReal dx = dr * PetscCosReal(t) - rr * PetscSinReal(t), dy = dr * PetscSinReal(t) + rr * PetscCosReal(t), sp = PetscSqrtReal(dx * dx + dy * dy);
-      xy[2 * i]      = rr * PetscCosReal(t);
-      xy[2 * i + 1]  = rr * PetscSinReal(t);
-      nrm[2 * i]     = dy / sp;
-      nrm[2 * i + 1] = -dx / sp;
-      w[i]           = sp * 2 * PETSC_PI / N;
-    } break;
+    case GEOM_CURVE: /* star r(t) = 1 + 0.3 cos 5t, trapezoid rule in t */
+      TestStarCurvePoint(i, N, &xy[2 * i], &nrm[2 * i], &w[i]);
+      break;
     case GEOM_CLUSTERS: { /* 16 clusters of radius crad, 1/16 of the points in one of them and 1/4 spread uniformly */
       if (i % 4 == 3) {
         xy[2 * i]     = a;
         xy[2 * i + 1] = b;
-      } else {
-        PetscInt  k  = (i % 5 == 0) ? 0 : i % 16;
-        PetscReal cx = 0.5 + 0.45 * PetscCosReal(2.4 * k + 0.3 * k * k), cy = 0.5 + 0.45 * PetscSinReal(1.7 * k + 0.2 * k * k);
-        PetscReal rad = crad * PetscSqrtReal(a), th = 2 * PETSC_PI * b;
-        xy[2 * i]     = cx + rad * PetscCosReal(th);
-        xy[2 * i + 1] = cy + rad * PetscSinReal(th);
-      }
+      } else TestClusterPoint((i % 5 == 0) ? 0 : i % 16, crad, a, b, &xy[2 * i]);
     } break;
     }
   }
@@ -88,18 +74,15 @@ static PetscErrorCode Create(const char *prefix, PetscInt N, const PetscReal *xy
   PetscFunctionReturn(0);
 }
 
+/* *err = |A x - yref| / |yref| */
 static PetscErrorCode RelErr(Mat A, Vec x, Vec yref, PetscReal *err)
 {
-  Vec       y;
-  PetscReal n0, n1;
+  Vec y;
 
   PetscFunctionBeginUser;
   PetscCall(VecDuplicate(yref, &y));
   PetscCall(MatMult(A, x, y));
-  PetscCall(VecAXPY(y, -1.0, yref));
-  PetscCall(VecNorm(y, NORM_2, &n1));
-  PetscCall(VecNorm(yref, NORM_2, &n0));
-  *err = n1 / n0;
+  PetscCall(TestRelDiff(y, yref, yref, err));
   PetscCall(VecDestroy(&y));
   PetscFunctionReturn(0);
 }
@@ -140,10 +123,7 @@ int main(int argc, char **argv)
   if (!set) PetscCall(PetscOptionsSetValue(NULL, "-ref_mat_fmm_method", "direct"));
   PetscCall(Create("ref_", N, xy, nrm, w, kernel, &R));
   PetscCall(MatCreateVecs(R, &x, &yref));
-  PetscCall(PetscRandomCreate(PETSC_COMM_WORLD, &rnd));
-  PetscCall(PetscRandomSetType(rnd, PETSCRAND48));
-  PetscCall(PetscRandomSetSeed(rnd, 99));
-  PetscCall(PetscRandomSeed(rnd));
+  PetscCall(TestRandomCreate(PETSC_COMM_WORLD, 99, &rnd));
   PetscCall(VecSetRandom(x, rnd));
   PetscCall(VecShift(x, -0.5));
   PetscCall(MatMult(R, x, yref));

@@ -18,6 +18,7 @@ static char help[] = "Bad input to MATFMM gets a clear PETSc error (no crash, no
   compared with a direct sum computed here.
 */
 #include <petscfmm.h>
+#include "testutil.h"
 
 static PetscInt    nfail = 0, nunchanged = 0;
 static PetscMPIInt rank, size;
@@ -91,15 +92,7 @@ static PetscErrorCode Expect(const char *name, PetscErrorCode code, PetscErrorCo
 /* this rank's share of n points: an uneven split, rank 0 the smallest */
 static void Split(PetscInt n, PetscInt *start, PetscInt *len)
 {
-  PetscInt tot = size * (size + 1) / 2, s = 0;
-  for (PetscMPIInt r = 0; r <= rank; r++) {
-    PetscInt l = (r == size - 1) ? n - s : (n * (r + 1)) / tot;
-    if (r == rank) {
-      *start = s;
-      *len   = l;
-    }
-    s += l;
-  }
+  TestSplit(n, rank, size, PETSC_FALSE, start, len);
 }
 
 static PetscErrorCode NewFMM(PetscInt m, PetscInt n, Mat *A)
@@ -248,12 +241,9 @@ static PetscErrorCode NonFiniteCase(const char *name, BadArray which, PetscReal 
   /* poison one entry in the slice of the last rank (its slice is the largest, never empty) */
   {
     PetscInt ls0 = 0, ln = 0, lt0 = 0, lm = 0;
-    PetscMPIInt r = rank;
-    rank          = size - 1;
-    Split(NPT, &ls0, &ln);
-    Split(NPT / 2, &lt0, &lm);
-    rank = r;
-    idx  = (which == BAD_TGT ? lt0 + lm / 2 : ls0 + ln / 2) * stride + (stride - 1);
+    TestSplit(NPT, size - 1, size, PETSC_FALSE, &ls0, &ln);
+    TestSplit(NPT / 2, size - 1, size, PETSC_FALSE, &lt0, &lm);
+    idx = (which == BAD_TGT ? lt0 + lm / 2 : ls0 + ln / 2) * stride + (stride - 1);
   }
   arr[idx] = val;
   if (!lastrankonly) arr[(which == BAD_TGT ? t0 + m / 3 : s0 + n / 3) * stride] = val; /* every rank poisons its own slice too */

@@ -14,6 +14,7 @@ Every -mat_fmm_ option applies to both devices; -mat_fmm_cuda_m2l <tc,fma> and -
   with tests/output/gpu_*.out.  Tests need a GPU: CI skips them.
 */
 #include <petscfmm.h>
+#include "testutil.h"
 
 typedef enum { GEOM_SQUARE, GEOM_CURVE, GEOM_CLUSTERS } Geometry;
 static const char *const Geometries[] = {"square", "curve", "clusters", "Geometry", "GEOM_", NULL};
@@ -38,22 +39,12 @@ static PetscErrorCode MakePoints(Geometry g, PetscInt N, PetscReal *xy, PetscRea
       xy[2 * i]     = a;
       xy[2 * i + 1] = b;
       break;
-    case GEOM_CURVE: { /* star r(t) = 1 + 0.3 cos 5t */
-      PetscReal t = 2 * PETSC_PI * i / N, rr = 1 + 0.3 * PetscCosReal(5 * t), dr = -1.5 * PetscSinReal(5 * t);
-      PetscReal dx = dr * PetscCosReal(t) - rr * PetscSinReal(t), dy = dr * PetscSinReal(t) + rr * PetscCosReal(t), sp = PetscSqrtReal(dx * dx + dy * dy);
-      xy[2 * i]      = rr * PetscCosReal(t);
-      xy[2 * i + 1]  = rr * PetscSinReal(t);
-      nrm[2 * i]     = dy / sp;
-      nrm[2 * i + 1] = -dx / sp;
-      w[i]           = sp * 2 * PETSC_PI / N;
-    } break;
-    case GEOM_CLUSTERS: { /* 16 tight clusters */
-      PetscInt  c  = i % 16;
-      PetscReal cx = 0.5 + 0.45 * PetscCosReal(2.4 * c + 0.3 * c * c), cy = 0.5 + 0.45 * PetscSinReal(1.7 * c + 0.2 * c * c);
-      PetscReal rad = 1e-3 * PetscSqrtReal(a), th = 2 * PETSC_PI * b;
-      xy[2 * i]     = cx + rad * PetscCosReal(th);
-      xy[2 * i + 1] = cy + rad * PetscSinReal(th);
-    } break;
+    case GEOM_CURVE: /* star r(t) = 1 + 0.3 cos 5t */
+      TestStarCurvePoint(i, N, &xy[2 * i], &nrm[2 * i], &w[i]);
+      break;
+    case GEOM_CLUSTERS: /* 16 tight clusters */
+      TestClusterPoint(i % 16, 1e-3, a, b, &xy[2 * i]);
+      break;
     }
   }
   PetscCall(PetscRandomDestroy(&r));
@@ -88,8 +79,6 @@ static PetscErrorCode Compare(Vec a, Vec b, PetscReal *rel, PetscBool *bitwise)
 {
   const PetscScalar *x, *y;
   PetscInt           n;
-  Vec                d;
-  PetscReal          nd, nb;
   PetscMPIInt        same;
 
   PetscFunctionBegin;
@@ -101,12 +90,7 @@ static PetscErrorCode Compare(Vec a, Vec b, PetscReal *rel, PetscBool *bitwise)
   PetscCall(VecRestoreArrayRead(b, &y));
   PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, &same, 1, MPI_INT, MPI_MIN, PetscObjectComm((PetscObject)a)));
   *bitwise = same ? PETSC_TRUE : PETSC_FALSE;
-  PetscCall(VecDuplicate(a, &d));
-  PetscCall(VecWAXPY(d, -1.0, b, a));
-  PetscCall(VecNorm(d, NORM_2, &nd));
-  PetscCall(VecNorm(b, NORM_2, &nb));
-  *rel = nb > 0 ? nd / nb : nd;
-  PetscCall(VecDestroy(&d));
+  PetscCall(TestRelDiff(a, b, b, rel));
   PetscFunctionReturn(0);
 }
 

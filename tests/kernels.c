@@ -22,6 +22,7 @@ static char help[] = "MATFMM kernels, targets, layouts and the diagonal operatio
   All points are generated on every rank and each rank takes a slice of uneven size.
 */
 #include <petscfmm.h>
+#include "testutil.h"
 
 static PetscBool verbose = PETSC_FALSE;
 static PetscInt  nfail   = 0;
@@ -41,19 +42,8 @@ static PetscErrorCode ProblemCreate(PetscInt N, PetscInt M, Problem *P)
   P->N = N;
   P->M = M;
   PetscCall(PetscMalloc4(2 * N, &P->src, 2 * N, &P->nrm, N, &P->w, 2 * M, &P->tgt));
-  PetscCall(PetscRandomCreate(PETSC_COMM_SELF, &r));
-  PetscCall(PetscRandomSetType(r, PETSCRAND48));
-  PetscCall(PetscRandomSetSeed(r, 5));
-  PetscCall(PetscRandomSeed(r));
-  for (PetscInt i = 0; i < N; i++) {
-    PetscReal t = 2 * PETSC_PI * (i + 0.25) / N, rr = 1 + 0.3 * PetscCosReal(5 * t), dr = -1.5 * PetscSinReal(5 * t);
-    PetscReal dx = dr * PetscCosReal(t) - rr * PetscSinReal(t), dy = dr * PetscSinReal(t) + rr * PetscCosReal(t), sp = PetscSqrtReal(dx * dx + dy * dy);
-    P->src[2 * i]     = rr * PetscCosReal(t);
-    P->src[2 * i + 1] = rr * PetscSinReal(t);
-    P->nrm[2 * i]     = dy / sp;
-    P->nrm[2 * i + 1] = -dx / sp;
-    P->w[i]           = sp * 2 * PETSC_PI / N;
-  }
+  PetscCall(TestRandomCreate(PETSC_COMM_SELF, 5, &r));
+  for (PetscInt i = 0; i < N; i++) TestStarCurvePoint(i + 0.25, N, &P->src[2 * i], &P->nrm[2 * i], &P->w[i]);
   for (PetscInt i = 0; i < M; i++) {
     PetscReal a, b, t, rr;
     PetscCall(PetscRandomGetValueReal(r, &a));
@@ -91,21 +81,6 @@ static PetscErrorCode ProblemDestroy(Problem *P)
   PetscFunctionReturn(0);
 }
 
-/* uneven split of n items in rank order: rank r gets a share proportional to r + 1
-   (reverse: to size - r), so rank 0 has the smallest (largest) part */
-static void Split(PetscInt n, PetscMPIInt rank, PetscMPIInt size, PetscBool reverse, PetscInt *start, PetscInt *len)
-{
-  PetscInt tot = size * (size + 1) / 2, s = 0;
-  for (PetscMPIInt r = 0; r <= rank; r++) {
-    PetscInt l = (r == size - 1) ? n - s : (n * (reverse ? size - r : r + 1)) / tot;
-    if (r == rank) {
-      *start = s;
-      *len   = l;
-    }
-    s += l;
-  }
-}
-
 typedef struct {
   MatFMMKernel kernel;
   PetscBool    same;    /* targets = sources */
@@ -123,8 +98,8 @@ static PetscErrorCode Create(const Problem *P, const Config *c, Mat *A)
   PetscFunctionBeginUser;
   PetscCallMPI(MPI_Comm_rank(PETSC_COMM_WORLD, &rank));
   PetscCallMPI(MPI_Comm_size(PETSC_COMM_WORLD, &size));
-  Split(P->N, rank, size, PETSC_FALSE, &s0, &n);
-  Split(P->M, rank, size, PETSC_TRUE, &t0, &m); /* targets: a different uneven split */
+  TestSplit(P->N, rank, size, PETSC_FALSE, &s0, &n); /* rank 0 the smallest part */
+  TestSplit(P->M, rank, size, PETSC_TRUE, &t0, &m);  /* targets: a different uneven split, rank 0 the largest */
   if (c->same) {
     t0 = s0;
     m  = n;
@@ -144,30 +119,11 @@ static PetscErrorCode Create(const Problem *P, const Config *c, Mat *A)
   PetscFunctionReturn(0);
 }
 
-/* |a - b| / |ref| (2-norms), |a - b| when ref = 0 */
-static PetscErrorCode Diff(Vec a, Vec b, Vec ref, PetscReal *d)
-{
-  Vec       t;
-  PetscReal n0, n1;
-
-  PetscFunctionBeginUser;
-  PetscCall(VecDuplicate(a, &t));
-  PetscCall(VecWAXPY(t, -1.0, b, a));
-  PetscCall(VecNorm(t, NORM_2, &n1));
-  PetscCall(VecNorm(ref, NORM_2, &n0));
-  *d = n0 > 0 ? n1 / n0 : n1; /* absolute where the reference vanishes (zero diagonal) */
-  PetscCall(VecDestroy(&t));
-  PetscFunctionReturn(0);
-}
-
+/* "<what> <= <tol> ok/FAILED", failures counted in nfail */
 static PetscErrorCode Check(const char *what, PetscReal val, PetscReal tol)
 {
-  PetscBool ok = (val <= tol) ? PETSC_TRUE : PETSC_FALSE;
-
   PetscFunctionBeginUser;
-  PetscCall(PetscPrintf(PETSC_COMM_WORLD, "%s <= %g %s\n", what, (double)tol, ok ? "ok" : "FAILED"));
-  if (verbose || !ok) PetscCall(PetscPrintf(PETSC_COMM_WORLD, "    measured %.3e\n", (double)val));
-  if (!ok) nfail++;
+  PetscCall(TestCheck(what, val, tol, verbose, &nfail));
   PetscFunctionReturn(0);
 }
 
@@ -176,10 +132,7 @@ static PetscErrorCode RandomVec(Vec x, PetscInt seed)
   PetscRandom r;
 
   PetscFunctionBeginUser;
-  PetscCall(PetscRandomCreate(PetscObjectComm((PetscObject)x), &r));
-  PetscCall(PetscRandomSetType(r, PETSCRAND48));
-  PetscCall(PetscRandomSetSeed(r, (unsigned long)seed));
-  PetscCall(PetscRandomSeed(r));
+  PetscCall(TestRandomCreate(PetscObjectComm((PetscObject)x), (unsigned long)seed, &r));
   PetscCall(VecSetRandom(x, r));
   PetscCall(VecShift(x, -0.5));
   PetscCall(PetscRandomDestroy(&r));
@@ -210,12 +163,12 @@ static PetscErrorCode TestLayouts(const Problem *P, MatFMMKernel k, PetscBool sa
   for (PetscInt l = 0; l < 3; l++) {
     PetscCall(VecDuplicate(yr, &y[l]));
     PetscCall(MatMult(A[l], x, y[l]));
-    PetscCall(Diff(y[l], yr, yr, &d));
+    PetscCall(TestRelDiff(y[l], yr, yr, &d));
     PetscCall(PetscSNPrintf(what, sizeof(what), "%s: %-10s vs direct", tag, MatFMMLayouts[l]));
     PetscCall(Check(what, d, 1e-10));
   }
   for (PetscInt l = 1; l < 3; l++) {
-    PetscCall(Diff(y[l], y[0], y[0], &d));
+    PetscCall(TestRelDiff(y[l], y[0], y[0], &d));
     PetscCall(PetscSNPrintf(what, sizeof(what), "%s: %-10s vs tiled ", tag, MatFMMLayouts[l]));
     PetscCall(Check(what, d, 1e-13));
   }
@@ -292,11 +245,11 @@ static PetscErrorCode TestLinearity(const Problem *P, PetscBool same)
   c.kernel = MATFMM_KERNEL_DOUBLE;
   PetscCall(Create(P, &c, &D1));
   PetscCall(MatMult(S1, xw, y1));
-  PetscCall(Diff(y1, ys, ys, &d));
+  PetscCall(TestRelDiff(y1, ys, ys, &d));
   PetscCall(PetscSNPrintf(what, sizeof(what), "%s: S with weights w vs S without weights on w.*x", same ? "targets = sources" : "separate targets"));
   PetscCall(Check(what, d, 1e-14));
   PetscCall(MatMult(D1, xw, y1));
-  PetscCall(Diff(y1, yd, yd, &d));
+  PetscCall(TestRelDiff(y1, yd, yd, &d));
   PetscCall(PetscSNPrintf(what, sizeof(what), "%s: D with weights w vs D without weights on w.*x", same ? "targets = sources" : "separate targets"));
   PetscCall(Check(what, d, 1e-14));
 
@@ -308,12 +261,12 @@ static PetscErrorCode TestLinearity(const Problem *P, PetscBool same)
     PetscCall(RandomVec(v, 13));
     PetscCall(MatMultAdd(C, x, v, z)); /* z = C x + v */
     PetscCall(VecWAXPY(t, 1.0, yc, v));
-    PetscCall(Diff(z, t, t, &d));
+    PetscCall(TestRelDiff(z, t, t, &d));
     PetscCall(PetscSNPrintf(what, sizeof(what), "%s: MatMultAdd(A, x, v, z) vs MatMult + VecAXPY", same ? "targets = sources" : "separate targets"));
     PetscCall(Check(what, d, 1e-15));
     PetscCall(VecCopy(v, z));
     PetscCall(MatMultAdd(C, x, z, z)); /* z = C x + z */
-    PetscCall(Diff(z, t, t, &d));
+    PetscCall(TestRelDiff(z, t, t, &d));
     PetscCall(PetscSNPrintf(what, sizeof(what), "%s: MatMultAdd(A, x, y, y) vs MatMult + VecAXPY", same ? "targets = sources" : "separate targets"));
     PetscCall(Check(what, d, 1e-15));
     PetscCall(VecDestroy(&v));
@@ -397,13 +350,13 @@ static PetscErrorCode CompareDiagMult(Mat A, Mat R, const char *tag, PetscReal m
   PetscCall(VecDuplicate(da, &yr));
   PetscCall(MatGetDiagonal(A, da));
   PetscCall(MatGetDiagonal(R, dr));
-  PetscCall(Diff(da, dr, dr, &d));
+  PetscCall(TestRelDiff(da, dr, dr, &d));
   PetscCall(PetscSNPrintf(what, sizeof(what), "%s: MatGetDiagonal vs dense", tag));
   PetscCall(Check(what, d, 1e-14));
   PetscCall(RandomVec(x, 21));
   PetscCall(MatMult(A, x, ya));
   PetscCall(MatMult(R, x, yr));
-  PetscCall(Diff(ya, yr, yr, &d));
+  PetscCall(TestRelDiff(ya, yr, yr, &d));
   PetscCall(PetscSNPrintf(what, sizeof(what), "%s: MatMult vs dense", tag));
   PetscCall(Check(what, d, multtol));
   PetscCall(VecDestroy(&x));

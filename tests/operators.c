@@ -22,6 +22,7 @@ against direct evaluation of Re sum_j q_j log(z - y_j) + d_j/(z - y_j), for grow
 #include <petscsys.h>
 #include <complex.h>
 #include "../src/fmmexpansions.h"
+#include "testutil.h"
 
 #define PMAX  64
 #define FLOOR 1e-13
@@ -90,6 +91,25 @@ static PetscErrorCode CloudDestroy(Cloud *c)
 {
   PetscFunctionBeginUser;
   PetscCall(PetscFree5(c->x, c->y, c->q, c->dx, c->dy));
+  PetscFunctionReturn(0);
+}
+
+/* all the sources of four child clouds of equal size in one cloud, child after child
+   (only the sources: the disk of the result is not set) */
+static PetscErrorCode CloudConcat(const Cloud ch[4], Cloud *all)
+{
+  PetscInt n = ch[0].n;
+
+  PetscFunctionBeginUser;
+  all->n = 4 * n;
+  PetscCall(PetscMalloc5(4 * n, &all->x, 4 * n, &all->y, 4 * n, &all->q, 4 * n, &all->dx, 4 * n, &all->dy));
+  for (PetscInt k = 0; k < 4; k++) {
+    PetscCall(PetscArraycpy(all->x + n * k, ch[k].x, n));
+    PetscCall(PetscArraycpy(all->y + n * k, ch[k].y, n));
+    PetscCall(PetscArraycpy(all->q + n * k, ch[k].q, n));
+    PetscCall(PetscArraycpy(all->dx + n * k, ch[k].dx, n));
+    PetscCall(PetscArraycpy(all->dy + n * k, ch[k].dy, n));
+  }
   PetscFunctionReturn(0);
 }
 
@@ -257,15 +277,7 @@ static PetscErrorCode TestM2M(PetscReal cx, PetscReal cy, PetscReal h, PetscReal
     cs[k]  = 0.5 * h * PetscSqrtReal(2.0) * (0.6 + 0.1 * k); /* different child scales */
     PetscCall(CloudCreate(40, ccx[k], ccy[k], cs[k], PETSC_TRUE, PETSC_TRUE, &ch[k]));
   }
-  all.n = 160;
-  PetscCall(PetscMalloc5(160, &all.x, 160, &all.y, 160, &all.q, 160, &all.dx, 160, &all.dy));
-  for (PetscInt k = 0; k < 4; k++) {
-    PetscCall(PetscArraycpy(all.x + 40 * k, ch[k].x, 40));
-    PetscCall(PetscArraycpy(all.y + 40 * k, ch[k].y, 40));
-    PetscCall(PetscArraycpy(all.q + 40 * k, ch[k].q, 40));
-    PetscCall(PetscArraycpy(all.dx + 40 * k, ch[k].dx, 40));
-    PetscCall(PetscArraycpy(all.dy + 40 * k, ch[k].dy, 40));
-  }
+  PetscCall(CloudConcat(ch, &all));
   Ring(64, cx, cy, sp / ratio, zx, zy);
   for (PetscInt i = 0; i < 64; i++) ex[i] = Exact(&all, zx[i], zy[i]);
   nrm = Norm(&all, 64, zx, zy);
@@ -385,15 +397,7 @@ static PetscErrorCode TestChain(PetscReal theta, PetscInt np, const PetscInt *ps
     cs[k]  = 0.5 * h * PetscSqrtReal(2.0);
     PetscCall(CloudCreate(30, ccx[k], ccy[k], cs[k], PETSC_TRUE, PETSC_TRUE, &ch[k]));
   }
-  all.n = 120;
-  PetscCall(PetscMalloc5(120, &all.x, 120, &all.y, 120, &all.q, 120, &all.dx, 120, &all.dy));
-  for (PetscInt k = 0; k < 4; k++) {
-    PetscCall(PetscArraycpy(all.x + 30 * k, ch[k].x, 30));
-    PetscCall(PetscArraycpy(all.y + 30 * k, ch[k].y, 30));
-    PetscCall(PetscArraycpy(all.q + 30 * k, ch[k].q, 30));
-    PetscCall(PetscArraycpy(all.dx + 30 * k, ch[k].dx, 30));
-    PetscCall(PetscArraycpy(all.dy + 30 * k, ch[k].dy, 30));
-  }
+  PetscCall(CloudConcat(ch, &all));
   for (PetscInt k = 0; k < 4; k++) {
     Disk(32, lx + ((k & 1) ? 0.5 : -0.5) * h, ly + ((k & 2) ? 0.5 : -0.5) * h, 0.5 * h * PetscSqrtReal(2.0), zx[k], zy[k]);
     for (PetscInt i = 0; i < 32; i++) ex[k][i] = Exact(&all, zx[k][i], zy[k][i]);
@@ -468,10 +472,7 @@ int main(int argc, char **argv)
 
   PetscCall(PetscInitialize(&argc, &argv, NULL, help));
   PetscCall(PetscOptionsGetBool(NULL, NULL, "-verbose", &verbose, NULL));
-  PetscCall(PetscRandomCreate(PETSC_COMM_SELF, &rnd));
-  PetscCall(PetscRandomSetType(rnd, PETSCRAND48));
-  PetscCall(PetscRandomSetSeed(rnd, 7));
-  PetscCall(PetscRandomSeed(rnd));
+  PetscCall(TestRandomCreate(PETSC_COMM_SELF, 7, &rnd));
 
   PetscCall(TestPairKernel());
   /* P2M: bound (Greengard-Rokhlin Lemma 2.1, with dipoles) ~ ratio^p/(1 - ratio) */
