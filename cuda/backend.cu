@@ -61,8 +61,9 @@ static PetscErrorCode FMMCUDADestroy(Mat A)
    copies (all OpenMP threads) overlapping the DMA of the previous chunk. */
 static void ParallelCopy(double *d, const double *s, PetscInt n)
 {
-#pragma omp parallel for schedule(static) if (n > 65536)
-  for (PetscInt i0 = 0; i0 < n; i0 += 32768) memcpy(d + i0, s + i0, sizeof(double) * (size_t)PetscMin(32768, n - i0));
+  /* pieces of 32 KB: a staging chunk (>= 64K doubles) keeps every thread busy */
+#pragma omp parallel for schedule(static) if (n > 16384)
+  for (PetscInt i0 = 0; i0 < n; i0 += 4096) memcpy(d + i0, s + i0, sizeof(double) * (size_t)PetscMin(4096, n - i0));
 }
 
 static PetscBool Pageable(const void *a)
