@@ -10,6 +10,7 @@
     -mat_fmm_cuda_log <fast,libm> near-field log by table (default) or the libm log
 */
 #include "fmmcuda.h"
+#include "fmmexpansions.h"
 
 /* device array of n elements of type T, uploaded from h when h is not NULL */
 template <class T>
@@ -318,12 +319,7 @@ static PetscErrorCode FMMCUDASetup(Mat A)
     for (PetscInt b = 0; b < P->nleaves; b++)
       for (PetscInt i = P->tleaf[b]; i < P->tleaf[b + 1]; i++) tleafof[i] = b;
     PetscCall(PetscCalloc2(nb * nb, &binom, p * p, &m2l)); /* the tables of the CPU backend */
-    for (PetscInt n = 0; n < nb; n++) {
-      binom[n * nb] = 1.0;
-      for (PetscInt k = 1; k <= n; k++) binom[n * nb + k] = binom[(n - 1) * nb + k - 1] + (k < n ? binom[(n - 1) * nb + k] : 0.0);
-    }
-    for (PetscInt l = 1; l <= p; l++)
-      for (PetscInt k = 1; k <= p; k++) m2l[(l - 1) * p + (k - 1)] = binom[(l + k - 1) * nb + (k - 1)];
+    FMMTables((int)p, binom, m2l);
     PetscCall(Upload(c, &c->tleafof, tleafof, P->M, "the target leaves"));
     PetscCall(Upload(c, &c->binom, binom, nb * nb, "the binomial table"));
     PetscCall(Upload(c, &c->m2l, m2l, p * p, "the M2L matrix"));

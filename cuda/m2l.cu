@@ -32,7 +32,7 @@
 __constant__ double cM2L[FMMCUDA_PFAST * FMMCUDA_PFAST]; /* cM2L[(l-1)*PFAST + k-1] = C(l+k-1, k-1) */
 __constant__ double cInv[FMMCUDA_PFAST + 1];            /* 1/l */
 
-/* same recurrence as the CPU table, so the same rounded values for large n */
+/* the CPU backend's tables (FMMTables), so the same rounded values for large n */
 PetscErrorCode FMMCUDAM2LSetup(FMM_CUDA *c)
 {
   const int nb = 2 * FMMCUDA_PFAST + 1;
@@ -40,12 +40,7 @@ PetscErrorCode FMMCUDAM2LSetup(FMM_CUDA *c)
 
   PetscFunctionBegin;
   PetscCall(PetscCalloc1(nb * nb, &binom));
-  for (int n = 0; n < nb; n++) {
-    binom[n * nb] = 1.0;
-    for (int k = 1; k <= n; k++) binom[n * nb + k] = binom[(n - 1) * nb + k - 1] + (k < n ? binom[(n - 1) * nb + k] : 0.0);
-  }
-  for (int l = 1; l <= FMMCUDA_PFAST; l++)
-    for (int k = 1; k <= FMMCUDA_PFAST; k++) m2l[(l - 1) * FMMCUDA_PFAST + (k - 1)] = binom[(l + k - 1) * nb + (k - 1)];
+  FMMTables(FMMCUDA_PFAST, binom, m2l);
   inv[0] = 0.0;
   for (int l = 1; l <= FMMCUDA_PFAST; l++) inv[l] = 1.0 / l;
   PetscCall(PetscFree(binom));

@@ -22,6 +22,21 @@
   #define FMM_HD static inline
 #endif
 
+/* The tables of the operators below, for order p: binom is (2p+1) x (2p+1),
+   binom[n*(2p+1) + k] = C(n,k) by Pascal's rule (exact up to 2^53, then the
+   same rounded values on every backend); m2l is p x p,
+   m2l[(l-1)*p + (k-1)] = C(l+k-1, k-1).  binom must come zeroed. */
+static inline void FMMTables(int p, double *binom, double *m2l)
+{
+  const int nb = 2 * p + 1;
+  for (int n = 0; n < nb; n++) {
+    binom[n * nb] = 1.0;
+    for (int k = 1; k <= n; k++) binom[n * nb + k] = binom[(n - 1) * nb + k - 1] + (k < n ? binom[(n - 1) * nb + k] : 0.0);
+  }
+  for (int l = 1; l <= p; l++)
+    for (int k = 1; k <= p; k++) m2l[(l - 1) * p + (k - 1)] = binom[(l + k - 1) * nb + (k - 1)];
+}
+
 /* near-field pair: Re[q log(z - y) + d/(z - y)] with r = z - y; the zero
    distance pair (a target on its own source, or coincident points) is excluded */
 #if !defined(__CUDACC__)

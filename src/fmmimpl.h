@@ -36,7 +36,6 @@ typedef struct {
   PetscInt   nleaves; /* 4^L */
   PetscInt   N;       /* sources (global count, all replicated) */
   PetscInt   M;       /* targets on this rank */
-  PetscBool  same;    /* targets are the sources (square integral operator) */
   /* sources in tree order */
   PetscInt  *sperm;          /* [N] tree position -> global source index */
   PetscReal *sx, *sy;        /* [N] coordinates */

@@ -171,7 +171,6 @@ PetscErrorCode FMMPlanBuild(Mat A)
   P->nboxes  = nboxes;
   P->N       = N;
   P->M       = M;
-  P->same    = same;
 
   if (!same) PetscCall(GatherTargets(A, &gtgt));
   PetscCall(PetscMalloc1(U, &pt));

@@ -35,21 +35,6 @@ typedef struct {
   PetscInt64 recmax;         /* doubles in one chunk */
 } FMM_CPU;
 
-static PetscErrorCode SetupTables(FMM_CPU *c)
-{
-  PetscInt p = c->p, nb = 2 * p + 1;
-
-  PetscFunctionBegin;
-  PetscCall(PetscCalloc2(nb * nb, &c->binom, p * p, &c->m2l));
-  for (PetscInt n = 0; n < nb; n++) {
-    c->binom[n * nb] = 1.0;
-    for (PetscInt k = 1; k <= n; k++) c->binom[n * nb + k] = c->binom[(n - 1) * nb + k - 1] + (k < n ? c->binom[(n - 1) * nb + k] : 0.0);
-  }
-  for (PetscInt l = 1; l <= p; l++)
-    for (PetscInt k = 1; k <= p; k++) c->m2l[(l - 1) * p + (k - 1)] = c->binom[(l + k - 1) * nb + (k - 1)];
-  PetscFunctionReturn(0);
-}
-
 static PetscErrorCode FMMCPUDestroy(Mat A)
 {
   Mat_FMM *fmm = (Mat_FMM *)A->data;
@@ -96,7 +81,8 @@ static PetscErrorCode FMMCPUSetup(Mat A)
   c->hasq      = fmm->beta != 0.0 ? PETSC_TRUE : PETSC_FALSE;
   c->hasd      = (fmm->alpha != 0.0 && fmm->gnrm) ? PETSC_TRUE : PETSC_FALSE;
   c->par       = (P->N + P->M >= FMM_OMP_MIN_POINTS) ? PETSC_TRUE : PETSC_FALSE;
-  PetscCall(SetupTables(c));
+  PetscCall(PetscCalloc2((2 * c->p + 1) * (2 * c->p + 1), &c->binom, c->p * c->p, &c->m2l));
+  FMMTables((int)c->p, c->binom, c->m2l);
   PetscCall(PetscMalloc2(P->nboxes * c->ne, &c->mpole, P->nboxes * c->ne, &c->local));
   PetscCall(PetscMalloc4(P->N, &c->q, P->N, &c->dx, P->N, &c->dy, P->M, &c->pot));
   if (fmm->layout == MATFMM_LAYOUT_INDEXING) {
