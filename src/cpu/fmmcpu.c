@@ -31,8 +31,10 @@ typedef struct {
   PetscInt  *nbr, *nbroff;
   PetscReal *gq, *gdx, *gdy; /* [N] strengths in global order */
   /* repetition layout: chunk of per-target records */
-  PetscReal *rec;
-  PetscInt64 recmax;         /* doubles in one chunk */
+  PetscReal  *rec;           /* one chunk of records */
+  PetscInt64 *recoff;        /* [nleaves] offset of each leaf's records in its chunk */
+  PetscInt   *nsrc;          /* [nleaves] neighbour sources of each leaf */
+  PetscInt   *chunk, nchunk; /* [nchunk+1] first leaf of each chunk */
 } FMM_CPU;
 
 static PetscErrorCode FMMCPUDestroy(Mat A)
@@ -48,6 +50,7 @@ static PetscErrorCode FMMCPUDestroy(Mat A)
   PetscCall(PetscFree2(c->nbr, c->nbroff));
   PetscCall(PetscFree3(c->gq, c->gdx, c->gdy));
   PetscCall(PetscFree(c->rec));
+  PetscCall(PetscFree3(c->recoff, c->nsrc, c->chunk));
   PetscCall(PetscFree(fmm->backend));
   PetscFunctionReturn(0);
 }
@@ -96,21 +99,33 @@ static PetscErrorCode FMMCPUSetup(Mat A)
     }
     c->nbroff[P->nleaves] = k;
   } else if (fmm->layout == MATFMM_LAYOUT_REPETITION) {
-    /* one chunk must hold at least one leaf's records */
-    PetscReal budget = fmm->repetition_mb * 1048576.0 / sizeof(PetscReal), need = 0;
-    PetscReal total  = 0;
-    PetscInt  stride = RecordStride(c);
+    /* leaf-aligned chunks of records within the budget (one chunk when all fit);
+       one leaf's records must fit alone */
+    PetscReal  budget = fmm->repetition_mb * 1048576.0 / sizeof(PetscReal), need = 0;
+    PetscInt   stride = RecordStride(c);
+    PetscInt64 used = 0, maxused = 1;
+    PetscCall(PetscMalloc3(P->nleaves, &c->recoff, P->nleaves, &c->nsrc, P->nleaves + 1, &c->chunk));
     for (PetscInt b = 0; b < P->nleaves; b++) {
-      PetscReal leaf = (PetscReal)(P->tleaf[b + 1] - P->tleaf[b]) * (2 + stride * (PetscReal)NearSources(P, b));
-      need = PetscMax(need, leaf);
-      total += leaf;
+      c->nsrc[b] = NearSources(P, b);
+      need       = PetscMax(need, (PetscReal)(P->tleaf[b + 1] - P->tleaf[b]) * (2 + stride * (PetscReal)c->nsrc[b]));
     }
     PetscCall(MPIU_Allreduce(MPI_IN_PLACE, &need, 1, MPIU_REAL, MPIU_MAX, PetscObjectComm((PetscObject)A)));
     PetscCheck(need <= budget, PetscObjectComm((PetscObject)A), PETSC_ERR_MEM,
                "-mat_fmm_layout repetition: one leaf box needs %.1f MB of records, more than -mat_fmm_repetition_mb %g; raise the budget, lower -mat_fmm_ct, or use -mat_fmm_layout tiled", (double)(need * sizeof(PetscReal) / 1048576.0), (double)fmm->repetition_mb);
-    /* the whole near field when it fits the budget, else leaf-aligned chunks */
-    c->recmax = (PetscInt64)PetscMax(PetscMin(budget, total), 1.0);
-    PetscCall(PetscMalloc1(c->recmax, &c->rec));
+    c->chunk[0] = 0;
+    c->nchunk   = 0;
+    for (PetscInt b = 0; b < P->nleaves; b++) {
+      PetscInt64 len = (PetscInt64)(P->tleaf[b + 1] - P->tleaf[b]) * (2 + stride * c->nsrc[b]);
+      if (used + len > (PetscInt64)budget) {
+        c->chunk[++c->nchunk] = b;
+        used                  = 0;
+      }
+      c->recoff[b] = used;
+      used += len;
+      maxused = PetscMax(maxused, used);
+    }
+    c->chunk[++c->nchunk] = P->nleaves;
+    PetscCall(PetscMalloc1(maxused, &c->rec));
   }
   PetscFunctionReturn(0);
 }
@@ -263,26 +278,16 @@ static void P2PIndexing(Mat_FMM *fmm, FMM_CPU *c, const PetscScalar *sigma)
 /* P2P, repetition (data-replication seed): for every target a contiguous
    record [x, y, then per neighbour source x, y, (q), (dx, dy)], built for
    leaf-aligned chunks that fit the -mat_fmm_repetition_mb budget */
-static PetscErrorCode P2PRepetition(const FMMPlan *P, FMM_CPU *c)
+static void P2PRepetition(const FMMPlan *P, FMM_CPU *c)
 {
   const PetscInt stride = RecordStride(c), hq = c->hasq, hd = c->hasd;
-  PetscInt64    *recoff;
 
-  PetscFunctionBegin;
-  PetscCall(PetscMalloc1(P->nleaves + 1, &recoff));
-  for (PetscInt b0 = 0, b1; b0 < P->nleaves; b0 = b1) {
-    PetscInt64 used = 0;
-    /* leaves [b0,b1) whose records fit the chunk (a leaf always fits: checked at setup) */
-    for (b1 = b0; b1 < P->nleaves; b1++) {
-      PetscInt64 need = (PetscInt64)(P->tleaf[b1 + 1] - P->tleaf[b1]) * (2 + stride * NearSources(P, b1));
-      if (used + need > c->recmax) break;
-      recoff[b1] = used;
-      used += need;
-    }
+  for (PetscInt ch = 0; ch < c->nchunk; ch++) {
+    const PetscInt b0 = c->chunk[ch], b1 = c->chunk[ch + 1];
     /* build the records */
 #pragma omp parallel for schedule(dynamic, 8) if (c->par)
     for (PetscInt b = b0; b < b1; b++) {
-      PetscReal *r = c->rec + recoff[b];
+      PetscReal *r = c->rec + c->recoff[b];
       for (PetscInt i = P->tleaf[b]; i < P->tleaf[b + 1]; i++) {
         *r++ = P->tx[i];
         *r++ = P->ty[i];
@@ -301,9 +306,9 @@ static PetscErrorCode P2PRepetition(const FMMPlan *P, FMM_CPU *c)
     /* evaluate: one contiguous stretch per target */
 #pragma omp parallel for schedule(dynamic, 8) if (c->par)
     for (PetscInt b = b0; b < b1; b++) {
-      PetscInt ns = NearSources(P, b);
+      PetscInt ns = c->nsrc[b];
       for (PetscInt i = P->tleaf[b]; i < P->tleaf[b + 1]; i++) {
-        const PetscReal *r  = c->rec + recoff[b] + (PetscInt64)(i - P->tleaf[b]) * (2 + stride * ns);
+        const PetscReal *r  = c->rec + c->recoff[b] + (PetscInt64)(i - P->tleaf[b]) * (2 + stride * ns);
         PetscReal        zx = r[0], zy = r[1], acc = 0.0;
         r += 2;
         for (PetscInt k = 0; k < ns; k++, r += stride) acc += FMMPairKernel(zx - r[0], zy - r[1], hq ? r[2] : 0.0, hd ? r[2 + hq] : 0.0, hd ? r[3 + hq] : 0.0);
@@ -311,8 +316,6 @@ static PetscErrorCode P2PRepetition(const FMMPlan *P, FMM_CPU *c)
       }
     }
   }
-  PetscCall(PetscFree(recoff));
-  PetscFunctionReturn(0);
 }
 
 static PetscErrorCode FMMCPUMult(Mat A, const PetscScalar *sigma, PetscScalar *y)
@@ -334,7 +337,7 @@ static PetscErrorCode FMMCPUMult(Mat A, const PetscScalar *sigma, PetscScalar *y
     P2PIndexing(fmm, c, sigma);
     break;
   case MATFMM_LAYOUT_REPETITION:
-    PetscCall(P2PRepetition(P, c));
+    P2PRepetition(P, c);
     break;
   }
   PetscCall(PetscLogFlops(12.0 * (PetscLogDouble)P->p2ppairs));
