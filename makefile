@@ -30,7 +30,9 @@ export OMPI_MCA_rmaps_base_oversubscribe := 1
 NVCC      ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
 CUDA      ?= $(if $(NVCC),1,0)
 CUDA_ARCH ?= sm_90
-CUDA_DIR  := $(abspath $(dir $(NVCC))/..)
+# nvcc may be a wrapper script outside the toolkit (/usr/local/bin/nvcc): ask it for its toolkit root
+CUDA_TOP  := $(if $(filter 1,$(CUDA)),$(shell $(NVCC) -dryrun -x cu /dev/null 2>&1 | sed -n 's/^#\$$ TOP=//p'))
+CUDA_LIBDIR := $(patsubst %/,%,$(dir $(firstword $(wildcard $(CUDA_TOP)/lib64/libcudart_static.a $(CUDA_TOP)/targets/*/lib/libcudart_static.a $(abspath $(dir $(NVCC))/..)/lib64/libcudart_static.a))))
 
 OPTFLAGS   ?= -O3 -march=native -fno-math-errno -fno-trapping-math
 CFLAGS_FMM := $(OPTFLAGS) -fPIC -fopenmp -Wall -Wno-unknown-pragmas -Iinclude -Isrc $(PETSC_CC_INCLUDES)
@@ -45,7 +47,10 @@ ifeq ($(CUDA),1)
   CFLAGS_FMM += -DPETSCFMM_HAVE_CUDA -DPETSCFMM_HAVE_CUDA_BACKEND
   NVCCFLAGS  := -O3 -std=c++17 -arch=$(CUDA_ARCH) -lineinfo -Xcompiler -fPIC,-fopenmp -DPETSCFMM_HAVE_CUDA -DPETSCFMM_HAVE_CUDA_BACKEND -Iinclude -Isrc $(PETSC_CC_INCLUDES) $(shell $(CC) --showme:compile 2>/dev/null)
   # static CUDA runtime: the library loads (and runs on the CPU) where no CUDA driver exists
-  LIBS_FMM   += -L$(CUDA_DIR)/lib64 -Wl,-rpath,$(CUDA_DIR)/lib64 -lcudart_static -ldl -lrt -lpthread -lstdc++
+  ifeq ($(CUDA_LIBDIR),)
+    $(error CUDA: no libcudart_static.a under the toolkit of $(NVCC) (root '$(CUDA_TOP)'); build with CUDA=0 or set CUDA_LIBDIR)
+  endif
+  LIBS_FMM   += -L$(CUDA_LIBDIR) -lcudart_static -ldl -lrt -lpthread -lstdc++
 endif
 
 LIB := lib/libpetscfmm.so
