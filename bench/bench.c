@@ -7,7 +7,10 @@ static char help[] = "MATFMM benchmark: setup, MatMult (median of -reps), time p
 
 /*
   Prints, for the options given:
-    bench: device=.. N=.. geometry=.. eps=.. p=.. ct=.. layout=.. levels=.. setup_s=.. mult_med_s=.. mult_min_s=.. mult_max_s=.. points_per_s=..
+    bench: device=.. N=.. geometry=.. eps=.. p=.. ct=.. layout=.. levels=.. setup_s=.. assembly_s=.. cuda_init_s=.. mult_med_s=.. mult_min_s=.. mult_max_s=.. points_per_s=..
+  setup_s is MatCreate to MatAssemblyEnd (the sources copied in, the tree, the
+  lists, the device arrays); assembly_s is MatAssemblyBegin/End alone;
+  cuda_init_s is PetscFMMCUDAInitialize(), the CUDA context, once per process.
     phases_ms: P2M=.. M2M=.. M2L=.. L2L=.. L2P=.. P2P=..   (per MatMult)
     rates: p2p_pairs_per_s=.. m2l_gflops=.. m2l_count=.. p2p_pairs=.. relerr_sample=..
   M2L flops are counted as 4p^2 + 20p per translation: the two real (p x p)
@@ -29,7 +32,7 @@ int main(int argc, char **argv)
   PetscBool          curve = PETSC_TRUE;
   char               geom[16] = "curve";
   PetscReal         *xy, *nrm, *w, *times, eps = 1e-10;
-  PetscLogDouble     t0, t1;
+  PetscLogDouble     t0, t1, ta, ti0, ti1;
   Mat                A;
   Vec                x, y;
   PetscRandom        rnd;
@@ -68,12 +71,17 @@ int main(int argc, char **argv)
     }
   }
 
+  /* the CUDA context: once per process, timed apart (cuda_init_s) */
+  PetscCall(PetscTime(&ti0));
+  PetscCall(PetscFMMCUDAInitialize());
+  PetscCall(PetscTime(&ti1));
   PetscCall(PetscTime(&t0));
   PetscCall(MatCreate(PETSC_COMM_WORLD, &A));
   PetscCall(MatSetSizes(A, n, n, PETSC_DETERMINE, PETSC_DETERMINE));
   PetscCall(MatSetType(A, MATFMM));
   PetscCall(MatFMMSetSources(A, n, xy, nrm, w));
   PetscCall(MatSetFromOptions(A));
+  PetscCall(PetscTime(&ta));
   PetscCall(MatAssemblyBegin(A, MAT_FINAL_ASSEMBLY));
   PetscCall(MatAssemblyEnd(A, MAT_FINAL_ASSEMBLY));
   PetscCall(PetscTime(&t1));
@@ -115,8 +123,8 @@ int main(int argc, char **argv)
     pairs = (PetscReal)p2p;
     PetscCall(MPIU_Allreduce(&mloc, &msum, 1, MPIU_REAL, MPIU_SUM, PETSC_COMM_WORLD));
     PetscCall(MPIU_Allreduce(MPI_IN_PLACE, &pairs, 1, MPIU_REAL, MPIU_SUM, PETSC_COMM_WORLD));
-    PetscCall(PetscPrintf(PETSC_COMM_WORLD, "bench: device=%s N=%" PetscInt_FMT " geometry=%s eps=%g p=%" PetscInt_FMT " ct=%" PetscInt_FMT " layout=%s levels=%" PetscInt_FMT " setup_s=%.4f mult_med_s=%.5f mult_min_s=%.5f mult_max_s=%.5f points_per_s=%.3e\n", MatFMMDevices[dev], N,
-                           curve ? "curve" : "square", (double)eps, p, ct, layout, L, (double)(t1 - t0), (double)med, (double)times[0], (double)times[reps - 1], (double)(N / med)));
+    PetscCall(PetscPrintf(PETSC_COMM_WORLD, "bench: device=%s N=%" PetscInt_FMT " geometry=%s eps=%g p=%" PetscInt_FMT " ct=%" PetscInt_FMT " layout=%s levels=%" PetscInt_FMT " setup_s=%.4f assembly_s=%.4f cuda_init_s=%.3f mult_med_s=%.5f mult_min_s=%.5f mult_max_s=%.5f points_per_s=%.3e\n", MatFMMDevices[dev], N,
+                           curve ? "curve" : "square", (double)eps, p, ct, layout, L, (double)(t1 - t0), (double)(t1 - ta), (double)(ti1 - ti0), (double)med, (double)times[0], (double)times[reps - 1], (double)(N / med)));
     PetscCall(PetscPrintf(PETSC_COMM_WORLD, "phases_ms: P2M=%.3f M2M=%.3f M2L=%.3f L2L=%.3f L2P=%.3f P2P=%.3f\n", 1e3 * ph[0], 1e3 * ph[1], 1e3 * ph[2], 1e3 * ph[3], 1e3 * ph[4], 1e3 * ph[5]));
     if (ph[5] > 0 && ph[2] > 0) PetscCall(PetscPrintf(PETSC_COMM_WORLD, "rates: p2p_pairs_per_s=%.3e m2l_gflops=%.2f m2l_count=%.0f p2p_pairs=%.0f", (double)(pairs / ph[5]), (double)(msum * (4.0 * p * p + 20.0 * p) / ph[2] * 1e-9), (double)msum, (double)pairs));
     else PetscCall(PetscPrintf(PETSC_COMM_WORLD, "rates: (no FMM phases: direct method)"));

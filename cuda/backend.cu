@@ -1,13 +1,17 @@
 /*
   The CUDA backend: FMMBackendCUDA, the same pass as the CPU backend
-  (src/cpu/fmmcpu.c) with every phase on the GPU.  setup() uploads the plan
-  that src/plan.c built and allocates all work arrays once; a product then
-  copies the N densities in and the M potentials out, and nothing else
-  crosses the bus.  One GPU per MPI rank (rank modulo the device count).
+  (src/cpu/fmmcpu.c) with every phase on the GPU.  At assembly plan() uploads
+  the points and builds the tree and lists on the GPU (tree.cu); with
+  -mat_fmm_cuda_tree cpu, src/plan.c builds them and setup() uploads them.
+  setup() then derives the work of a product from the lists (on the GPU) and
+  allocates all work arrays once; a product copies the N densities in and the
+  M potentials out, and nothing else crosses the bus.  One GPU per MPI rank
+  (rank modulo the device count).
 
   Backend options (read at assembly, with the Mat's prefix):
     -mat_fmm_cuda_m2l <tc,fma>   M2L on the FP64 tensor cores (default) or unrolled DFMA
     -mat_fmm_cuda_log <fast,libm> near-field log by table (default) or the libm log
+    -mat_fmm_cuda_tree <gpu,cpu> tree and lists built on the GPU (default) or on the CPU
 */
 #include "fmmcuda.h"
 #include "fmmexpansions.h"
@@ -44,10 +48,6 @@ static PetscErrorCode FMMCUDADestroy(Mat A)
   Free(&c->sigma), Free(&c->q), Free(&c->dx), Free(&c->dy), Free(&c->mpole), Free(&c->local), Free(&c->pot), Free(&c->y), Free(&c->dpart);
   Free(&c->logtab), Free(&c->items), Free(&c->leafnsc), Free(&c->leafpart), Free(&c->p2ppart);
   Free(&c->nbroff), Free(&c->nbr), Free(&c->nbrt), Free(&c->gxy), Free(&c->gq), Free(&c->gdx), Free(&c->gdy), Free(&c->recoff), Free(&c->rec);
-  if (c->stagein) (void)cudaFreeHost(c->stagein);
-  if (c->stageout) (void)cudaFreeHost(c->stageout);
-  for (int k = 0; k < FMM_STAGE_CHUNKS; k++)
-    if (c->ev[k]) (void)cudaEventDestroy(c->ev[k]);
   if (c->stream) (void)cudaStreamDestroy(c->stream);
   (void)cudaGetLastError();
   PetscCall(PetscFree(c->repleaf));
@@ -58,11 +58,12 @@ static PetscErrorCode FMMCUDADestroy(Mat A)
 
 /* n doubles between the caller's array and the GPU.  Device memory and
    page-locked host memory are copied directly (cudaMemcpyDefault); pageable
-   host memory goes through a pinned staging buffer in chunks, the host-side
-   copies (all OpenMP threads) overlapping the DMA of the previous chunk. */
+   host memory goes through the process's pinned staging rings in slots of
+   FMM_STAGE_SLOT doubles, the host-side copies (all OpenMP threads)
+   overlapping the DMA of the other slots. */
 static void ParallelCopy(double *d, const double *s, PetscInt n)
 {
-  /* pieces of 32 KB: a staging chunk (>= 64K doubles) keeps every thread busy */
+  /* pieces of 32 KB: a slot (1 MB) keeps every thread busy */
 #pragma omp parallel for schedule(static) if (n > 16384)
   for (PetscInt i0 = 0; i0 < n; i0 += 4096) memcpy(d + i0, s + i0, sizeof(double) * (size_t)PetscMin(4096, n - i0));
 }
@@ -77,171 +78,78 @@ static PetscBool Pageable(const void *a)
   return at.type == cudaMemoryTypeUnregistered ? PETSC_TRUE : PETSC_FALSE;
 }
 
-static inline PetscInt StageChunk(PetscInt n)
-{
-  return PetscMax((n + FMM_STAGE_CHUNKS - 1) / FMM_STAGE_CHUNKS, 65536);
-}
-
+/* host h (n doubles) to device d; returns when h may be changed */
 static PetscErrorCode CopyIn(FMM_CUDA *c, double *d, const double *h, PetscInt n)
 {
+  FMMCUDAStage *st = &FMMCUDAStaging;
+
   PetscFunctionBegin;
   if (!n) PetscFunctionReturn(0);
-  if (!c->stagein || !Pageable(h)) {
+  if (!st->in || !Pageable(h)) {
     FMMCallCUDA(cudaMemcpyAsync(d, h, sizeof(double) * n, cudaMemcpyDefault, c->stream));
     PetscFunctionReturn(0);
   }
-  for (PetscInt off = 0, ch = StageChunk(n); off < n; off += ch) {
-    PetscInt m = PetscMin(ch, n - off);
-    ParallelCopy(c->stagein + off, h + off, m);
-    FMMCallCUDA(cudaMemcpyAsync(d + off, c->stagein + off, sizeof(double) * m, cudaMemcpyHostToDevice, c->stream));
+  for (PetscInt off = 0, k = 0; off < n; off += FMM_STAGE_SLOT, k++) { /* slot k % CHUNKS, free once its last copy is done */
+    const PetscInt m = PetscMin(FMM_STAGE_SLOT, n - off), j = k % FMM_STAGE_CHUNKS;
+    FMMCallCUDA(cudaEventSynchronize(st->evin[j]));
+    ParallelCopy(st->in + j * FMM_STAGE_SLOT, h + off, m);
+    FMMCallCUDA(cudaMemcpyAsync(d + off, st->in + j * FMM_STAGE_SLOT, sizeof(double) * m, cudaMemcpyHostToDevice, c->stream));
+    FMMCallCUDA(cudaEventRecord(st->evin[j], c->stream));
   }
   PetscFunctionReturn(0);
 }
 
-/* returns when h holds the data */
+/* device d (n doubles) to host h; returns when h holds the data */
 static PetscErrorCode CopyOut(FMM_CUDA *c, double *h, const double *d, PetscInt n)
 {
+  FMMCUDAStage *st = &FMMCUDAStaging;
+
   PetscFunctionBegin;
-  if (n && c->stageout && Pageable(h)) {
-    PetscInt ch = StageChunk(n), k = 0;
-    for (PetscInt off = 0; off < n; off += ch, k++) {
-      FMMCallCUDA(cudaMemcpyAsync(c->stageout + off, d + off, sizeof(double) * PetscMin(ch, n - off), cudaMemcpyDeviceToHost, c->stream));
-      FMMCallCUDA(cudaEventRecord(c->ev[k], c->stream));
+  if (n && st->out && Pageable(h)) {
+    const PetscInt nch = (n + FMM_STAGE_SLOT - 1) / FMM_STAGE_SLOT;
+    for (PetscInt k = 0; k < PetscMin(nch, FMM_STAGE_CHUNKS); k++) { /* fill the ring */
+      FMMCallCUDA(cudaMemcpyAsync(st->out + k * FMM_STAGE_SLOT, d + k * FMM_STAGE_SLOT, sizeof(double) * PetscMin(FMM_STAGE_SLOT, n - k * FMM_STAGE_SLOT), cudaMemcpyDeviceToHost, c->stream));
+      FMMCallCUDA(cudaEventRecord(st->evout[k], c->stream));
     }
-    k = 0;
-    for (PetscInt off = 0; off < n; off += ch, k++) {
-      FMMCallCUDA(cudaEventSynchronize(c->ev[k]));
-      ParallelCopy(h + off, c->stageout + off, PetscMin(ch, n - off));
+    for (PetscInt k = 0; k < nch; k++) { /* empty slot k % CHUNKS, then refill it with chunk k + CHUNKS */
+      const PetscInt j = k % FMM_STAGE_CHUNKS, kn = k + FMM_STAGE_CHUNKS;
+      FMMCallCUDA(cudaEventSynchronize(st->evout[j]));
+      ParallelCopy(h + k * FMM_STAGE_SLOT, st->out + j * FMM_STAGE_SLOT, PetscMin(FMM_STAGE_SLOT, n - k * FMM_STAGE_SLOT));
+      if (kn < nch) {
+        FMMCallCUDA(cudaMemcpyAsync(st->out + j * FMM_STAGE_SLOT, d + kn * FMM_STAGE_SLOT, sizeof(double) * PetscMin(FMM_STAGE_SLOT, n - kn * FMM_STAGE_SLOT), cudaMemcpyDeviceToHost, c->stream));
+        FMMCallCUDA(cudaEventRecord(st->evout[j], c->stream));
+      }
     }
   } else if (n) FMMCallCUDA(cudaMemcpyAsync(h, d, sizeof(double) * n, cudaMemcpyDefault, c->stream));
   FMMCallCUDA(cudaStreamSynchronize(c->stream));
   PetscFunctionReturn(0);
 }
 
-/* M2L chunks of 32 pairs and the partial sums of each target box (see fmmcuda.h) */
-static PetscErrorCode SetupM2L(FMM_CUDA *c, const FMMPlan *P)
-{
-  PetscInt *pairtgt, *chunkpart, *tpart, part = 0;
-
-  PetscFunctionBegin;
-  c->npairs  = P->faroff[P->nboxes];
-  c->nchunks = (c->npairs + 31) / 32;
-  PetscCall(PetscMalloc3(c->npairs, &pairtgt, c->nchunks, &chunkpart, P->nboxes + 1, &tpart));
-  for (PetscInt t = 0; t < P->nboxes; t++)
-    for (PetscInt g = P->faroff[t]; g < P->faroff[t + 1]; g++) pairtgt[g] = t;
-  for (PetscInt ch = 0; ch < c->nchunks; ch++) {
-    chunkpart[ch] = part;
-    for (PetscInt g = 32 * ch; g < PetscMin(32 * ch + 32, c->npairs); g++)
-      if (g == 32 * ch || pairtgt[g] != pairtgt[g - 1]) part++;
-  }
-  c->nparts = part;
-  tpart[0]  = 0;
-  for (PetscInt t = 0; t < P->nboxes; t++) { /* one partial per chunk that box t's pairs touch */
-    PetscInt g0 = P->faroff[t], g1 = P->faroff[t + 1];
-    tpart[t + 1] = tpart[t] + (g1 > g0 ? (g1 - 1) / 32 - g0 / 32 + 1 : 0);
-  }
-  PetscCheck(tpart[P->nboxes] == part, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CUDA: M2L partial count mismatch %" PetscInt_FMT " != %" PetscInt_FMT, tpart[P->nboxes], part);
-  PetscCall(Upload(c, &c->far, P->far, c->npairs, "the M2L list"));
-  PetscCall(Upload(c, &c->pairtgt, pairtgt, c->npairs, "the M2L targets"));
-  PetscCall(Upload(c, &c->chunkpart, chunkpart, c->nchunks, "the M2L chunks"));
-  PetscCall(Upload(c, &c->tpart, tpart, P->nboxes + 1, "the M2L partial offsets"));
-  PetscCall(Upload(c, &c->part, (PetscReal *)NULL, (PetscInt64)c->nparts * c->ne, "the M2L partial sums"));
-  FMMCallCUDA(cudaStreamSynchronize(c->stream)); /* before the host arrays go */
-  PetscCall(PetscFree3(pairtgt, chunkpart, tpart));
-  PetscCall(FMMCUDAM2LSetup(c));
-  PetscFunctionReturn(0);
-}
-
-/* P2P items (see FMMP2PItem): each leaf's targets in blocks of FMMCUDA_P2P_T,
-   its near list in chunks of FMMCUDA_P2P_S */
-static PetscErrorCode SetupP2PItems(FMM_CUDA *c, const FMMPlan *P)
-{
-  const PetscInt T = FMMCUDA_P2P_T, S = FMMCUDA_P2P_S;
-  PetscInt      *nsc, *lpart, nit = 0, npart = 0;
-  FMMP2PItem    *it;
-
-  PetscFunctionBegin;
-  PetscCall(PetscMalloc2(P->nleaves, &nsc, P->nleaves, &lpart));
-  PetscCall(PetscMalloc1(P->nleaves + 1, &c->itemstart));
-  for (PetscInt b = 0; b < P->nleaves; b++) {
-    PetscInt nt = P->tleaf[b + 1] - P->tleaf[b], ns = 0;
-    for (PetscInt j = P->nearoff[b]; j < P->nearoff[b + 1]; j++) ns += P->sleaf[P->near[j] + 1] - P->sleaf[P->near[j]];
-    c->itemstart[b] = nit;
-    nsc[b]          = (nt && ns) ? (ns + S - 1) / S : 0;
-    lpart[b]        = nsc[b] > 1 ? npart : -1;
-    if (nsc[b] > 1) npart += nsc[b] * nt;
-    nit += nsc[b] * ((nt + T - 1) / T);
-  }
-  c->itemstart[P->nleaves] = nit;
-  PetscCall(PetscMalloc1(nit, &it));
-  for (PetscInt b = 0, n = 0; b < P->nleaves; b++) {
-    PetscInt nt = P->tleaf[b + 1] - P->tleaf[b], ns = 0, j = P->nearoff[b], pos, e = 0;
-    if (!nsc[b]) continue;
-    for (PetscInt jj = P->nearoff[b]; jj < P->nearoff[b + 1]; jj++) ns += P->sleaf[P->near[jj] + 1] - P->sleaf[P->near[jj]];
-    pos = P->sleaf[P->near[j]];
-    for (PetscInt k = 0; k < nsc[b]; k++) {
-      PetscInt e0 = k * S;
-      while (e < e0) { /* walk the near list to source e0 */
-        PetscInt end = P->sleaf[P->near[j] + 1], step = PetscMin(end - pos, e0 - e);
-        pos += step;
-        e += step;
-        if (pos == end && j + 1 < P->nearoff[b + 1]) pos = P->sleaf[P->near[++j]];
-      }
-      for (PetscInt t = 0; t < nt; t += T, n++) {
-        it[n].leaf = b;
-        it[n].t0   = P->tleaf[b] + t;
-        it[n].nt   = PetscMin(T, nt - t);
-        it[n].e0   = e0;
-        it[n].ne   = PetscMin(S, ns - e0);
-        it[n].j    = j;
-        it[n].pos  = pos;
-        it[n].part = nsc[b] > 1 ? lpart[b] + k * nt + t : -1;
-      }
-    }
-  }
-  c->nitems   = nit;
-  c->p2psplit = npart > 0 ? PETSC_TRUE : PETSC_FALSE;
-  PetscCall(Upload(c, &c->items, it, nit, "the P2P work items"));
-  PetscCall(Upload(c, &c->leafnsc, nsc, P->nleaves, "the P2P chunk counts"));
-  PetscCall(Upload(c, &c->leafpart, lpart, P->nleaves, "the P2P partial offsets"));
-  PetscCall(Upload(c, &c->p2ppart, (PetscReal *)NULL, npart, "the P2P partial sums"));
-  FMMCallCUDA(cudaStreamSynchronize(c->stream));
-  PetscCall(PetscFree(it));
-  PetscCall(PetscFree2(nsc, lpart));
-  PetscFunctionReturn(0);
-}
-
-/* neighbour-source lists of the indexing and repetition layouts, and the repetition chunks */
+/* neighbour-source lists of the indexing and repetition layouts (from the
+   device lists), and the repetition chunks (on the host, from the leaf sizes) */
 static PetscErrorCode SetupNearLists(Mat A, FMM_CUDA *c, const FMMPlan *P)
 {
-  Mat_FMM  *fmm = (Mat_FMM *)A->data;
-  PetscInt *nbroff, *nbr, k = 0;
+  Mat_FMM *fmm = (Mat_FMM *)A->data;
 
   PetscFunctionBegin;
-  PetscCall(PetscMalloc2(P->nleaves + 1, &nbroff, P->nearsrc, &nbr));
-  for (PetscInt b = 0; b < P->nleaves; b++) {
-    nbroff[b] = k;
-    for (PetscInt j = P->nearoff[b]; j < P->nearoff[b + 1]; j++)
-      for (PetscInt i = P->sleaf[P->near[j]]; i < P->sleaf[P->near[j] + 1]; i++) nbr[k++] = i; /* tree position */
-  }
-  nbroff[P->nleaves] = k;
-  PetscCall(Upload(c, &c->nbroff, nbroff, P->nleaves + 1, "the neighbour-source offsets"));
   if (fmm->layout == MATFMM_LAYOUT_REPETITION) {
     const int   S      = c->kind == 2 ? 5 : (c->kind == 1 ? 4 : 3);
     PetscReal   budget = fmm->repetition_mb * 1048576.0 / sizeof(PetscReal), need = 0;
     PetscInt64 *recoff, used = 0, maxused = 0;
-    PetscInt    nch    = 0;
-    PetscCall(Upload(c, &c->nbrt, nbr, P->nearsrc, "the repetition source lists"));
-    for (PetscInt b = 0; b < P->nleaves; b++) need = PetscMax(need, (PetscReal)(P->tleaf[b + 1] - P->tleaf[b]) * (2 + S * (PetscReal)(nbroff[b + 1] - nbroff[b])));
+    PetscInt    nch    = 0, *nbroff, *tleaf;
+    PetscCall(PetscMalloc2(P->nleaves + 1, &nbroff, P->nleaves + 1, &tleaf));
+    PetscCall(FMMCUDANearSources(c, P, PETSC_FALSE, &c->nbrt, nbroff));
+    FMMCallCUDA(cudaMemcpy(tleaf, c->tleaf, sizeof(PetscInt) * (P->nleaves + 1), cudaMemcpyDeviceToHost));
+    for (PetscInt b = 0; b < P->nleaves; b++) need = PetscMax(need, (PetscReal)(tleaf[b + 1] - tleaf[b]) * (2 + S * (PetscReal)(nbroff[b + 1] - nbroff[b])));
     PetscCall(MPIU_Allreduce(MPI_IN_PLACE, &need, 1, MPIU_REAL, MPIU_MAX, PetscObjectComm((PetscObject)A)));
-    if (need > budget) PetscCall(PetscFree2(nbroff, nbr));
+    if (need > budget) PetscCall(PetscFree2(nbroff, tleaf));
     PetscCheck(need <= budget, PetscObjectComm((PetscObject)A), PETSC_ERR_MEM, "-mat_fmm_layout repetition: one leaf box needs %.1f MB of records, more than -mat_fmm_repetition_mb %g; raise the budget, lower -mat_fmm_ct, or use -mat_fmm_layout tiled", (double)(need * sizeof(PetscReal) / 1048576.0), (double)fmm->repetition_mb);
     /* leaf-aligned chunks that fit the budget */
     PetscCall(PetscMalloc1(P->nleaves, &recoff));
     PetscCall(PetscMalloc1(P->nleaves + 1, &c->repleaf));
     c->repleaf[0] = 0;
     for (PetscInt b = 0; b < P->nleaves; b++) {
-      PetscInt64 len = (PetscInt64)(P->tleaf[b + 1] - P->tleaf[b]) * (2 + (PetscInt64)S * (nbroff[b + 1] - nbroff[b]));
+      PetscInt64 len = (PetscInt64)(tleaf[b + 1] - tleaf[b]) * (2 + (PetscInt64)S * (nbroff[b + 1] - nbroff[b]));
       if (used + len > (PetscInt64)budget) {
         c->repleaf[++nch] = b;
         used              = 0;
@@ -256,46 +164,95 @@ static PetscErrorCode SetupNearLists(Mat A, FMM_CUDA *c, const FMMPlan *P)
     PetscCall(Upload(c, &c->rec, (PetscReal *)NULL, maxused, "the repetition records (-mat_fmm_repetition_mb)"));
     FMMCallCUDA(cudaStreamSynchronize(c->stream));
     PetscCall(PetscFree(recoff));
+    PetscCall(PetscFree2(nbroff, tleaf));
   } else { /* indexing: global source indices, sources in global order */
-    for (PetscInt e = 0; e < P->nearsrc; e++) nbr[e] = P->sperm[nbr[e]];
-    PetscCall(Upload(c, &c->nbr, nbr, P->nearsrc, "the indexing source lists"));
-    PetscCall(Upload(c, &c->gxy, fmm->gsrc, 2 * (PetscInt64)P->N, "the sources in global order"));
+    PetscCall(FMMCUDANearSources(c, P, PETSC_TRUE, &c->nbr, NULL));
+    if (!c->gxy) { /* the tree built on the GPU keeps the uploaded points: sources first */
+      PetscCall(FMMCUDAMalloc((void **)&c->gxy, sizeof(double) * 2 * P->N, "the sources in global order"));
+      PetscCall(CopyIn(c, c->gxy, fmm->gsrc, 2 * P->N));
+    }
     PetscCall(Upload(c, &c->gq, (PetscReal *)NULL, P->N, "the charges in global order"));
     PetscCall(Upload(c, &c->gdx, (PetscReal *)NULL, P->N, "the dipoles in global order"));
     PetscCall(Upload(c, &c->gdy, (PetscReal *)NULL, P->N, "the dipoles in global order"));
     FMMCallCUDA(cudaStreamSynchronize(c->stream));
   }
-  PetscCall(PetscFree2(nbroff, nbr));
   PetscFunctionReturn(0);
 }
 
-static PetscErrorCode FMMCUDASetup(Mat A)
+/* the backend's context: device, stream, kernel choices */
+static PetscErrorCode Create(Mat A)
 {
-  Mat_FMM        *fmm = (Mat_FMM *)A->data;
-  const FMMPlan  *P   = &fmm->plan;
-  FMM_CUDA       *c;
-  const PetscInt  p = fmm->p, nb = 2 * p + 1;
-  PetscBool       hasq, hasd;
+  Mat_FMM  *fmm = (Mat_FMM *)A->data;
+  FMM_CUDA *c;
+  PetscInt  p = fmm->p;
 
   PetscFunctionBegin;
   PetscCall(FMMCUDADestroy(A));
   PetscCall(PetscNew(&c));
   fmm->backend = c;
+  PetscCall(FMMCUDAInitializeContext()); /* once per process: the context and the staging rings */
   PetscCall(FMMCUDASelectDevice(PetscObjectComm((PetscObject)A), &c->dev));
   FMMCallCUDA(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
-  c->p    = p;
-  c->ne   = 2 * (p + 1);
-  c->pp   = p <= FMMCUDA_PFAST ? 2 * ((p + 1) / 2) : 0;
+  c->p  = p;
+  c->ne = 2 * (p + 1);
+  c->pp = p <= FMMCUDA_PFAST ? 2 * ((p + 1) / 2) : 0;
   /* M2L on the FP64 tensor cores unless -mat_fmm_cuda_m2l fma */
   c->kp = (fmm->cuda_m2l_tc && c->pp) ? 8 * ((p + 7) / 8) : 0;
-  /* the near field's log by table unless -mat_fmm_cuda_log libm */
-  if (fmm->cuda_log_fast) PetscCall(FMMCUDALogTable(c));
-  hasq    = fmm->beta != 0.0 ? PETSC_TRUE : PETSC_FALSE;
-  hasd    = (fmm->alpha != 0.0 && fmm->gnrm) ? PETSC_TRUE : PETSC_FALSE;
-  c->kind = hasd ? (hasq ? 2 : 1) : 0;
-  c->fmm  = fmm->method == MATFMM_METHOD_FMM ? PETSC_TRUE : PETSC_FALSE;
+  {
+    PetscBool hasq = fmm->beta != 0.0 ? PETSC_TRUE : PETSC_FALSE, hasd = (fmm->alpha != 0.0 && fmm->gnrm) ? PETSC_TRUE : PETSC_FALSE;
+    c->kind        = hasd ? (hasq ? 2 : 1) : 0;
+  }
+  c->fmm = fmm->method == MATFMM_METHOD_FMM ? PETSC_TRUE : PETSC_FALSE;
+  PetscFunctionReturn(0);
+}
 
-  /* points and strengths per unit density, in tree order */
+/* plan(): the points to the GPU, the tree and lists built there (tree.cu) */
+static PetscErrorCode FMMCUDAPlan(Mat A)
+{
+  Mat_FMM   *fmm  = (Mat_FMM *)A->data;
+  FMMPlan   *P    = &fmm->plan;
+  PetscBool  same = fmm->ntgt < 0 ? PETSC_TRUE : PETSC_FALSE;
+  PetscInt   N = A->cmap->N, Mg = same ? 0 : A->rmap->N, U = N + Mg;
+  FMM_CUDA  *c;
+  double    *xy, *nrm = NULL, *wts = NULL;
+  PetscLogDouble t0, t0b, t1, t2;
+
+  PetscFunctionBegin;
+  PetscCall(PetscTime(&t0));
+  PetscCall(FMMPlanDestroy(P));
+  P->N = N;
+  P->M = same ? fmm->nsrc : fmm->ntgt;
+  PetscCall(Create(A));
+  c = (FMM_CUDA *)fmm->backend;
+  PetscCall(PetscTime(&t0b));
+  PetscCall(FMMCUDAMalloc((void **)&xy, sizeof(double) * 2 * PetscMax(U, 1), "the points"));
+  PetscCall(CopyIn(c, xy, fmm->gsrc, 2 * N));
+  if (!same) PetscCall(CopyIn(c, xy + 2 * N, fmm->gtgt, 2 * Mg));
+  if (fmm->gnrm) {
+    PetscCall(FMMCUDAMalloc((void **)&nrm, sizeof(double) * 2 * N, "the normals"));
+    PetscCall(CopyIn(c, nrm, fmm->gnrm, 2 * N));
+  }
+  if (fmm->gwts) {
+    PetscCall(FMMCUDAMalloc((void **)&wts, sizeof(double) * N, "the weights"));
+    PetscCall(CopyIn(c, wts, fmm->gwts, N));
+  }
+  FMMCallCUDA(cudaStreamSynchronize(c->stream));
+  PetscCall(PetscTime(&t1));
+  PetscCall(FMMCUDATreeBuild(c, P, fmm->ct, fmm->theta, same, same ? A->cmap->rstart : A->rmap->rstart, fmm->alpha, fmm->beta, xy, nrm, wts, U));
+  PetscCall(PetscTime(&t2));
+  PetscCall(PetscInfo(A, "GPU plan: context and staging %.2f ms, %" PetscInt_FMT " points up %.2f ms, tree and lists %.2f ms\n", 1e3 * (t0b - t0), U, 1e3 * (t1 - t0b), 1e3 * (t2 - t1)));
+  if (nrm) FMMCallCUDA(cudaFree(nrm));
+  if (wts) FMMCallCUDA(cudaFree(wts));
+  if (fmm->layout == MATFMM_LAYOUT_INDEXING && c->fmm) c->gxy = xy; /* the sources in global order, first 2N */
+  else FMMCallCUDA(cudaFree(xy));
+  c->treebuilt = PETSC_TRUE;
+  PetscFunctionReturn(0);
+}
+
+/* the plan built by src/plan.c, uploaded */
+static PetscErrorCode UploadPlan(FMM_CUDA *c, const FMMPlan *P)
+{
+  PetscFunctionBegin;
   PetscCall(Upload(c, &c->sperm, P->sperm, P->N, "the source permutation"));
   PetscCall(Upload(c, &c->sx, P->sx, P->N, "the source coordinates"));
   PetscCall(Upload(c, &c->sy, P->sy, P->N, "the source coordinates"));
@@ -305,41 +262,64 @@ static PetscErrorCode FMMCUDASetup(Mat A)
   PetscCall(Upload(c, &c->tperm, P->tperm, P->M, "the target permutation"));
   PetscCall(Upload(c, &c->tx, P->tx, P->M, "the target coordinates"));
   PetscCall(Upload(c, &c->ty, P->ty, P->M, "the target coordinates"));
+  {
+    PetscInt *tleafof;
+    PetscCall(PetscMalloc1(P->M, &tleafof));
+    for (PetscInt b = 0; b < P->nleaves; b++)
+      for (PetscInt i = P->tleaf[b]; i < P->tleaf[b + 1]; i++) tleafof[i] = b;
+    PetscCall(Upload(c, &c->tleafof, tleafof, P->M, "the target leaves"));
+    FMMCallCUDA(cudaStreamSynchronize(c->stream));
+    PetscCall(PetscFree(tleafof));
+  }
+  PetscCall(Upload(c, &c->sleaf, P->sleaf, P->nleaves + 1, "the leaf source ranges"));
+  PetscCall(Upload(c, &c->tleaf, P->tleaf, P->nleaves + 1, "the leaf target ranges"));
+  PetscCall(Upload(c, &c->cx, P->cx, P->nboxes, "the box centres"));
+  PetscCall(Upload(c, &c->cy, P->cy, P->nboxes, "the box centres"));
+  PetscCall(Upload(c, &c->scale, P->scale, P->nboxes, "the box scales"));
+  PetscCall(Upload(c, &c->faroff, P->faroff, P->nboxes + 1, "the M2L offsets"));
+  PetscCall(Upload(c, &c->far, P->far, P->nfar, "the M2L list"));
+  PetscCall(Upload(c, &c->nearoff, P->nearoff, P->nleaves + 1, "the P2P offsets"));
+  PetscCall(Upload(c, &c->near, P->near, P->nearoff[P->nleaves], "the P2P lists"));
+  FMMCallCUDA(cudaStreamSynchronize(c->stream));
+  PetscFunctionReturn(0);
+}
+
+static PetscErrorCode FMMCUDASetup(Mat A)
+{
+  Mat_FMM       *fmm = (Mat_FMM *)A->data;
+  FMMPlan       *P   = &fmm->plan;
+  FMM_CUDA      *c   = (FMM_CUDA *)fmm->backend;
+  const PetscInt p = fmm->p, nb = 2 * p + 1;
+
+  PetscFunctionBegin;
+  if (!c || !c->treebuilt) {
+    PetscCall(Create(A));
+    c = (FMM_CUDA *)fmm->backend;
+    PetscCall(UploadPlan(c, P));
+  }
+  /* the near field's log by table unless -mat_fmm_cuda_log libm */
+  if (fmm->cuda_log_fast) PetscCall(FMMCUDALogTable(c));
   PetscCall(Upload(c, &c->sigma, (PetscReal *)NULL, P->N, "the densities"));
   PetscCall(Upload(c, &c->q, (PetscReal *)NULL, P->N, "the charges"));
   PetscCall(Upload(c, &c->dx, (PetscReal *)NULL, P->N, "the dipoles"));
   PetscCall(Upload(c, &c->dy, (PetscReal *)NULL, P->N, "the dipoles"));
   PetscCall(Upload(c, &c->pot, (PetscReal *)NULL, P->M, "the potentials"));
   PetscCall(Upload(c, &c->y, (PetscReal *)NULL, P->M, "the potentials"));
-
   if (c->fmm) {
-    PetscInt *tleafof;
-    double   *binom, *m2l;
-    PetscCall(PetscMalloc1(P->M, &tleafof));
-    for (PetscInt b = 0; b < P->nleaves; b++)
-      for (PetscInt i = P->tleaf[b]; i < P->tleaf[b + 1]; i++) tleafof[i] = b;
+    double *binom, *m2l;
     PetscCall(PetscCalloc2(nb * nb, &binom, p * p, &m2l)); /* the tables of the CPU backend */
     FMMTables((int)p, binom, m2l);
-    PetscCall(Upload(c, &c->tleafof, tleafof, P->M, "the target leaves"));
     PetscCall(Upload(c, &c->binom, binom, nb * nb, "the binomial table"));
     PetscCall(Upload(c, &c->m2l, m2l, p * p, "the M2L matrix"));
-    PetscCall(Upload(c, &c->sleaf, P->sleaf, P->nleaves + 1, "the leaf source ranges"));
-    PetscCall(Upload(c, &c->tleaf, P->tleaf, P->nleaves + 1, "the leaf target ranges"));
-    PetscCall(Upload(c, &c->cx, P->cx, P->nboxes, "the box centres"));
-    PetscCall(Upload(c, &c->cy, P->cy, P->nboxes, "the box centres"));
-    PetscCall(Upload(c, &c->scale, P->scale, P->nboxes, "the box scales"));
-    PetscCall(Upload(c, &c->faroff, P->faroff, P->nboxes + 1, "the M2L offsets"));
-    PetscCall(Upload(c, &c->nearoff, P->nearoff, P->nleaves + 1, "the P2P offsets"));
-    PetscCall(Upload(c, &c->near, P->near, P->nearoff[P->nleaves], "the P2P lists"));
     PetscCall(Upload(c, &c->mpole, (PetscReal *)NULL, (PetscInt64)P->nboxes * c->ne, "the multipole expansions"));
     PetscCall(Upload(c, &c->local, (PetscReal *)NULL, (PetscInt64)P->nboxes * c->ne, "the local expansions"));
     FMMCallCUDA(cudaStreamSynchronize(c->stream));
-    PetscCall(PetscFree(tleafof));
     PetscCall(PetscFree2(binom, m2l));
-    PetscCall(SetupM2L(c, P));
-    PetscCall(SetupP2PItems(c, P));
-    if (fmm->layout != MATFMM_LAYOUT_TILED) PetscCall(SetupNearLists(A, c, P));
+    PetscCall(FMMCUDAM2LPlan(c, P));
+    PetscCall(FMMCUDAM2LSetup(c));
   }
+  PetscCall(FMMCUDAP2PPlan(c, P)); /* also the statistics of the plan */
+  if (c->fmm && fmm->layout != MATFMM_LAYOUT_TILED) PetscCall(SetupNearLists(A, c, P));
   { /* direct: slice the sources when the targets alone do not fill the GPU */
     int      sms = 1;
     PetscInt bx  = (P->M + 255) / 256;
@@ -348,11 +328,6 @@ static PetscErrorCode FMMCUDASetup(Mat A)
     c->dslices = PetscMin(c->dslices, 65535);
     if (c->dslices > 1) PetscCall(Upload(c, &c->dpart, (PetscReal *)NULL, (PetscInt64)c->dslices * P->M, "the direct partial sums"));
   }
-  /* pinned staging buffers; without them (allocation refused) copies go direct */
-  if (cudaMallocHost((void **)&c->stagein, sizeof(double) * PetscMax(P->N, 1)) != cudaSuccess) c->stagein = NULL;
-  if (cudaMallocHost((void **)&c->stageout, sizeof(double) * PetscMax(P->M, 1)) != cudaSuccess) c->stageout = NULL;
-  (void)cudaGetLastError();
-  for (int k = 0; k < FMM_STAGE_CHUNKS; k++) FMMCallCUDA(cudaEventCreateWithFlags(&c->ev[k], cudaEventDisableTiming));
   FMMCallCUDA(cudaStreamSynchronize(c->stream));
   PetscFunctionReturn(0);
 }
@@ -455,4 +430,4 @@ static PetscErrorCode FMMCUDADirectMult(Mat A, const PetscScalar *sigma, PetscSc
   PetscFunctionReturn(0);
 }
 
-struct _FMMBackendOps FMMBackendCUDA = {"cuda", FMMCUDASetup, FMMCUDAMult, FMMCUDADirectMult, FMMCUDADestroy};
+struct _FMMBackendOps FMMBackendCUDA = {"cuda", FMMCUDAPlan, FMMCUDASetup, FMMCUDAMult, FMMCUDADirectMult, FMMCUDADestroy};

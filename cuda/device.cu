@@ -49,3 +49,49 @@ PetscErrorCode FMMCUDAMalloc(void **p, size_t bytes, const char *what)
   FMMCallCUDA(e);
   PetscFunctionReturn(0);
 }
+
+FMMCUDAStage FMMCUDAStaging;
+
+static PetscErrorCode FMMCUDAFinalizeContext(void)
+{
+  PetscFunctionBegin;
+  if (FMMCUDAStaging.in) (void)cudaFreeHost(FMMCUDAStaging.in);
+  if (FMMCUDAStaging.out) (void)cudaFreeHost(FMMCUDAStaging.out);
+  for (int k = 0; k < FMM_STAGE_CHUNKS; k++) {
+    if (FMMCUDAStaging.evin[k]) (void)cudaEventDestroy(FMMCUDAStaging.evin[k]);
+    if (FMMCUDAStaging.evout[k]) (void)cudaEventDestroy(FMMCUDAStaging.evout[k]);
+  }
+  (void)cudaGetLastError();
+  PetscCall(PetscMemzero(&FMMCUDAStaging, sizeof(FMMCUDAStaging)));
+  PetscFunctionReturn(0);
+}
+
+/* once per process: this rank's device, its context (cudaFree(0) creates it)
+   and the pinned staging rings (pinning memory takes milliseconds per MB,
+   so it is done once, not at every assembly) */
+PetscErrorCode FMMCUDAInitializeContext(void)
+{
+  static PetscBool done = PETSC_FALSE;
+  int              dev;
+  const size_t     bytes = sizeof(double) * FMM_STAGE_CHUNKS * FMM_STAGE_SLOT;
+
+  PetscFunctionBegin;
+  if (done) {
+    PetscCall(FMMCUDASelectDevice(PETSC_COMM_WORLD, &dev));
+    PetscFunctionReturn(0);
+  }
+  PetscCall(FMMCUDASelectDevice(PETSC_COMM_WORLD, &dev));
+  FMMCallCUDA(cudaFree(0));
+  if (cudaMallocHost((void **)&FMMCUDAStaging.in, bytes) != cudaSuccess || cudaMallocHost((void **)&FMMCUDAStaging.out, bytes) != cudaSuccess) { /* copies then go direct */
+    if (FMMCUDAStaging.in) (void)cudaFreeHost(FMMCUDAStaging.in);
+    FMMCUDAStaging.in = FMMCUDAStaging.out = NULL;
+  }
+  (void)cudaGetLastError();
+  for (int k = 0; k < FMM_STAGE_CHUNKS; k++) {
+    FMMCallCUDA(cudaEventCreateWithFlags(&FMMCUDAStaging.evin[k], cudaEventDisableTiming));
+    FMMCallCUDA(cudaEventCreateWithFlags(&FMMCUDAStaging.evout[k], cudaEventDisableTiming));
+  }
+  PetscCall(PetscRegisterFinalize(FMMCUDAFinalizeContext));
+  done = PETSC_TRUE;
+  PetscFunctionReturn(0);
+}

@@ -14,7 +14,17 @@
    higher orders (up to FMMCUDA_PMAX) call FMMM2L and FMMP2MAdd at run-time order */
 #define FMMCUDA_PFAST 40
 #define FMMCUDA_PMAX  64
-#define FMM_STAGE_CHUNKS 16 /* pieces of a staged host-device copy */
+#define FMM_STAGE_CHUNKS 16     /* slots of the staging rings */
+#define FMM_STAGE_SLOT   131072 /* doubles per slot (1 MB) */
+
+/* the process's pinned staging rings for copies from and to pageable host
+   memory (device.cu): FMM_STAGE_CHUNKS slots each way, an event per slot
+   marking when its last copy is done; NULL members when pinning was refused */
+typedef struct {
+  double     *in, *out;
+  cudaEvent_t evin[FMM_STAGE_CHUNKS], evout[FMM_STAGE_CHUNKS];
+} FMMCUDAStage;
+PETSC_INTERN FMMCUDAStage FMMCUDAStaging;
 
 /* a CUDA runtime error as a PETSc error: out of memory is PETSC_ERR_MEM, the rest PETSC_ERR_GPU */
 #define FMMCallCUDA(...) \
@@ -81,14 +91,17 @@ typedef struct {
   PetscInt    nrepchunks, *repleaf; /* host */
   PetscInt64 *recoff;               /* [nleaves] record offset of each leaf within its chunk */
   PetscReal  *rec;
-  /* pinned staging of the densities and potentials (see CopyIn/CopyOut) */
-  double     *stagein, *stageout;
-  cudaEvent_t ev[FMM_STAGE_CHUNKS];
+  PetscBool   treebuilt; /* the device plan was built by FMMCUDATreeBuild (tree.cu), not uploaded */
 } FMM_CUDA;
 
 PETSC_INTERN PetscErrorCode FMMCUDAMalloc(void **, size_t, const char *);
 PETSC_INTERN PetscErrorCode FMMCUDASelectDevice(MPI_Comm, int *);
 
+/* tree.cu */
+PETSC_INTERN PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *, FMMPlan *, PetscInt, PetscReal, PetscBool, PetscInt, PetscReal, PetscReal, const double *, const double *, const double *, PetscInt);
+PETSC_INTERN PetscErrorCode FMMCUDAM2LPlan(FMM_CUDA *, const FMMPlan *);
+PETSC_INTERN PetscErrorCode FMMCUDAP2PPlan(FMM_CUDA *, FMMPlan *);
+PETSC_INTERN PetscErrorCode FMMCUDANearSources(FMM_CUDA *, const FMMPlan *, PetscBool, PetscInt **, PetscInt *);
 /* upward.cu */
 PETSC_INTERN PetscErrorCode FMMCUDAStrengths(FMM_CUDA *, const FMMPlan *);
 PETSC_INTERN PetscErrorCode FMMCUDAP2M(FMM_CUDA *, const FMMPlan *);

@@ -95,8 +95,8 @@ fi
 # summary: one line per run
 for f in bench table; do
   [ -f "$OUT/$f.log" ] || continue
-  echo "== $f: N eps p ct layout L setup mult_med | P2M M2M M2L L2L L2P P2P (ms) | p2p/s m2l_gflops relerr"
-  awk '/^bench:/ {split("",v); for (i=2;i<=NF;i++) {split($i,kv,"="); v[kv[1]]=kv[2]}; s=v["N"]" "v["eps"]" "v["p"]" "v["ct"]" "v["layout"]" "v["levels"]" "v["setup_s"]" "v["mult_med_s"]}
+  echo "== $f: N eps p ct layout L setup assembly cuda_init mult_med | P2M M2M M2L L2L L2P P2P (ms) | p2p/s m2l_gflops relerr"
+  awk '/^bench:/ {split("",v); for (i=2;i<=NF;i++) {split($i,kv,"="); v[kv[1]]=kv[2]}; s=v["N"]" "v["eps"]" "v["p"]" "v["ct"]" "v["layout"]" "v["levels"]" "v["setup_s"]" "v["assembly_s"]" "v["cuda_init_s"]" "v["mult_med_s"]}
        /^phases_ms:/ {ph=""; for (i=2;i<=NF;i++) {split($i,kv,"="); ph=ph" "kv[2]}}
        /^rates:/ {r=""; for (i=2;i<=NF;i++) {split($i,kv,"="); if (kv[1]!="m2l_count" && kv[1]!="p2p_pairs") r=r" "kv[2]}; print s" |"ph" |"r}' "$OUT/$f.log"
   grep -iE "error|skipped" "$OUT/$f.log" | sort | uniq -c | head -5

@@ -110,3 +110,4 @@ PETSC_EXTERN PetscErrorCode MatFMMGetClusteringThreshold(Mat, PetscInt *);
 PETSC_EXTERN PetscErrorCode MatFMMGetTreeInfo(Mat, PetscInt *, PetscInt *, PetscInt *, PetscCount *);
 PETSC_EXTERN PetscErrorCode MatFMMGetDevice(Mat, MatFMMDevice *);
 PETSC_EXTERN PetscErrorCode PetscFMMCUDAGetDeviceCount(PetscInt *);
+PETSC_EXTERN PetscErrorCode PetscFMMCUDAInitialize(void);

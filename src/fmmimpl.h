@@ -50,6 +50,7 @@ typedef struct {
   PetscInt  *faroff, *far;    /* [nboxes+1], [faroff[nboxes]]: M2L sources of each box */
   PetscInt  *nearoff, *near;  /* [nleaves+1], [nearoff[nleaves]]: P2P source leaves of each leaf */
   PetscInt   maxleafsrc, maxleaftgt;
+  PetscInt   nfar;    /* M2L pairs: faroff[nboxes] */
   PetscInt   nearsrc; /* sum over leaves of the neighbour sources (indexing layout length) */
   PetscCount p2ppairs; /* target-source pairs the near field sums */
 } FMMPlan;
@@ -70,6 +71,7 @@ static inline PetscInt FMMLevelStart(PetscInt l)
 typedef struct _FMMBackendOps *FMMBackend;
 struct _FMMBackendOps {
   const char *name;
+  PetscErrorCode (*plan)(Mat);                                   /* builds the plan itself (NULL: FMMPlanBuild on the host) */
   PetscErrorCode (*setup)(Mat);                                  /* after the plan is built */
   PetscErrorCode (*mult)(Mat, const PetscScalar *, PetscScalar *); /* FMM product */
   PetscErrorCode (*direct)(Mat, const PetscScalar *, PetscScalar *); /* exact O(NM) product */
@@ -92,6 +94,7 @@ typedef struct {
   PetscReal    repetition_mb;
   PetscBool    ct_set;                      /* CT given by the user; else the device's default */
   PetscBool    cuda_m2l_tc, cuda_log_fast; /* CUDA kernel choices (-mat_fmm_cuda_m2l, -mat_fmm_cuda_log) */
+  PetscBool    cuda_tree_gpu;              /* the CUDA backend builds the plan on the GPU (-mat_fmm_cuda_tree) */
   /* diagonal terms: y = scale*K x + diag .* x + shift*x */
   PetscScalar  scale, shift;
   Vec          diag; /* NULL when none (row layout) */
@@ -101,6 +104,8 @@ typedef struct {
   PetscScalar *sigma;    /* [N] gathered densities (global order) */
   PetscScalar *pot;      /* [M] potentials, local target order */
   PetscReal   *gsrc, *gnrm, *gwts; /* [2N],[2N],[N] gathered source data (global order) */
+  PetscReal   *gtgt;               /* [2 Mglobal] gathered targets (NULL: the targets are the sources) */
+  PetscBool    galias;             /* one rank: the g* arrays are the user's arrays (src, nrm, wts, tgt), not copies */
   FMMPlan      plan;
   FMMBackend   ops;
   void        *backend; /* backend private data */
@@ -114,4 +119,5 @@ PETSC_INTERN struct _FMMBackendOps FMMBackendCPU;
 #if defined(PETSCFMM_HAVE_CUDA)
 PETSC_INTERN struct _FMMBackendOps FMMBackendCUDA;
 PETSC_INTERN PetscErrorCode FMMCUDADeviceCount(int *);
+PETSC_INTERN PetscErrorCode FMMCUDAInitializeContext(void);
 #endif

@@ -94,3 +94,82 @@ PetscErrorCode PetscFMMCUDAGetDeviceCount(PetscInt *n)
 #endif
   PetscFunctionReturn(0);
 }
+
+/* a product of the default configuration on a small problem: the GPU
+   kernels it uses (ours and CUB's) are loaded on first use (CUDA lazy
+   loading), about a quarter of a millisecond each */
+static PetscErrorCode FMMCUDAWarmUp(void)
+{
+  const PetscInt n = 1 << 17;
+  PetscReal     *xy;
+  Mat            A;
+  Vec            x, y;
+
+  PetscFunctionBegin;
+  PetscCall(PetscMalloc1(2 * n, &xy));
+  for (PetscInt i = 0; i < n; i++) { /* golden-angle spiral filling the unit disc */
+    PetscReal r = PetscSqrtReal((i + 0.5) / n), a = 2.399963229728653 * i;
+    xy[2 * i]     = r * PetscCosReal(a);
+    xy[2 * i + 1] = r * PetscSinReal(a);
+  }
+  PetscCall(MatCreate(PETSC_COMM_SELF, &A));
+  PetscCall(MatSetSizes(A, n, n, n, n));
+  PetscCall(MatSetType(A, MATFMM));
+  PetscCall(MatFMMSetSources(A, n, xy, NULL, NULL));
+  PetscCall(MatFMMSetDevice(A, MATFMM_DEVICE_CUDA));
+  PetscCall(MatAssemblyBegin(A, MAT_FINAL_ASSEMBLY));
+  PetscCall(MatAssemblyEnd(A, MAT_FINAL_ASSEMBLY));
+  PetscCall(MatCreateVecs(A, &x, &y));
+  PetscCall(VecSet(x, 1.0));
+  PetscCall(MatMult(A, x, y));
+  PetscCall(VecDestroy(&x));
+  PetscCall(VecDestroy(&y));
+  PetscCall(MatDestroy(&A));
+  PetscCall(PetscFree(xy));
+  PetscFunctionReturn(0);
+}
+
+/*@
+   PetscFMMCUDAInitialize - Pays the once-per-process costs of the GPU now:
+   selects this rank's GPU (MPI rank in `PETSC_COMM_WORLD` modulo the number
+   of devices, as `MATFMM` does), creates its CUDA context, pins the host
+   staging buffers, and loads the GPU kernels of the default configuration by
+   one small product, so that the first `MatAssemblyEnd()` and `MatMult()` of a
+   `MATFMM` on the GPU cost what later ones cost.
+
+   Not collective
+
+   Notes:
+   Without this call the first assembly on the GPU pays these costs: the
+   context alone takes 0.1 to 0.5 s, kernel loading (CUDA loads kernels on
+   first use) a few milliseconds.  Does nothing when petscfmm was built
+   without CUDA or no GPU is present, and when called again.  The warm-up
+   product appears once in -log_view.
+
+   Errors:
+.  `PETSC_ERR_GPU` - the CUDA runtime failed
+
+   Level: intermediate
+
+.seealso: `PetscFMMCUDAGetDeviceCount()`, `MatFMMSetDevice()`
+@*/
+PetscErrorCode PetscFMMCUDAInitialize(void)
+{
+  static PetscBool done = PETSC_FALSE;
+
+  PetscFunctionBegin;
+  if (done) PetscFunctionReturn(0);
+  done = PETSC_TRUE;
+#if defined(PETSCFMM_HAVE_CUDA_BACKEND)
+  {
+    int c = 0;
+    PetscCall(FMMCUDADeviceCount(&c));
+    if (c > 0) {
+      PetscCall(PetscFMMInitializePackage());
+      PetscCall(FMMCUDAInitializeContext());
+      PetscCall(FMMCUDAWarmUp());
+    }
+  }
+#endif
+  PetscFunctionReturn(0);
+}

@@ -117,31 +117,15 @@ PetscErrorCode FMMChooseOrder(PetscReal eps, PetscReal theta, PetscInt *p)
   PetscFunctionReturn(0);
 }
 
-/* strong/far list construction for the children of one level */
+/* strong/far list construction for the children of one level.  The radii are
+   the expansion scales (the box radii, floored for boxes of coincident points):
+   with the bare radii, two one-point boxes at the same place (a target on a
+   source, split apart by the median) pass R + theta r <= theta d with d = 0,
+   and their M2L divides by zero */
 static inline PetscBool Separated(PetscReal rt, PetscReal rs, PetscReal d, PetscReal theta)
 {
   PetscReal R = PetscMax(rt, rs), r = PetscMin(rt, rs);
   return (R + theta * r <= theta * d) ? PETSC_TRUE : PETSC_FALSE;
-}
-
-/* all targets of all ranks, in global order (the tree depends on them) */
-static PetscErrorCode GatherTargets(Mat A, PetscReal **gtgt)
-{
-  Mat_FMM     *fmm = (Mat_FMM *)A->data;
-  PetscSF      sf;
-  MPI_Datatype t2;
-
-  PetscFunctionBegin;
-  PetscCall(PetscMalloc1(2 * A->rmap->N, gtgt));
-  PetscCall(PetscSFCreate(PetscObjectComm((PetscObject)A), &sf));
-  PetscCall(PetscSFSetGraphWithPattern(sf, A->rmap, PETSCSF_PATTERN_ALLGATHER));
-  PetscCallMPI(MPI_Type_contiguous(2, MPIU_REAL, &t2));
-  PetscCallMPI(MPI_Type_commit(&t2));
-  PetscCall(PetscSFBcastBegin(sf, t2, fmm->tgt, *gtgt, MPI_REPLACE));
-  PetscCall(PetscSFBcastEnd(sf, t2, fmm->tgt, *gtgt, MPI_REPLACE));
-  PetscCallMPI(MPI_Type_free(&t2));
-  PetscCall(PetscSFDestroy(&sf));
-  PetscFunctionReturn(0);
 }
 
 PetscErrorCode FMMPlanBuild(Mat A)
@@ -153,7 +137,7 @@ PetscErrorCode FMMPlanBuild(Mat A)
   PetscInt   t0, t1; /* this rank's targets: global indices [t0, t1) of the sources (same) or of the targets */
   FMMPoint  *pt;     /* all points: sources i < N, targets N + global index */
   PetscInt  *off, *noff, *scnt, *tcnt;
-  PetscReal *gtgt = NULL, *bb, *rad; /* box bounding boxes (xmin,ymin,-xmax,-ymax), radii */
+  PetscReal *gtgt = fmm->gtgt, *bb, *rad; /* all targets (gathered at assembly); box bounding boxes (xmin,ymin,-xmax,-ymax), radii */
   PetscInt  *stroff, *str, *far, nfar;
   PetscReal  twopi = 2.0 * PETSC_PI;
 
@@ -172,7 +156,6 @@ PetscErrorCode FMMPlanBuild(Mat A)
   P->N       = N;
   P->M       = M;
 
-  if (!same) PetscCall(GatherTargets(A, &gtgt));
   PetscCall(PetscMalloc1(U, &pt));
   for (PetscInt i = 0; i < U; i++) {
     const PetscReal *z = i < N ? &fmm->gsrc[2 * i] : &gtgt[2 * (i - N)];
@@ -315,7 +298,7 @@ PetscErrorCode FMMPlanBuild(Mat A)
             PetscReal d;
             if (P->sleaf[(s + 1) * span] == P->sleaf[s * span]) continue; /* no source there */
             d = PetscSqrtReal(PetscSqr(P->cx[c0 + t] - P->cx[c0 + s]) + PetscSqr(P->cy[c0 + t] - P->cy[c0 + s]));
-            if (Separated(rad[c0 + t], rad[c0 + s], d, fmm->theta)) {
+            if (Separated(P->scale[c0 + t], P->scale[c0 + s], d, fmm->theta)) {
               if (pass) far[nfar + cntf[t] + kf] = c0 + s;
               kf++;
             } else {
@@ -348,6 +331,7 @@ PetscErrorCode FMMPlanBuild(Mat A)
     PetscCall(PetscFree2(cnts, cntf));
   }
   P->far     = far;
+  P->nfar    = nfar;
   P->nearoff = stroff;
   P->near    = str;
 
@@ -368,7 +352,6 @@ PetscErrorCode FMMPlanBuild(Mat A)
   PetscCall(PetscFree2(scnt, tcnt));
   PetscCall(PetscFree2(bb, rad));
   PetscCall(PetscFree(pt));
-  PetscCall(PetscFree(gtgt));
   PetscFunctionReturn(0);
 }
 

@@ -7,6 +7,7 @@ GPU product to be bitwise identical; then the same for -mat_fmm_method direct.\n
   -geometry <square,curve,clusters>  point distribution (default curve)\n\
   -targets <bool>                    separate targets (N/2, some on sources) instead of the sources\n\
   -oom <bool>                        only check that a GPU allocation failure is a PETSC_ERR_MEM error\n\
+First it checks the tree and lists built on the GPU against those built on the CPU (-mat_fmm_cuda_tree).\n\
 Every -mat_fmm_ option applies to both devices; -mat_fmm_cuda_m2l <tc,fma> and -mat_fmm_cuda_log <fast,libm> pick GPU kernels.\n\n";
 
 /*
@@ -128,6 +129,40 @@ static PetscErrorCode CheckCase(MPI_Comm comm, const Problem *pb, MatFMMKernel k
   PetscFunctionReturn(0);
 }
 
+/* the tree and lists built on the GPU (default) against those built on the CPU
+   and uploaded (-mat_fmm_cuda_tree cpu): same levels, leaves, M2L and P2P
+   counts; the products differ only by the order of sums within leaves */
+static PetscErrorCode CheckTree(MPI_Comm comm, const Problem *pb, Vec x, PetscInt *nfail)
+{
+  Mat        A[2];
+  Vec        y[2];
+  PetscInt   L[2], nl[2], m2l[2];
+  PetscCount p2p[2];
+  PetscReal  rel;
+  PetscBool  bit;
+
+  PetscFunctionBegin;
+  for (int t = 0; t < 2; t++) {
+    PetscCall(PetscOptionsSetValue(NULL, "-mat_fmm_cuda_tree", t ? "cpu" : "gpu"));
+    PetscCall(CreateFMM(comm, pb, MATFMM_KERNEL_COMBINED, MATFMM_LAYOUT_TILED, MATFMM_METHOD_FMM, MATFMM_DEVICE_CUDA, &A[t]));
+    PetscCall(MatFMMGetTreeInfo(A[t], &L[t], &nl[t], &m2l[t], &p2p[t]));
+    PetscCall(MatCreateVecs(A[t], NULL, &y[t]));
+    PetscCall(MatMult(A[t], x, y[t]));
+  }
+  PetscCall(PetscOptionsClearValue(NULL, "-mat_fmm_cuda_tree"));
+  PetscCall(Compare(y[0], y[1], &rel, &bit));
+  if (L[0] == L[1] && nl[0] == nl[1] && m2l[0] == m2l[1] && p2p[0] == p2p[1] && rel <= 1e-13) PetscCall(PetscPrintf(comm, "tree built on the GPU vs on the CPU: same levels, leaves, M2L and P2P counts, products within 1e-13: ok\n"));
+  else {
+    PetscCall(PetscPrintf(comm, "tree built on the GPU vs on the CPU: FAILED: levels %d/%d leaves %d/%d M2L %d/%d P2P pairs %lld/%lld, products differ by %.3e\n", (int)L[0], (int)L[1], (int)nl[0], (int)nl[1], (int)m2l[0], (int)m2l[1], (long long)p2p[0], (long long)p2p[1], (double)rel));
+    (*nfail)++;
+  }
+  for (int t = 0; t < 2; t++) {
+    PetscCall(VecDestroy(&y[t]));
+    PetscCall(MatDestroy(&A[t]));
+  }
+  PetscFunctionReturn(0);
+}
+
 /* a GPU allocation failure must come back as PETSC_ERR_MEM: repetition records far beyond any GPU */
 static PetscErrorCode CheckOOM(MPI_Comm comm)
 {
@@ -234,6 +269,7 @@ int main(int argc, char **argv)
   PetscCall(PetscRandomSetSeed(rnd, 3));
   PetscCall(PetscRandomSeed(rnd));
   PetscCall(VecSetRandom(x, rnd));
+  PetscCall(CheckTree(comm, &pb, x, &nfail));
   for (int k = MATFMM_KERNEL_SINGLE; k <= MATFMM_KERNEL_COMBINED; k++) {
     for (int l = MATFMM_LAYOUT_TILED; l <= MATFMM_LAYOUT_REPETITION; l++) PetscCall(CheckCase(comm, &pb, (MatFMMKernel)k, (MatFMMLayout)l, MATFMM_METHOD_FMM, x, yg, &nfail));
     PetscCall(CheckCase(comm, &pb, (MatFMMKernel)k, MATFMM_LAYOUT_TILED, MATFMM_METHOD_DIRECT, x, yd, &nfail));

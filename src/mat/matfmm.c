@@ -21,9 +21,14 @@ static PetscErrorCode MatFMMInvalidate(Mat A)
   fmm->ops = NULL;
   PetscCall(FMMPlanDestroy(&fmm->plan));
   PetscCall(PetscSFDestroy(&fmm->sf));
-  PetscCall(PetscFree(fmm->gsrc));
-  PetscCall(PetscFree(fmm->gnrm));
-  PetscCall(PetscFree(fmm->gwts));
+  if (!fmm->galias) {
+    PetscCall(PetscFree(fmm->gsrc));
+    PetscCall(PetscFree(fmm->gnrm));
+    PetscCall(PetscFree(fmm->gwts));
+    PetscCall(PetscFree(fmm->gtgt));
+  }
+  fmm->gsrc = fmm->gnrm = fmm->gwts = fmm->gtgt = NULL;
+  fmm->galias                              = PETSC_FALSE;
   PetscCall(PetscFree2(fmm->sigma, fmm->pot));
   fmm->setup  = PETSC_FALSE;
   A->assembled = PETSC_FALSE;
@@ -555,7 +560,7 @@ PetscErrorCode MatFMMGetTreeInfo(Mat A, PetscInt *levels, PetscInt *leaves, Pets
   PetscCheck(fmm->setup, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONGSTATE, "Assemble the MATFMM first (MatAssemblyBegin/End)");
   if (levels) *levels = fmm->plan.L;
   if (leaves) *leaves = fmm->plan.nleaves;
-  if (m2l) *m2l = fmm->plan.faroff[fmm->plan.nboxes];
+  if (m2l) *m2l = fmm->plan.nfar;
   if (p2p) *p2p = fmm->plan.p2ppairs;
   PetscFunctionReturn(0);
 }
@@ -621,7 +626,7 @@ static PetscErrorCode MatSetFromOptions_FMM(Mat A, PetscOptionItems *PetscOption
   if (set) PetscCall(MatFMMSetDevice(A, (MatFMMDevice)e));
 #if defined(PETSCFMM_HAVE_CUDA)
   {
-    const char *m2l[] = {"tc", "fma"}, *lg[] = {"fast", "libm"};
+    const char *m2l[] = {"tc", "fma"}, *lg[] = {"fast", "libm"}, *tr[] = {"gpu", "cpu"};
     PetscInt    i;
     PetscCall(PetscOptionsEList("-mat_fmm_cuda_m2l", "CUDA M2L kernel: FP64 tensor cores or unrolled FMA", "MATFMM", m2l, 2, m2l[fmm->cuda_m2l_tc ? 0 : 1], &i, &set));
     if (set && fmm->cuda_m2l_tc != (i == 0)) PetscCall(MatFMMInvalidate(A));
@@ -629,6 +634,9 @@ static PetscErrorCode MatSetFromOptions_FMM(Mat A, PetscOptionItems *PetscOption
     PetscCall(PetscOptionsEList("-mat_fmm_cuda_log", "CUDA near-field log: table-based or the CUDA math library", "MATFMM", lg, 2, lg[fmm->cuda_log_fast ? 0 : 1], &i, &set));
     if (set && fmm->cuda_log_fast != (i == 0)) PetscCall(MatFMMInvalidate(A));
     if (set) fmm->cuda_log_fast = i == 0 ? PETSC_TRUE : PETSC_FALSE;
+    PetscCall(PetscOptionsEList("-mat_fmm_cuda_tree", "Where the CUDA backend builds the tree and interaction lists: on the GPU or on the CPU (then uploaded)", "MATFMM", tr, 2, tr[fmm->cuda_tree_gpu ? 0 : 1], &i, &set));
+    if (set && fmm->cuda_tree_gpu != (i == 0)) PetscCall(MatFMMInvalidate(A));
+    if (set) fmm->cuda_tree_gpu = i == 0 ? PETSC_TRUE : PETSC_FALSE;
   }
 #endif
   PetscCall(PetscOptionsEnum("-mat_fmm_kernel", "Laplace layer potential", "MatFMMSetKernel", MatFMMKernels, (PetscEnum)kernel, &e, &set));
@@ -650,9 +658,20 @@ static PetscErrorCode MatSetUp_FMM(Mat A)
 }
 
 /* first non-finite entry of a[0..n), or -1 */
+/* index of the first NaN/Inf in a[0..n), or -1; blocks are tested in parallel
+   without branches (vectorised), the first bad block is then searched */
 static PetscInt FirstNonFinite(const PetscReal *a, PetscInt n)
 {
-  for (PetscInt i = 0; i < n; i++)
+  const PetscInt B = 4096, nb = (n + B - 1) / B;
+  PetscInt       first = nb;
+
+#pragma omp parallel for schedule(static) reduction(min : first) if (n >= FMM_OMP_MIN_POINTS)
+  for (PetscInt b = 0; b < nb; b++) {
+    int bad = 0;
+    for (PetscInt i = b * B; i < PetscMin(n, (b + 1) * B); i++) bad |= !(PetscAbsReal(a[i]) <= PETSC_MAX_REAL); /* false for NaN and Inf */
+    if (bad && b < first) first = b;
+  }
+  for (PetscInt i = first * B; i < n; i++)
     if (PetscIsInfOrNanReal(a[i])) return i;
   return -1;
 }
@@ -683,8 +702,9 @@ static PetscErrorCode MatAssemblyEnd_FMM(Mat A, MatAssemblyType type)
 {
   Mat_FMM  *fmm  = (Mat_FMM *)A->data;
   MPI_Comm  comm = PetscObjectComm((PetscObject)A);
-  PetscInt  N, M, i, bad;
-  PetscBool anynrm, anywts;
+  PetscInt    N, M, i, bad;
+  PetscBool   anynrm, anywts;
+  PetscMPIInt size;
 
   PetscFunctionBegin;
   if (type == MAT_FLUSH_ASSEMBLY) PetscFunctionReturn(0);
@@ -698,9 +718,8 @@ static PetscErrorCode MatAssemblyEnd_FMM(Mat A, MatAssemblyType type)
     PetscFunctionReturn(0);
   }
   PetscCall(MatSetUp_FMM(A));
+  PetscCallMPI(MPI_Comm_size(comm, &size));
   { /* an optimized PETSc does not check that the local sizes add up to the global ones */
-    PetscMPIInt size;
-    PetscCallMPI(MPI_Comm_size(comm, &size));
     PetscCheck(A->rmap->range[size] == A->rmap->N && A->cmap->range[size] == A->cmap->N, comm, PETSC_ERR_ARG_SIZ, "MATFMM: the local sizes add up to %" PetscInt_FMT " x %" PetscInt_FMT ", but the global size is %" PetscInt_FMT " x %" PetscInt_FMT, A->rmap->range[size], A->cmap->range[size], A->rmap->N, A->cmap->N);
   }
   M = fmm->ntgt < 0 ? fmm->nsrc : fmm->ntgt;
@@ -724,21 +743,37 @@ static PetscErrorCode MatAssemblyEnd_FMM(Mat A, MatAssemblyType type)
   PetscCall(PetscSFSetGraphWithPattern(fmm->sf, A->cmap, PETSCSF_PATTERN_ALLGATHER));
   PetscCallMPI(MPI_Allreduce(&fmm->hasnrm, &anynrm, 1, MPIU_BOOL, MPI_LOR, comm));
   PetscCallMPI(MPI_Allreduce(&fmm->haswts, &anywts, 1, MPIU_BOOL, MPI_LOR, comm));
-  PetscCall(PetscMalloc1(2 * N, &fmm->gsrc));
-  PetscCall(GatherReal(fmm->sf, 2, fmm->src, fmm->gsrc));
-  if (anynrm && fmm->alpha != 0.0) { /* normals are checked above wherever there are sources */
-    PetscCall(PetscMalloc1(2 * N, &fmm->gnrm));
-    PetscCall(GatherReal(fmm->sf, 2, fmm->nrm, fmm->gnrm));
-  }
-  if (anywts) { /* weights given on some ranks only: 1 on the others */
-    PetscReal *ones = NULL;
-    if (!fmm->haswts) {
-      PetscCall(PetscMalloc1(fmm->nsrc, &ones));
-      for (i = 0; i < fmm->nsrc; i++) ones[i] = 1.0;
+  if (size == 1) { /* nothing to gather: the plan reads the arrays given (copies made by MatFMMSetSources/Targets) */
+    fmm->galias = PETSC_TRUE;
+    fmm->gsrc   = fmm->src;
+    fmm->gnrm   = (anynrm && fmm->alpha != 0.0) ? fmm->nrm : NULL;
+    fmm->gwts   = anywts ? fmm->wts : NULL;
+    fmm->gtgt   = fmm->ntgt < 0 ? NULL : fmm->tgt;
+  } else {
+    PetscCall(PetscMalloc1(2 * N, &fmm->gsrc));
+    PetscCall(GatherReal(fmm->sf, 2, fmm->src, fmm->gsrc));
+    if (anynrm && fmm->alpha != 0.0) { /* normals are checked above wherever there are sources */
+      PetscCall(PetscMalloc1(2 * N, &fmm->gnrm));
+      PetscCall(GatherReal(fmm->sf, 2, fmm->nrm, fmm->gnrm));
     }
-    PetscCall(PetscMalloc1(N, &fmm->gwts));
-    PetscCall(GatherReal(fmm->sf, 1, fmm->haswts ? fmm->wts : ones, fmm->gwts));
-    PetscCall(PetscFree(ones));
+    if (anywts) { /* weights given on some ranks only: 1 on the others */
+      PetscReal *ones = NULL;
+      if (!fmm->haswts) {
+        PetscCall(PetscMalloc1(fmm->nsrc, &ones));
+        for (i = 0; i < fmm->nsrc; i++) ones[i] = 1.0;
+      }
+      PetscCall(PetscMalloc1(N, &fmm->gwts));
+      PetscCall(GatherReal(fmm->sf, 1, fmm->haswts ? fmm->wts : ones, fmm->gwts));
+      PetscCall(PetscFree(ones));
+    }
+    if (fmm->ntgt >= 0) { /* all targets: the tree depends on them */
+      PetscSF tsf;
+      PetscCall(PetscMalloc1(2 * A->rmap->N, &fmm->gtgt));
+      PetscCall(PetscSFCreate(comm, &tsf));
+      PetscCall(PetscSFSetGraphWithPattern(tsf, A->rmap, PETSCSF_PATTERN_ALLGATHER));
+      PetscCall(GatherReal(tsf, 2, fmm->tgt, fmm->gtgt));
+      PetscCall(PetscSFDestroy(&tsf));
+    }
   }
   /* degenerate geometry: every source at one point */
   if (N > 1) {
@@ -765,9 +800,6 @@ static PetscErrorCode MatAssemblyEnd_FMM(Mat A, MatAssemblyType type)
     fmm->device_used = (fmm->device != MATFMM_DEVICE_CPU && ndev > 0) ? MATFMM_DEVICE_CUDA : MATFMM_DEVICE_CPU;
   }
   if (!fmm->ct_set) fmm->ct = fmm->device_used == MATFMM_DEVICE_CUDA ? 64 : 32;
-  PetscCall(PetscLogEventBegin(MATFMM_Tree, A, 0, 0, 0));
-  PetscCall(FMMPlanBuild(A));
-  PetscCall(PetscLogEventEnd(MATFMM_Tree, A, 0, 0, 0));
 #if defined(PETSCFMM_HAVE_CUDA_BACKEND)
   fmm->ops = fmm->device_used == MATFMM_DEVICE_CUDA ? &FMMBackendCUDA : &FMMBackendCPU;
 #else
@@ -775,7 +807,14 @@ static PetscErrorCode MatAssemblyEnd_FMM(Mat A, MatAssemblyType type)
   fmm->device_used = MATFMM_DEVICE_CPU;
   fmm->ops = &FMMBackendCPU;
 #endif
+  /* the plan: on the device when the backend builds it there (CUDA, -mat_fmm_cuda_tree gpu) */
+  PetscCall(PetscLogEventBegin(MATFMM_Tree, A, 0, 0, 0));
+  if (fmm->ops->plan && fmm->cuda_tree_gpu) PetscCall((*fmm->ops->plan)(A));
+  else PetscCall(FMMPlanBuild(A));
+  PetscCall(PetscLogEventEnd(MATFMM_Tree, A, 0, 0, 0));
   PetscCall((*fmm->ops->setup)(A));
+  if (!fmm->galias) PetscCall(PetscFree(fmm->gtgt)); /* the plan holds the targets it needs */
+  fmm->gtgt = NULL;
   fmm->setup   = PETSC_TRUE;
   A->assembled = PETSC_TRUE;
   PetscCall(PetscLogEventEnd(MATFMM_Setup, A, 0, 0, 0));
@@ -970,7 +1009,7 @@ static PetscErrorCode MatView_FMM(Mat A, PetscViewer viewer)
     PetscInt64  loc[4], sum[4], mx[4];
     PetscMPIInt size;
     loc[0] = P->M;
-    loc[1] = P->faroff[P->nboxes];
+    loc[1] = P->nfar;
     loc[2] = (PetscInt64)P->p2ppairs;
     loc[3] = P->maxleaftgt;
     PetscCallMPI(MPI_Allreduce(loc, sum, 4, MPIU_INT64, MPI_SUM, PetscObjectComm((PetscObject)A)));
@@ -1030,6 +1069,7 @@ static PetscErrorCode MatDestroy_FMM(Mat A)
 .  -mat_fmm_device <auto,cpu,cuda> - where to compute (default auto)
 .  -mat_fmm_cuda_m2l <tc,fma> - CUDA M2L on the FP64 tensor cores (default) or by unrolled FMAs
 .  -mat_fmm_cuda_log <fast,libm> - CUDA near-field log from a table (default; within 1e-16 absolute) or the math library
+.  -mat_fmm_cuda_tree <gpu,cpu> - CUDA backend: tree and interaction lists built on the GPU (default) or on the CPU and uploaded
 -  -mat_fmm_kernel <single,double,combined>, -mat_fmm_alpha, -mat_fmm_beta - the operator
 
    Usage:
@@ -1074,6 +1114,7 @@ PETSC_EXTERN PetscErrorCode MatCreate_FMM(Mat A)
   fmm->ct            = 32; /* CPU default; 64 with CUDA unless set (see MatFMMSetClusteringThreshold()) */
   fmm->cuda_m2l_tc   = PETSC_TRUE;
   fmm->cuda_log_fast = PETSC_TRUE;
+  fmm->cuda_tree_gpu = PETSC_TRUE;
   fmm->p_user        = 0;
   fmm->eps           = 1e-10;
   fmm->theta         = 0.5;
