@@ -59,16 +59,6 @@ static PetscErrorCode ExclusiveScan(FMM_CUDA *c, Scratch *s, const T *in, T *out
   PetscFunctionReturn(0);
 }
 
-/* host copy of one device value (waits for the stream) */
-template <class T>
-static PetscErrorCode Fetch(FMM_CUDA *c, T *h, const T *d)
-{
-  PetscFunctionBegin;
-  FMMCallCUDA(cudaMemcpyAsync(h, d, sizeof(T), cudaMemcpyDeviceToHost, c->stream));
-  FMMCallCUDA(cudaStreamSynchronize(c->stream));
-  PetscFunctionReturn(0);
-}
-
 /* ---------------------------------------------------------------- the tree */
 
 /* radix keys of (coordinate, index): the order of the doubles as unsigned
