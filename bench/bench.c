@@ -3,6 +3,7 @@ static char help[] = "MATFMM benchmark: setup, MatMult (median of -reps), time p
   -geometry <square,curve>      uniform in the unit square, or on a star-shaped closed curve (default curve)\n\
   -reps <r>                     timed MatMults (default 10)\n\
   -sample <s>                   targets checked against exact summation (default 200; 0: none)\n\
+  -reassemble <k>               then k more assemblies with the points set again (default 0)\n\
   -kernel <single,double>       via -mat_fmm_kernel; every -mat_fmm_ option applies\n\n";
 
 /*
@@ -10,7 +11,10 @@ static char help[] = "MATFMM benchmark: setup, MatMult (median of -reps), time p
     bench: device=.. N=.. geometry=.. eps=.. p=.. ct=.. layout=.. levels=.. setup_s=.. assembly_s=.. cuda_init_s=.. mult_med_s=.. mult_min_s=.. mult_max_s=.. points_per_s=..
   setup_s is MatCreate to MatAssemblyEnd (the sources copied in, the tree, the
   lists, the device arrays); assembly_s is MatAssemblyBegin/End alone;
-  cuda_init_s is PetscFMMCUDAInitialize(), the CUDA context, once per process.
+  cuda_init_s is PetscFMMCUDAInitialize(), the CUDA context, once per process;
+  with -reassemble k, reassembly_med_s is the median of k assemblies after
+  MatFMMSetSources() with the same points (what a time-stepping code pays when
+  its points move: the tree is rebuilt).
     phases_ms: P2M=.. M2M=.. M2L=.. L2L=.. L2P=.. P2P=..   (per MatMult)
     rates: p2p_pairs_per_s=.. m2l_gflops=.. m2l_count=.. p2p_pairs=.. relerr_sample=..
   M2L flops are counted as 4p^2 + 20p per translation: the two real (p x p)
@@ -28,10 +32,10 @@ static int CmpReal(const void *a, const void *b)
 
 int main(int argc, char **argv)
 {
-  PetscInt           N = 1000000, reps = 10, nsample = 200, n, rstart, p, L, m2l, ct;
+  PetscInt           N = 1000000, reps = 10, nsample = 200, nre = 0, n, rstart, p, L, m2l, ct;
   PetscBool          curve = PETSC_TRUE;
   char               geom[16] = "curve";
-  PetscReal         *xy, *nrm, *w, *times, eps = 1e-10;
+  PetscReal         *xy, *nrm, *w, *times, eps = 1e-10, reas = 0;
   PetscLogDouble     t0, t1, ta, ti0, ti1;
   Mat                A;
   Vec                x, y;
@@ -49,6 +53,7 @@ int main(int argc, char **argv)
   PetscCall(PetscOptionsString("-geometry", "square or curve", NULL, geom, geom, sizeof(geom), NULL));
   PetscCall(PetscOptionsInt("-reps", "Timed MatMults", NULL, reps, &reps, NULL));
   PetscCall(PetscOptionsInt("-sample", "Targets checked against exact summation", NULL, nsample, &nsample, NULL));
+  PetscCall(PetscOptionsInt("-reassemble", "Assemblies after setting the points again", NULL, nre, &nre, NULL));
   PetscOptionsEnd();
   curve = (PetscBool)(strcmp(geom, "square") != 0);
   PetscCall(PetscOptionsGetReal(NULL, NULL, "-mat_fmm_eps", &eps, NULL));
@@ -105,6 +110,24 @@ int main(int argc, char **argv)
   for (int e = 0; e < 6; e++) PetscCall(PetscLogEventGetPerfInfo(PETSC_DETERMINE, ev[e], &after[e]));
   qsort(times, reps, sizeof(PetscReal), CmpReal);
 
+  if (nre > 0) { /* the tree rebuilt: the points set again */
+    PetscReal *rt;
+    PetscCall(PetscMalloc1(nre, &rt));
+    for (PetscInt r = 0; r < nre; r++) {
+      PetscLogDouble a, b;
+      PetscCall(MatFMMSetSources(A, n, xy, nrm, w));
+      PetscCall(PetscBarrier((PetscObject)A));
+      PetscCall(PetscTime(&a));
+      PetscCall(MatAssemblyBegin(A, MAT_FINAL_ASSEMBLY));
+      PetscCall(MatAssemblyEnd(A, MAT_FINAL_ASSEMBLY));
+      PetscCall(PetscBarrier((PetscObject)A));
+      PetscCall(PetscTime(&b));
+      rt[r] = b - a;
+    }
+    qsort(rt, nre, sizeof(PetscReal), CmpReal);
+    reas = rt[nre / 2];
+    PetscCall(PetscFree(rt));
+  }
   PetscCall(MatFMMGetExpansionOrder(A, &p));
   PetscCall(MatFMMGetClusteringThreshold(A, &ct));
   PetscCall(MatFMMGetTreeInfo(A, &L, NULL, &m2l, NULL));
@@ -123,8 +146,10 @@ int main(int argc, char **argv)
     pairs = (PetscReal)p2p;
     PetscCall(MPIU_Allreduce(&mloc, &msum, 1, MPIU_REAL, MPIU_SUM, PETSC_COMM_WORLD));
     PetscCall(MPIU_Allreduce(MPI_IN_PLACE, &pairs, 1, MPIU_REAL, MPIU_SUM, PETSC_COMM_WORLD));
-    PetscCall(PetscPrintf(PETSC_COMM_WORLD, "bench: device=%s N=%" PetscInt_FMT " geometry=%s eps=%g p=%" PetscInt_FMT " ct=%" PetscInt_FMT " layout=%s levels=%" PetscInt_FMT " setup_s=%.4f assembly_s=%.4f cuda_init_s=%.3f mult_med_s=%.5f mult_min_s=%.5f mult_max_s=%.5f points_per_s=%.3e\n", MatFMMDevices[dev], N,
+    PetscCall(PetscPrintf(PETSC_COMM_WORLD, "bench: device=%s N=%" PetscInt_FMT " geometry=%s eps=%g p=%" PetscInt_FMT " ct=%" PetscInt_FMT " layout=%s levels=%" PetscInt_FMT " setup_s=%.4f assembly_s=%.4f cuda_init_s=%.3f mult_med_s=%.5f mult_min_s=%.5f mult_max_s=%.5f points_per_s=%.3e", MatFMMDevices[dev], N,
                            curve ? "curve" : "square", (double)eps, p, ct, layout, L, (double)(t1 - t0), (double)(t1 - ta), (double)(ti1 - ti0), (double)med, (double)times[0], (double)times[reps - 1], (double)(N / med)));
+    if (nre) PetscCall(PetscPrintf(PETSC_COMM_WORLD, " reassembly_med_s=%.4f", (double)reas));
+    PetscCall(PetscPrintf(PETSC_COMM_WORLD, "\n"));
     PetscCall(PetscPrintf(PETSC_COMM_WORLD, "phases_ms: P2M=%.3f M2M=%.3f M2L=%.3f L2L=%.3f L2P=%.3f P2P=%.3f\n", 1e3 * ph[0], 1e3 * ph[1], 1e3 * ph[2], 1e3 * ph[3], 1e3 * ph[4], 1e3 * ph[5]));
     if (ph[5] > 0 && ph[2] > 0) PetscCall(PetscPrintf(PETSC_COMM_WORLD, "rates: p2p_pairs_per_s=%.3e m2l_gflops=%.2f m2l_count=%.0f p2p_pairs=%.0f", (double)(pairs / ph[5]), (double)(msum * (4.0 * p * p + 20.0 * p) / ph[2] * 1e-9), (double)msum, (double)pairs));
     else PetscCall(PetscPrintf(PETSC_COMM_WORLD, "rates: (no FMM phases: direct method)"));

@@ -21,15 +21,16 @@ template <class T>
 static PetscErrorCode Upload(FMM_CUDA *c, T **d, const T *h, PetscInt64 n, const char *what)
 {
   PetscFunctionBegin;
-  PetscCall(FMMCUDAMalloc((void **)d, (size_t)n * sizeof(T), what));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)d, (size_t)n * sizeof(T), what));
   if (h && n) FMMCallCUDA(cudaMemcpyAsync(*d, h, (size_t)n * sizeof(T), cudaMemcpyHostToDevice, c->stream));
   PetscFunctionReturn(0);
 }
 
+/* back to the pool, in stream order (Destroy ignores errors: nothing left to do with them) */
 template <class T>
-static void Free(T **d)
+static void Free(FMM_CUDA *c, T **d)
 {
-  if (*d) (void)cudaFree(*d);
+  if (*d) (void)(FMMCUDAPool ? cudaFreeAsync(*d, c->stream) : cudaFree(*d));
   *d = NULL;
 }
 
@@ -42,12 +43,12 @@ static PetscErrorCode FMMCUDADestroy(Mat A)
   if (!c) PetscFunctionReturn(0);
   (void)cudaSetDevice(c->dev);
   if (c->stream) (void)cudaStreamSynchronize(c->stream);
-  Free(&c->sperm), Free(&c->sleaf), Free(&c->tperm), Free(&c->tleaf), Free(&c->faroff), Free(&c->far), Free(&c->nearoff), Free(&c->near), Free(&c->tleafof);
-  Free(&c->sx), Free(&c->sy), Free(&c->cq), Free(&c->cdx), Free(&c->cdy), Free(&c->tx), Free(&c->ty), Free(&c->cx), Free(&c->cy), Free(&c->scale), Free(&c->binom), Free(&c->m2l), Free(&c->m2lpad);
-  Free(&c->pairtgt), Free(&c->chunkpart), Free(&c->tpart), Free(&c->part);
-  Free(&c->sigma), Free(&c->q), Free(&c->dx), Free(&c->dy), Free(&c->mpole), Free(&c->local), Free(&c->pot), Free(&c->y), Free(&c->dpart);
-  Free(&c->logtab), Free(&c->items), Free(&c->leafnsc), Free(&c->leafpart), Free(&c->p2ppart);
-  Free(&c->nbroff), Free(&c->nbr), Free(&c->nbrt), Free(&c->gxy), Free(&c->gq), Free(&c->gdx), Free(&c->gdy), Free(&c->recoff), Free(&c->rec);
+  Free(c, &c->sperm), Free(c, &c->sleaf), Free(c, &c->tperm), Free(c, &c->tleaf), Free(c, &c->faroff), Free(c, &c->far), Free(c, &c->nearoff), Free(c, &c->near), Free(c, &c->tleafof);
+  Free(c, &c->sx), Free(c, &c->sy), Free(c, &c->cq), Free(c, &c->cdx), Free(c, &c->cdy), Free(c, &c->tx), Free(c, &c->ty), Free(c, &c->cx), Free(c, &c->cy), Free(c, &c->scale), Free(c, &c->binom), Free(c, &c->m2l), Free(c, &c->m2lpad);
+  Free(c, &c->pairtgt), Free(c, &c->chunkpart), Free(c, &c->tpart), Free(c, &c->part);
+  Free(c, &c->sigma), Free(c, &c->q), Free(c, &c->dx), Free(c, &c->dy), Free(c, &c->mpole), Free(c, &c->local), Free(c, &c->pot), Free(c, &c->y), Free(c, &c->dpart);
+  Free(c, &c->logtab), Free(c, &c->items), Free(c, &c->leafnsc), Free(c, &c->leafpart), Free(c, &c->p2ppart);
+  Free(c, &c->nbroff), Free(c, &c->nearscan), Free(c, &c->nbr), Free(c, &c->nbrt), Free(c, &c->gxy), Free(c, &c->gq), Free(c, &c->gdx), Free(c, &c->gdy), Free(c, &c->recoff), Free(c, &c->rec);
   if (c->stream) (void)cudaStreamDestroy(c->stream);
   (void)cudaGetLastError();
   PetscCall(PetscFree(c->repleaf));
@@ -139,7 +140,8 @@ static PetscErrorCode SetupNearLists(Mat A, FMM_CUDA *c, const FMMPlan *P)
     PetscInt    nch    = 0, *nbroff, *tleaf;
     PetscCall(PetscMalloc2(P->nleaves + 1, &nbroff, P->nleaves + 1, &tleaf));
     PetscCall(FMMCUDANearSources(c, P, PETSC_FALSE, &c->nbrt, nbroff));
-    FMMCallCUDA(cudaMemcpy(tleaf, c->tleaf, sizeof(PetscInt) * (P->nleaves + 1), cudaMemcpyDeviceToHost));
+    FMMCallCUDA(cudaMemcpyAsync(tleaf, c->tleaf, sizeof(PetscInt) * (P->nleaves + 1), cudaMemcpyDeviceToHost, c->stream));
+    FMMCallCUDA(cudaStreamSynchronize(c->stream));
     for (PetscInt b = 0; b < P->nleaves; b++) need = PetscMax(need, (PetscReal)(tleaf[b + 1] - tleaf[b]) * (2 + S * (PetscReal)(nbroff[b + 1] - nbroff[b])));
     PetscCall(MPIU_Allreduce(MPI_IN_PLACE, &need, 1, MPIU_REAL, MPIU_MAX, PetscObjectComm((PetscObject)A)));
     if (need > budget) PetscCall(PetscFree2(nbroff, tleaf));
@@ -168,7 +170,7 @@ static PetscErrorCode SetupNearLists(Mat A, FMM_CUDA *c, const FMMPlan *P)
   } else { /* indexing: global source indices, sources in global order */
     PetscCall(FMMCUDANearSources(c, P, PETSC_TRUE, &c->nbr, NULL));
     if (!c->gxy) { /* the tree built on the GPU keeps the uploaded points: sources first */
-      PetscCall(FMMCUDAMalloc((void **)&c->gxy, sizeof(double) * 2 * P->N, "the sources in global order"));
+      PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->gxy, sizeof(double) * 2 * P->N, "the sources in global order"));
       PetscCall(CopyIn(c, c->gxy, fmm->gsrc, 2 * P->N));
     }
     PetscCall(Upload(c, &c->gq, (PetscReal *)NULL, P->N, "the charges in global order"));
@@ -190,8 +192,8 @@ static PetscErrorCode Create(Mat A)
   PetscCall(FMMCUDADestroy(A));
   PetscCall(PetscNew(&c));
   fmm->backend = c;
-  PetscCall(FMMCUDAInitializeContext()); /* once per process: the context and the staging rings */
-  PetscCall(FMMCUDASelectDevice(PetscObjectComm((PetscObject)A), &c->dev));
+  PetscCall(FMMCUDAInitializeContext()); /* selects this rank's device; once per process also the context and the staging rings */
+  FMMCallCUDA(cudaGetDevice(&c->dev));
   FMMCallCUDA(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
   c->p  = p;
   c->ne = 2 * (p + 1);
@@ -225,15 +227,15 @@ static PetscErrorCode FMMCUDAPlan(Mat A)
   PetscCall(Create(A));
   c = (FMM_CUDA *)fmm->backend;
   PetscCall(PetscTime(&t0b));
-  PetscCall(FMMCUDAMalloc((void **)&xy, sizeof(double) * 2 * PetscMax(U, 1), "the points"));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&xy, sizeof(double) * 2 * PetscMax(U, 1), "the points"));
   PetscCall(CopyIn(c, xy, fmm->gsrc, 2 * N));
   if (!same) PetscCall(CopyIn(c, xy + 2 * N, fmm->gtgt, 2 * Mg));
   if (fmm->gnrm) {
-    PetscCall(FMMCUDAMalloc((void **)&nrm, sizeof(double) * 2 * N, "the normals"));
+    PetscCall(FMMCUDAMalloc(c->stream, (void **)&nrm, sizeof(double) * 2 * N, "the normals"));
     PetscCall(CopyIn(c, nrm, fmm->gnrm, 2 * N));
   }
   if (fmm->gwts) {
-    PetscCall(FMMCUDAMalloc((void **)&wts, sizeof(double) * N, "the weights"));
+    PetscCall(FMMCUDAMalloc(c->stream, (void **)&wts, sizeof(double) * N, "the weights"));
     PetscCall(CopyIn(c, wts, fmm->gwts, N));
   }
   FMMCallCUDA(cudaStreamSynchronize(c->stream));
@@ -241,10 +243,10 @@ static PetscErrorCode FMMCUDAPlan(Mat A)
   PetscCall(FMMCUDATreeBuild(c, P, fmm->ct, fmm->theta, same, same ? A->cmap->rstart : A->rmap->rstart, fmm->alpha, fmm->beta, xy, nrm, wts, U));
   PetscCall(PetscTime(&t2));
   PetscCall(PetscInfo(A, "GPU plan: context and staging %.2f ms, %" PetscInt_FMT " points up %.2f ms, tree and lists %.2f ms\n", 1e3 * (t0b - t0), U, 1e3 * (t1 - t0b), 1e3 * (t2 - t1)));
-  if (nrm) FMMCallCUDA(cudaFree(nrm));
-  if (wts) FMMCallCUDA(cudaFree(wts));
+  if (nrm) PetscCall(FMMCUDAFree(c->stream, nrm));
+  if (wts) PetscCall(FMMCUDAFree(c->stream, wts));
   if (fmm->layout == MATFMM_LAYOUT_INDEXING && c->fmm) c->gxy = xy; /* the sources in global order, first 2N */
-  else FMMCallCUDA(cudaFree(xy));
+  else PetscCall(FMMCUDAFree(c->stream, xy));
   c->treebuilt = PETSC_TRUE;
   PetscFunctionReturn(0);
 }
@@ -280,6 +282,7 @@ static PetscErrorCode UploadPlan(FMM_CUDA *c, const FMMPlan *P)
   PetscCall(Upload(c, &c->far, P->far, P->nfar, "the M2L list"));
   PetscCall(Upload(c, &c->nearoff, P->nearoff, P->nleaves + 1, "the P2P offsets"));
   PetscCall(Upload(c, &c->near, P->near, P->nearoff[P->nleaves], "the P2P lists"));
+  c->nnear = P->nearoff[P->nleaves];
   FMMCallCUDA(cudaStreamSynchronize(c->stream));
   PetscFunctionReturn(0);
 }
@@ -290,8 +293,10 @@ static PetscErrorCode FMMCUDASetup(Mat A)
   FMMPlan       *P   = &fmm->plan;
   FMM_CUDA      *c   = (FMM_CUDA *)fmm->backend;
   const PetscInt p = fmm->p, nb = 2 * p + 1;
+  PetscLogDouble t0, t1, t2;
 
   PetscFunctionBegin;
+  PetscCall(PetscTime(&t0));
   if (!c || !c->treebuilt) {
     PetscCall(Create(A));
     c = (FMM_CUDA *)fmm->backend;
@@ -318,6 +323,8 @@ static PetscErrorCode FMMCUDASetup(Mat A)
     PetscCall(FMMCUDAM2LPlan(c, P));
     PetscCall(FMMCUDAM2LSetup(c));
   }
+  FMMCallCUDA(cudaStreamSynchronize(c->stream));
+  PetscCall(PetscTime(&t1));
   PetscCall(FMMCUDAP2PPlan(c, P)); /* also the statistics of the plan */
   if (c->fmm && fmm->layout != MATFMM_LAYOUT_TILED) PetscCall(SetupNearLists(A, c, P));
   { /* direct: slice the sources when the targets alone do not fill the GPU */
@@ -329,6 +336,8 @@ static PetscErrorCode FMMCUDASetup(Mat A)
     if (c->dslices > 1) PetscCall(Upload(c, &c->dpart, (PetscReal *)NULL, (PetscInt64)c->dslices * P->M, "the direct partial sums"));
   }
   FMMCallCUDA(cudaStreamSynchronize(c->stream));
+  PetscCall(PetscTime(&t2));
+  PetscCall(PetscInfo(A, "GPU setup: work arrays and M2L work %.2f ms, P2P work and near lists %.2f ms\n", 1e3 * (t1 - t0), 1e3 * (t2 - t1)));
   PetscFunctionReturn(0);
 }
 

@@ -25,6 +25,7 @@ typedef struct {
   cudaEvent_t evin[FMM_STAGE_CHUNKS], evout[FMM_STAGE_CHUNKS];
 } FMMCUDAStage;
 PETSC_INTERN FMMCUDAStage FMMCUDAStaging;
+PETSC_INTERN PetscBool    FMMCUDAPool; /* device memory from the stream-ordered pool (device.cu) */
 
 /* a CUDA runtime error as a PETSc error: out of memory is PETSC_ERR_MEM, the rest PETSC_ERR_GPU */
 #define FMMCallCUDA(...) \
@@ -63,6 +64,7 @@ typedef struct {
   /* the plan (see FMMPlan) */
   PetscInt  *sperm, *sleaf, *tperm, *tleaf, *faroff, *far, *nearoff, *near;
   PetscInt  *tleafof; /* [M] leaf of each target (tree order) */
+  PetscInt   nnear;    /* entries of the near lists, nearoff[nleaves] */
   PetscReal *sx, *sy, *cq, *cdx, *cdy, *tx, *ty, *cx, *cy, *scale;
   PetscReal *binom; /* (2p+1)^2 binomial table of fmmexpansions.h */
   PetscReal *m2l;    /* p x p M2L matrix, for the generic M2L */
@@ -84,8 +86,10 @@ typedef struct {
   /* direct: source slices when targets are few */
   PetscReal *dpart;
   PetscInt   dslices;
+  /* sources before each near-list entry [nnear+1] and before each leaf's neighbour sources [nleaves+1] */
+  PetscInt *nearscan, *nbroff;
   /* indexing / repetition: neighbour sources of each leaf, global index (nbr) and tree position (nbrt) */
-  PetscInt  *nbroff, *nbr, *nbrt;
+  PetscInt  *nbr, *nbrt;
   PetscReal *gxy, *gq, *gdx, *gdy; /* sources in global order (indexing) */
   /* repetition: leaf-aligned chunks [repleaf[k], repleaf[k+1]) of records */
   PetscInt    nrepchunks, *repleaf; /* host */
@@ -94,7 +98,8 @@ typedef struct {
   PetscBool   treebuilt; /* the device plan was built by FMMCUDATreeBuild (tree.cu), not uploaded */
 } FMM_CUDA;
 
-PETSC_INTERN PetscErrorCode FMMCUDAMalloc(void **, size_t, const char *);
+PETSC_INTERN PetscErrorCode FMMCUDAMalloc(cudaStream_t, void **, size_t, const char *);
+PETSC_INTERN PetscErrorCode FMMCUDAFree(cudaStream_t, void *);
 PETSC_INTERN PetscErrorCode FMMCUDASelectDevice(MPI_Comm, int *);
 
 /* tree.cu */

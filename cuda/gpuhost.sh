@@ -2,7 +2,7 @@
 # Build, check and benchmark the CUDA backend on a GPU host without PETSc
 # (see ../shared/gpu-host/README.md: the PETSc bundle travels in .petsc-bundle/).
 #
-#   cuda/gpuhost.sh [steps]   steps: any of build test sanitize ncu bench table (default: all)
+#   cuda/gpuhost.sh [steps]   steps: any of build test sanitize ncu bench info table (default: all)
 #
 # Logs go to $OUT (default /tmp/gpuhost); the summary is printed last.
 # BUDGET (seconds, default 540): benchmark runs that would start later are skipped.
@@ -11,7 +11,7 @@ OUT=${OUT:-/tmp/gpuhost}
 BUDGET=${BUDGET:-540}
 T0=$(date +%s)
 mkdir -p "$OUT"
-steps=${*:-build test sanitize ncu bench table}
+steps=${*:-build test sanitize ncu bench info table}
 has() { case " $steps " in *" $1 "*) return 0 ;; esac; return 1; }
 left() { [ $(( $(date +%s) - T0 )) -lt "$BUDGET" ]; }
 
@@ -56,8 +56,8 @@ if has sanitize; then
 fi
 
 if has ncu; then
-  timeout 200 ncu --kernel-name regex:'P2PTiled|M2LTensor|P2MFast' --launch-count 3 --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats \
-    ./bench/bench -n 1000000 -mat_fmm_device cuda -mat_fmm_ct 32 -reps 1 -sample 0 > "$OUT/ncu.log" 2>&1
+  timeout 200 ncu --kernel-name regex:'P2PTiled|M2LTensor|M2LReg|P2MFast' --launch-count 3 --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats \
+    ./bench/bench -n 1000000 -mat_fmm_device cuda -reps 1 -sample 0 > "$OUT/ncu.log" 2>&1
   grep -E "^  [A-Za-z0-9_]+.*\(|Duration|Compute \(SM\) Throughput|Achieved Occupancy" "$OUT/ncu.log" | cut -c1-110 | head -60
   echo "ncu: done at $(( $(date +%s) - T0 )) s"
 fi
@@ -66,7 +66,7 @@ B="timeout 120 ./bench/bench -mat_fmm_device cuda"
 run() { if left; then $B "$@"; else echo "skipped (time budget): $*"; fi; }
 if has bench; then
   {
-    for eps in 1e-10 1e-6; do for ct in 16 64; do run -n 1000000 -mat_fmm_eps $eps -mat_fmm_ct $ct; done; done
+    for eps in 1e-10 1e-6; do for ct in 16 32 64; do run -n 1000000 -mat_fmm_eps $eps -mat_fmm_ct $ct -reassemble 3; done; done
     run -n 1000000 -mat_fmm_eps 1e-10 -mat_fmm_ct 16 -mat_fmm_cuda_log libm
     run -n 1000000 -mat_fmm_eps 1e-10 -mat_fmm_ct 16 -mat_fmm_cuda_m2l fma
     run -n 1000000 -mat_fmm_eps 1e-10 -mat_fmm_ct 16 -mat_fmm_kernel double
@@ -76,12 +76,22 @@ if has bench; then
       run -n $n -mat_fmm_eps 1e-10 -sample 0
       run -n $n -mat_fmm_method direct -sample 0
     done
-    run -n 10000000 -mat_fmm_eps 1e-10 -mat_fmm_ct 64
+    for r in 1 2 3; do # the headline figures, three processes each
+      run -n 1000000 -mat_fmm_eps 1e-10 -reassemble 3 -reps 20
+      run -n 10000000 -mat_fmm_eps 1e-10 -reassemble 3 -reps 20
+    done
     run -n 10000000 -mat_fmm_eps 1e-10 -mat_fmm_ct 32 -sample 0
     run -n 10000000 -mat_fmm_eps 1e-6 -mat_fmm_ct 64 -sample 0
     run -n 10000000 -mat_fmm_eps 1e-6 -mat_fmm_ct 32 -sample 0
   } > "$OUT/bench.log" 2>&1
   left && timeout 120 ./bench/bench -n 1000000 -mat_fmm_device cuda -mat_fmm_eps 1e-10 -mat_fmm_ct 16 -log_view > "$OUT/logview.log" 2>&1
+fi
+
+# where the assembly's time goes (PetscInfo of the CUDA backend)
+if has info; then
+  for n in 1000000 10000000; do
+    left && timeout 120 ./bench/bench -n $n -mat_fmm_device cuda -reassemble 1 -sample 0 -reps 3 -info 2>&1 | grep -E "GPU (plan|tree|setup)|^bench:" | cut -c1-200
+  done
 fi
 
 if has table; then
@@ -95,8 +105,8 @@ fi
 # summary: one line per run
 for f in bench table; do
   [ -f "$OUT/$f.log" ] || continue
-  echo "== $f: N eps p ct layout L setup assembly cuda_init mult_med | P2M M2M M2L L2L L2P P2P (ms) | p2p/s m2l_gflops relerr"
-  awk '/^bench:/ {split("",v); for (i=2;i<=NF;i++) {split($i,kv,"="); v[kv[1]]=kv[2]}; s=v["N"]" "v["eps"]" "v["p"]" "v["ct"]" "v["layout"]" "v["levels"]" "v["setup_s"]" "v["assembly_s"]" "v["cuda_init_s"]" "v["mult_med_s"]}
+  echo "== $f: N eps p ct layout L setup assembly cuda_init mult_med reassembly | P2M M2M M2L L2L L2P P2P (ms) | p2p/s m2l_gflops relerr"
+  awk '/^bench:/ {split("",v); for (i=2;i<=NF;i++) {split($i,kv,"="); v[kv[1]]=kv[2]}; s=v["N"]" "v["eps"]" "v["p"]" "v["ct"]" "v["layout"]" "v["levels"]" "v["setup_s"]" "v["assembly_s"]" "v["cuda_init_s"]" "v["mult_med_s"]" "v["reassembly_med_s"]}
        /^phases_ms:/ {ph=""; for (i=2;i<=NF;i++) {split($i,kv,"="); ph=ph" "kv[2]}}
        /^rates:/ {r=""; for (i=2;i<=NF;i++) {split($i,kv,"="); if (kv[1]!="m2l_count" && kv[1]!="p2p_pairs") r=r" "kv[2]}; print s" |"ph" |"r}' "$OUT/$f.log"
   grep -iE "error|skipped" "$OUT/$f.log" | sort | uniq -c | head -5

@@ -21,6 +21,10 @@
   one matrix product Y = C [T_1 .. T_32] on the FP64 tensor cores (WMMA
   m8n8k4, C padded to KP x KP, KP = p rounded up to 8, held in registers by a
   persistent warp), with re and im parts of the 32 T vectors as 64 columns.
+
+  On Hopper (sm_90) with p + 1 <= 32 the register variant M2LRegKernel replaces
+  it (see there): mma.sync m16n8k8 FP64, every operand in registers, A_0 and the
+  B_0 sum folded into the product.
 */
 #include "fmmcuda.h"
 #include "fmmexpansions.h"
@@ -31,6 +35,20 @@
 
 __constant__ double cM2L[FMMCUDA_PFAST * FMMCUDA_PFAST]; /* cM2L[(l-1)*PFAST + k-1] = C(l+k-1, k-1) */
 __constant__ double cInv[FMMCUDA_PFAST + 1];            /* 1/l */
+
+/* the order KP of the register tensor-core kernel (p + 1 rounded up to 8), or 0 where
+   it does not run: tensor cores off, p + 1 > 32 (its operands would not fit in
+   registers) or a GPU older than sm_90 (no m16n8k8 FP64 mma) */
+static int M2LRegOrder(const FMM_CUDA *c)
+{
+  int major = 0;
+  if (!c->kp || c->p + 1 > 32) return 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, c->dev) != cudaSuccess || major < 9) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return (int)(8 * ((c->p + 8) / 8));
+}
 
 /* the CPU backend's tables (FMMTables), so the same rounded values for large n */
 PetscErrorCode FMMCUDAM2LSetup(FMM_CUDA *c)
@@ -46,13 +64,22 @@ PetscErrorCode FMMCUDAM2LSetup(FMM_CUDA *c)
   PetscCall(PetscFree(binom));
   FMMCallCUDA(cudaMemcpyToSymbol(cM2L, m2l, sizeof(m2l)));
   FMMCallCUDA(cudaMemcpyToSymbol(cInv, inv, sizeof(inv)));
-  if (c->kp) { /* the KP x KP corner for the tensor cores */
-    double *pad;
-    PetscCall(PetscMalloc1(c->kp * c->kp, &pad));
-    for (PetscInt l = 0; l < c->kp; l++)
-      for (PetscInt k = 0; k < c->kp; k++) pad[l * c->kp + k] = m2l[l * FMMCUDA_PFAST + k];
-    PetscCall(FMMCUDAMalloc((void **)&c->m2lpad, sizeof(double) * c->kp * c->kp, "the M2L matrix"));
-    FMMCallCUDA(cudaMemcpy(c->m2lpad, pad, sizeof(double) * c->kp * c->kp, cudaMemcpyHostToDevice));
+  if (c->kp) {
+    const int kr = M2LRegOrder(c);
+    double   *pad;
+    if (kr) { /* the (p+1) x (p+1) matrix of the register kernel, zero-padded to kr x kr (see M2LRegKernel) */
+      PetscCall(PetscCalloc1(kr * kr, &pad));
+      for (PetscInt l = 0; l <= c->p; l++)
+        for (PetscInt k = 0; k <= c->p; k++) pad[l * kr + k] = l == 0 ? (k == 0 ? 0.0 : 1.0) : (k == 0 ? -inv[l] : m2l[(l - 1) * FMMCUDA_PFAST + k - 1]);
+    } else { /* the kp x kp corner for the WMMA kernel */
+      PetscCall(PetscMalloc1(c->kp * c->kp, &pad));
+      for (PetscInt l = 0; l < c->kp; l++)
+        for (PetscInt k = 0; k < c->kp; k++) pad[l * c->kp + k] = m2l[l * FMMCUDA_PFAST + k];
+    }
+    const size_t n = kr ? (size_t)kr * kr : (size_t)c->kp * c->kp;
+    PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->m2lpad, sizeof(double) * n, "the M2L matrix"));
+    FMMCallCUDA(cudaMemcpyAsync(c->m2lpad, pad, sizeof(double) * n, cudaMemcpyHostToDevice, c->stream));
+    FMMCallCUDA(cudaStreamSynchronize(c->stream));
     PetscCall(PetscFree(pad));
   }
   PetscFunctionReturn(0);
@@ -315,6 +342,225 @@ __global__ void __launch_bounds__(32 * M2L_TC_WARPS) M2LTensorKernel(PetscInt nc
   }
 }
 
+/*
+  M2LRegKernel: the tensor-core M2L with the pair operands in registers.
+
+  By count, M2LTensorKernel spends its time in shared memory rather than on the
+  tensor cores: per chunk of 32 pairs the multipoles are transposed into it, T_k
+  formed in it, Y stored back and scaled in it, mostly with 4-way bank
+  conflicts (row stride 66 doubles), and the m8n8k4 WMMA tiles are loaded from
+  it: about 2500 shared-memory wavefronts (cycles of the SM's shared-memory
+  pipe) against 512 cycles of FP64 tensor work at full rate.  Here
+  the product is transposed, Y^T = T^T Chat^T, so that the pairs are the rows
+  of the A operand and of the result, and a lane holds the real and the
+  imaginary part of the same coefficients of the same pair:
+
+    mma.sync m16n8k8 (FP64, sm_90): rows g and g + 8 of a 16 x 8 tile are Re and
+    Im of pair g of a group of 8 pairs (g = lane/4); lane t = lane%4 holds the
+    coefficients k = 8j + 2t, 8j + 2t + 1 (j = 0..KP/8-1) of T, and receives
+    l = 8n + 2t, 8n + 2t + 1 of Y.
+
+  So T_k = A_k x^k (x = -alpha) and B_l = beta^l Y_l are formed in registers by
+  the lane that feeds / receives them (powers x^(2t) by two selected products,
+  then steps of x^8), the multipole is read straight from global memory (the 4
+  lanes of a pair read 8 consecutive doubles of its row per step j), and the
+  B fragments of the KP x KP matrix Chat are read from shared memory (one
+  conflict-free 16-byte load per mma).  Holding Chat in registers (KP^2/32
+  doubles a lane) took 232 registers a thread, so only 2 blocks (8 warps) per
+  SM, and the kernel waited on mma latency: on an H100, with Chat in shared
+  memory (168 registers, 3 blocks) the M2L of 10^7 points took 1.74 ms instead
+  of 1.87 ms.
+  Chat is the (p+1) x (p+1) matrix over l, k = 0..p of
+     Chat(0,0) = 0, Chat(0,k) = 1, Chat(l,0) = -1/l, Chat(l,k) = C(l+k-1, k-1),
+  so that Y_0 = sum_k T_k and Y_l = -A_0/l + sum_k C(l+k-1,k-1) T_k: the
+  terms of FMMM2L that are not a product are in the product too, and
+  B_0 = Y_0 + A_0 log|z0|.  Besides Chat only the sums over runs of equal
+  target box go through shared memory (8 pairs x 2 KP doubles a warp, written with
+  conflict-free 16-byte stores): about 256 wavefronts per chunk.  They are
+  added in pair order as in M2LTensorKernel: same partials, same determinism.
+
+  A warp takes the 32 pairs of a chunk as 4 groups of 8; the multipoles of the
+  next group and the box indices of the next chunk are loaded while the current
+  group computes.
+*/
+#define M2L_RW 4 /* warps per block of the register kernel */
+
+/* D += A B on one 16 x 8 x 8 FP64 tile (PTX mma.m16n8k8, sm_90; fragments as in the PTX ISA) */
+__device__ __forceinline__ void Dmma16x8x8(double (&d)[4], double a0, double a1, double a2, double a3, double b0, double b1)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm("mma.sync.aligned.m16n8k8.row.col.f64.f64.f64.f64 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};" : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3]) : "d"(a0), "d"(a1), "d"(a2), "d"(a3), "d"(b0), "d"(b1));
+#else
+  __trap(); /* never launched there (M2LRegOrder) */
+#endif
+}
+
+struct M2LCx {
+  double r, i;
+};
+__device__ __forceinline__ M2LCx CMul(M2LCx a, M2LCx b)
+{
+  return {a.r * b.r - a.i * b.i, a.r * b.i + a.i * b.r};
+}
+/* x^(2t), t = 0..3, from x^2 and x^4: one product */
+__device__ __forceinline__ M2LCx CPow2t(int t, M2LCx x2, M2LCx x4)
+{
+  const M2LCx e = (t & 2) ? x4 : M2LCx{1.0, 0.0};
+  return (t & 1) ? CMul(e, x2) : e;
+}
+
+/* row stride (doubles) of the matrix Chat in shared memory: rows g and g + 1
+   64 bytes apart modulo 128, so the 16-byte fragment loads of a quarter warp
+   (g = 0, 1; t = 0..3) hit distinct banks */
+#define M2L_LDC(KP) (16 * (((KP) + 15) / 16) + 8)
+
+template <int KP>
+__global__ void __launch_bounds__(32 * M2L_RW, 3) M2LRegKernel(PetscInt nchunks, PetscInt npairs, int p, int ne, const PetscInt *far, const PetscInt *pairtgt, const PetscInt *chunkpart, const double *cx, const double *cy, const double *scale, const double *mpole, const double *chat, double *part)
+{
+  constexpr int NK = KP / 8, RS = 2 * KP + 8; /* k steps = n tiles; row stride of the run-sum tile (16-byte stores of a quarter warp in distinct banks) */
+  extern __shared__ double m2lsh[];
+  const int      lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  double        *S    = m2lsh + (threadIdx.x >> 5) * 8 * RS; /* [8 pairs][RS]: Re B_l at l, Im B_l at KP + l */
+  const PetscInt nw   = (PetscInt)gridDim.x * M2L_RW;
+  double        *C = m2lsh + M2L_RW * 8 * RS; /* Chat, row stride M2L_LDC(KP): B fragment (l = 8n + g, k = 8s + 2t + q) */
+  for (int e = threadIdx.x; e < KP * KP; e += 32 * M2L_RW) C[(e / KP) * M2L_LDC(KP) + e % KP] = chat[e];
+  __syncthreads();
+
+  PetscInt chunk = (PetscInt)blockIdx.x * M2L_RW + (threadIdx.x >> 5), nsb = 0, ntb = -1;
+  if (chunk < nchunks && chunk * 32 + lane < npairs) {
+    nsb = far[chunk * 32 + lane];
+    ntb = pairtgt[chunk * 32 + lane];
+  }
+  for (; chunk < nchunks; chunk += nw) {
+    const PetscInt g0 = chunk * 32, sb = nsb, tb = ntb; /* pair lane of this chunk (tb < 0: none) */
+    const int      nrows = npairs - g0 < 32 ? (int)(npairs - g0) : 32;
+    nsb = 0;
+    ntb = -1;
+    if (chunk + nw < nchunks && (chunk + nw) * 32 + lane < npairs) { /* the next chunk's boxes, in flight meanwhile */
+      nsb = far[(chunk + nw) * 32 + lane];
+      ntb = pairtgt[(chunk + nw) * 32 + lane];
+    }
+    /* A_k of pair 8 m + g, k = 8j + 2t + q, zero beyond p */
+    double ar[NK][2], ai[NK][2];
+    auto   loadA = [&](int m) {
+      const PetscInt sp  = __shfl_sync(FULL_MASK, sb, (8 * m + g) & 31);
+      const bool     ok  = 8 * m + g < nrows;
+      const double  *row = mpole + sp * ne;
+#pragma unroll
+      for (int j = 0; j < NK; j++)
+#pragma unroll
+        for (int q = 0; q < 2; q++) {
+          const int k = 8 * j + 2 * t + q;
+          ar[j][q]    = ok && k <= p ? row[k] : 0.0;
+          ai[j][q]    = ok && k <= p ? row[p + 1 + k] : 0.0;
+        }
+    };
+    loadA(0);
+    /* pair lane: x = -alpha = -sm/z0, beta = sl/z0, log|z0| */
+    double wr = 0.0, wi = 0.0, br = 0.0, bi = 0.0, lz = 0.0;
+    if (lane < nrows) {
+      const double z0x = cx[sb] - cx[tb], z0y = cy[sb] - cy[tb], sm = scale[sb], sl = scale[tb];
+      const double iz = 1.0 / (z0x * z0x + z0y * z0y);
+      wr              = -sm * z0x * iz;
+      wi              = sm * z0y * iz;
+      br              = sl * z0x * iz;
+      bi              = -sl * z0y * iz;
+      lz              = 0.5 * log(1.0 / iz);
+    }
+    /* runs of equal target: heads are the first pair of each run in this chunk */
+    const PetscInt tprev = __shfl_up_sync(FULL_MASK, tb, 1);
+    const unsigned heads = __ballot_sync(FULL_MASK, lane < nrows && (lane == 0 || tb != tprev));
+    const PetscInt pbase = chunkpart[chunk];
+    double         accr = 0.0, acci = 0.0; /* lane l: the running sum of B_l over the current run */
+    int            seg  = -1;
+#pragma unroll
+    for (int m = 0; m < 4; m++) {
+      if (8 * m >= nrows) break; /* whole warp */
+      const int src = 8 * m + g;
+      double    Tr[NK][2], Ti[NK][2];
+#pragma unroll
+      for (int j = 0; j < NK; j++)
+#pragma unroll
+        for (int q = 0; q < 2; q++) {
+          Tr[j][q] = ar[j][q];
+          Ti[j][q] = ai[j][q];
+        }
+      const double A0 = ar[0][0]; /* Re A_0 on the lanes t = 0 */
+      if (m < 3 && 8 * (m + 1) < nrows) loadA(m + 1);
+      /* T_k = A_k x^k */
+      const M2LCx x = {__shfl_sync(FULL_MASK, wr, src), __shfl_sync(FULL_MASK, wi, src)};
+      const M2LCx y = {__shfl_sync(FULL_MASK, br, src), __shfl_sync(FULL_MASK, bi, src)};
+      const double lzp = __shfl_sync(FULL_MASK, lz, src);
+      {
+        const M2LCx x2 = CMul(x, x), x4 = CMul(x2, x2), x8 = CMul(x4, x4);
+        M2LCx       e  = CPow2t(t, x2, x4);
+#pragma unroll
+        for (int j = 0; j < NK; j++) {
+          const M2LCx e1 = CMul(e, x), t0 = CMul({Tr[j][0], Ti[j][0]}, e), t1 = CMul({Tr[j][1], Ti[j][1]}, e1);
+          Tr[j][0]       = t0.r;
+          Ti[j][0]       = t0.i;
+          Tr[j][1]       = t1.r;
+          Ti[j][1]       = t1.i;
+          if (j + 1 < NK) e = CMul(e, x8);
+        }
+      }
+      /* Y^T = T^T Chat^T */
+      double d[NK][4];
+#pragma unroll
+      for (int n = 0; n < NK; n++) {
+        d[n][0] = d[n][1] = d[n][2] = d[n][3] = 0.0;
+#pragma unroll
+        for (int s = 0; s < NK; s++) {
+          const double2 b = *(const double2 *)(C + (8 * n + g) * M2L_LDC(KP) + 8 * s + 2 * t);
+          Dmma16x8x8(d[n], Tr[s][0], Ti[s][0], Tr[s][1], Ti[s][1], b.x, b.y);
+        }
+      }
+      /* B_l = beta^l Y_l (B_0 = Y_0 + A_0 log|z0|) into the run-sum tile */
+      {
+        const M2LCx y2 = CMul(y, y), y4 = CMul(y2, y2), y8 = CMul(y4, y4);
+        M2LCx       f  = CPow2t(t, y2, y4);
+        double     *Sg = S + g * RS + 2 * t;
+#pragma unroll
+        for (int n = 0; n < NK; n++) {
+          M2LCx b0 = CMul({d[n][0], d[n][2]}, f);
+          const M2LCx b1 = CMul({d[n][1], d[n][3]}, CMul(f, y));
+          if (n == 0 && t == 0) b0.r += A0 * lzp;
+          *(double2 *)(Sg + 8 * n)      = make_double2(b0.r, b1.r);
+          *(double2 *)(Sg + KP + 8 * n) = make_double2(b0.i, b1.i);
+          if (n + 1 < NK) f = CMul(f, y8);
+        }
+      }
+      __syncwarp();
+      /* lane l adds B_l of the 8 pairs in pair order; a run head writes the finished run */
+#pragma unroll
+      for (int r = 0; r < 8; r++) {
+        const int gp = 8 * m + r;
+        if (gp >= nrows) break;
+        if ((heads >> gp) & 1u) {
+          if (seg >= 0 && lane <= p) {
+            part[(pbase + seg) * ne + lane]         = accr;
+            part[(pbase + seg) * ne + p + 1 + lane] = acci;
+          }
+          seg++;
+          accr = acci = 0.0;
+        }
+        if (lane < KP) {
+          accr += S[r * RS + lane];
+          acci += S[r * RS + KP + lane];
+        }
+      }
+      __syncwarp();
+    }
+    if (lane <= p) {
+      part[(pbase + seg) * ne + lane]         = accr;
+      part[(pbase + seg) * ne + p + 1 + lane] = acci;
+    }
+  }
+}
+
+typedef void (*M2LRegFn)(PetscInt, PetscInt, int, int, const PetscInt *, const PetscInt *, const PetscInt *, const double *, const double *, const double *, const double *, const double *, double *);
+static const M2LRegFn M2LRegKernels[] = {M2LRegKernel<8>, M2LRegKernel<16>, M2LRegKernel<24>, M2LRegKernel<32>};
+
 typedef void (*M2LTensorFn)(PetscInt, PetscInt, int, int, const PetscInt *, const PetscInt *, const PetscInt *, const double *, const double *, const double *, const double *, const double *, double *);
 static const M2LTensorFn M2LTensorKernels[] = {M2LTensorKernel<8>, M2LTensorKernel<16>, M2LTensorKernel<24>, M2LTensorKernel<32>, M2LTensorKernel<40>};
 
@@ -326,7 +572,17 @@ static const M2LKernelFn M2LKernels[] = {M2LChunkKernel<0>, M2LChunkKernel<2>, M
 PetscErrorCode FMMCUDAM2L(FMM_CUDA *c, const FMMPlan *P)
 {
   PetscFunctionBegin;
-  if (c->npairs && c->kp) { /* tensor cores: a persistent grid of warps */
+  const int kr = c->npairs ? M2LRegOrder(c) : 0;
+  if (kr) { /* tensor cores, operands in registers: a persistent grid of warps */
+    const size_t shmem = (size_t)(M2L_RW * 8 * (2 * kr + 8) + kr * M2L_LDC(kr)) * sizeof(double);
+    M2LRegFn     kern  = M2LRegKernels[kr / 8 - 1];
+    int          perSM = 0, sms = 0;
+    FMMCallCUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSM, kern, 32 * M2L_RW, shmem));
+    FMMCallCUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, c->dev));
+    PetscInt blocks = PetscMin((c->nchunks + M2L_RW - 1) / M2L_RW, (PetscInt)PetscMax(perSM, 1) * sms);
+    kern<<<(unsigned)blocks, 32 * M2L_RW, shmem, c->stream>>>(c->nchunks, c->npairs, (int)c->p, (int)c->ne, c->far, c->pairtgt, c->chunkpart, c->cx, c->cy, c->scale, c->mpole, c->m2lpad, c->part);
+    FMMCheckLaunch();
+  } else if (c->npairs && c->kp) { /* tensor cores (WMMA m8n8k4): a persistent grid of warps */
     const int    kp = (int)c->kp, threads = 32 * M2L_TC_WARPS;
     const size_t shmem = (size_t)M2L_TC_WARPS * M2L_TC_WARPMEM(kp) * sizeof(double);
     M2LTensorFn  kern  = M2LTensorKernels[kp / 8 - 1];

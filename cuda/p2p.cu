@@ -11,31 +11,45 @@
 #include "fmmcuda.h"
 #include "fmmexpansions.h"
 
-/* log for the near field: x = 2^e m, m in [1,2); with c_i = 1 + i/128 <= m and
-   r_i = 1/c_i, log x = e log 2 - log r_i + log1p(m r_i - 1), |m r_i - 1| < 1/128,
-   log1p by its degree-9 Taylor polynomial (truncation < 2e-20).  About 12
-   FP64 operations instead of about 30 for the libm log; within 2 ulp.
-   lt[i] = (r_i, -log r_i), in shared memory.  x = 1 gives 0 exactly. */
-#define FMM_LOGTAB 128
+/* log for the near field: x = 2^e m, m in [1,2); bin i of m (its top FMM_LOGBITS
+   mantissa bits) has midpoint c_i = 1 + (i + 1/2)/FMM_LOGTAB and r_i = 1/c_i
+   (rounded); with t = m r_i - 1 (one fma, |t| <= 2^-9),
+     log x = e log 2 - log r_i + log1p(t),
+   log1p(t) = t P(t) by its degree-5 Taylor polynomial (truncation below
+   |t|^6/6 <= 1e-17).  Six FP64 operations for log m instead of about 30 for the
+   libm log; absolute error about 1e-16.  lt[i] = (r_i, -log r_i). */
+#define FMM_LOGBITS 8
+#define FMM_LOGTAB  (1 << FMM_LOGBITS)
+#define FMM_LN2     0.69314718055994530942
+#define FMM_LN2_HI  6.93147180369123816490e-01 /* log 2 split so that e log2_hi is exact (fdlibm) */
+#define FMM_LN2_LO  1.90821492927058770002e-10
+
+/* the part of log x that does not depend on the exponent: log m = -log r_i +
+   log1p(m r_i - 1), for m the mantissa of x as a double in [1,2), rl = lt[bin of m] */
+__device__ __forceinline__ double LogMantissa(double m, double2 rl)
+{
+  const double t  = fma(m, rl.x, -1.0);
+  double       pl = fma(0.2, t, -0.25);
+  pl              = fma(pl, t, 1.0 / 3);
+  pl              = fma(pl, t, -0.5);
+  pl              = fma(pl, t, 1.0);
+  return fma(t, pl, rl.y);
+}
+
+/* the mantissa of x > 0 (normal) as a double in [1,2), and its table bin */
+__device__ __forceinline__ double LogSplit(int hi, int lo, int *bin)
+{
+  *bin = (hi >> (20 - FMM_LOGBITS)) & (FMM_LOGTAB - 1);
+  return __hiloint2double((hi & 0x000fffff) | 0x3ff00000, lo);
+}
+
 __device__ __forceinline__ double FastLog(double x, const double2 *lt)
 {
-  const long long bits = __double_as_longlong(x);
-  const int       ex   = (int)(bits >> 52); /* x > 0 */
-  if (ex == 0) return log(x);               /* subnormal: not met in practice */
-  const double2 rl = lt[(bits >> 45) & (FMM_LOGTAB - 1)];
-  const double  m  = __longlong_as_double((bits & 0x000fffffffffffffLL) | 0x3ff0000000000000LL);
-  const double  t  = fma(m, rl.x, -1.0), e = (double)(ex - 1023);
-  double        pl = 1.0 / 9;
-  pl = fma(pl, t, -1.0 / 8);
-  pl = fma(pl, t, 1.0 / 7);
-  pl = fma(pl, t, -1.0 / 6);
-  pl = fma(pl, t, 1.0 / 5);
-  pl = fma(pl, t, -1.0 / 4);
-  pl = fma(pl, t, 1.0 / 3);
-  pl = fma(pl, t, -0.5);
-  pl = fma(pl, t, 1.0);
-  /* log 2 split so that e log2_hi is exact (fdlibm) */
-  return fma(e, 6.93147180369123816490e-01, rl.y) + fma(e, 1.90821492927058770002e-10, t * pl);
+  const int hi = __double2hiint(x), ex = hi >> 20; /* x > 0 */
+  if (ex == 0) return log(x);                      /* subnormal: not met in practice */
+  int          bin;
+  const double m = LogSplit(hi, __double2loint(x), &bin), e = (double)(ex - 1023);
+  return fma(e, FMM_LN2_HI, LogMantissa(m, lt[bin])) + e * FMM_LN2_LO;
 }
 
 PetscErrorCode FMMCUDALogTable(FMM_CUDA *c)
@@ -44,13 +58,12 @@ PetscErrorCode FMMCUDALogTable(FMM_CUDA *c)
 
   PetscFunctionBegin;
   for (int i = 0; i < FMM_LOGTAB; i++) {
-    h[i].x = 1.0 / (1.0 + i / (double)FMM_LOGTAB);
+    h[i].x = 1.0 / (1.0 + (i + 0.5) / FMM_LOGTAB);
     h[i].y = -log(h[i].x);
   }
-  h[0].x = 1.0;
-  h[0].y = 0.0;
-  PetscCall(FMMCUDAMalloc((void **)&c->logtab, sizeof(h), "the log table"));
-  FMMCallCUDA(cudaMemcpy(c->logtab, h, sizeof(h), cudaMemcpyHostToDevice));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->logtab, sizeof(h), "the log table"));
+  FMMCallCUDA(cudaMemcpyAsync(c->logtab, h, sizeof(h), cudaMemcpyHostToDevice, c->stream));
+  FMMCallCUDA(cudaStreamSynchronize(c->stream));
   PetscFunctionReturn(0);
 }
 
@@ -63,23 +76,23 @@ __device__ __forceinline__ const double2 *LoadLogTable(const double2 *g, double2
   return sh;
 }
 
-/* Branch-free: the zero-distance pair evaluates at r2 = 1, where log is 0 and the
-   dipole numerator is 0.  A data-dependent branch here splits warps: every lane
-   meets its own source at a different step. */
+/* Branch-free: the zero-distance pair evaluates at r2 = 1 and its terms are
+   dropped (the dipole numerator is 0 there anyway).  A data-dependent branch here
+   splits warps: every lane meets its own source at a different step. */
 template <int KIND>
 __device__ __forceinline__ double Pair(double rx, double ry, double q, double dx, double dy, const double2 *lt)
 {
   const double r2 = rx * rx + ry * ry, rr = r2 > 0.0 ? r2 : 1.0;
-  if constexpr (KIND == 1) return (dx * rx + dy * ry) * __drcp_rn(rr);
-  else {
+  double       v  = 0.0;
+  if constexpr (KIND != 1) {
     const double lg = lt ? FastLog(rr, lt) : log(rr);
-    if constexpr (KIND == 0) return 0.5 * q * lg;
-    else return 0.5 * q * lg + (dx * rx + dy * ry) * __drcp_rn(rr);
+    v               = 0.5 * q * (r2 > 0.0 ? lg : 0.0);
   }
+  if constexpr (KIND != 0) v += (dx * rx + dy * ry) * __drcp_rn(rr);
+  return v;
 }
 
 #define P2P_THREADS FMMCUDA_P2P_T
-#define P2P_TILE    512
 
 /* The threads of a P2P block for an item of nt targets: nt < P2P_THREADS gives
    each target nsl = P2P_THREADS/nt threads (slices) that take every nsl-th
@@ -103,47 +116,160 @@ __device__ __forceinline__ void P2PFinish(const FMMP2PItem &I, const Slices &S, 
   }
 }
 
-/* Tiled (Goude & Engblom, Alg. 3.7): one block per item; its sources, contiguous
-   ranges of consecutive neighbour leaves in tree order, are staged in shared memory in tiles */
-template <int KIND>
-__global__ void __launch_bounds__(P2P_THREADS) P2PTiledKernel(const FMMP2PItem *items, const PetscInt *sleaf, const PetscInt *near, const double *tx, const double *ty, const double *sx, const double *sy, const double *q, const double *dx, const double *dy, double *pot, double *part, const double2 *logtab)
+/*
+  Tiled (Goude & Engblom, Alg. 3.7): the sources of an item, contiguous ranges of
+  consecutive neighbour leaves in tree order, are staged in shared memory in
+  tiles of TL_TILE; every source is then read by all lanes of a warp at once
+  (a broadcast).
+
+  By instruction count the kernel is bound by the FP64 pipe (64 lanes per SM and
+  clock on an H100/H200): a single-layer pair costs 13 FP64 operations (r: 4,
+  log m: 6, the two accumulations and the exponent: 3), against about 22 in the
+  per-item kernel this replaces, which puts the ceiling at 64/13 = 4.9 pairs
+  per SM and clock (1.3e12 pairs/s on 132 SMs at 1.98 GHz).  Everything else
+  is kept off the FP64 pipe and out of shared-memory bank conflicts:
+  - each thread takes TL_R = 2 targets, so one broadcast source serves two pairs;
+  - the exponent of r^2 is accumulated apart: acc += q/2 log m_i, acce += q/2 e_i,
+    potential = acc + log 2 acce; the exponent becomes a double by integer
+    operations and one subtraction (no int-to-double conversion, a quarter-rate
+    instruction);
+  - the zero-distance pair is dropped by zeroing its charge after an integer
+    test of the exponent of r^2, no FP64 compare (so are pairs with 0 < |r| <
+    1.5e-154, r^2 subnormal, which the CPU backend evaluates);
+  - the log table is replicated FMM_LOGCOPY = 8 times, entry i of copy c at
+    [8 i + c]: lane l reads copy l % 8, so the 8 lanes of each quarter-warp phase
+    of the 16-byte loads hit distinct bank groups and a warp's lookup of 32
+    unrelated bins costs the minimum of 4 shared-memory wavefronts (a single
+    table: about 10, estimated for random bins);
+  - blocks are persistent (as many as fit on the GPU at once) and walk the items
+    with a grid stride, so the 32 KB table is staged once per block, not once
+    per item.
+  Each thread sums its slice of the sources in order and the slices are added in
+  slice order: the result does not depend on scheduling.
+*/
+#define TL_THREADS  256
+#define TL_TILE     512
+#define TL_R        2
+#define FMM_LOGCOPY 8
+static_assert(FMMCUDA_P2P_T <= TL_R * TL_THREADS, "an item's targets fit the block");
+
+/* shared memory of the tiled kernel: table copies, then the tile */
+static size_t TiledShmem(int kind, bool fast)
 {
-  __shared__ double  xs[P2P_TILE], ys[P2P_TILE], qs[KIND == 1 ? 1 : P2P_TILE], dxs[KIND == 0 ? 1 : P2P_TILE], dys[KIND == 0 ? 1 : P2P_TILE], red[P2P_THREADS];
-  __shared__ double2 lts[FMM_LOGTAB];
-  const double2     *lt = LoadLogTable(KIND == 1 ? NULL : logtab, lts);
-  const FMMP2PItem   I  = items[blockIdx.x];
-  const Slices     S((int)I.nt);
-  double           zx = 0.0, zy = 0.0, acc = 0.0;
-  if (S.act) {
-    zx = tx[I.t0 + S.it];
-    zy = ty[I.t0 + S.it];
+  size_t s = (size_t)TL_TILE * sizeof(double2);               /* (x, y); also the slice sums at the end */
+  if (kind != 1) s += (size_t)TL_TILE * sizeof(double);        /* q/2 */
+  if (kind != 0) s += (size_t)TL_TILE * sizeof(double2);       /* (dx, dy) */
+  if (fast && kind != 1) s += (size_t)FMM_LOGTAB * FMM_LOGCOPY * sizeof(double2);
+  return s;
+}
+
+/* the single-layer term of one pair into (acc, acce); ltc = this lane's table copy,
+   entry i at byte 128 i = ((hi >> 12) & 255) << 7 = (hi >> 5) & 0x7f80 */
+__device__ __forceinline__ void LogTerm(double rx, double ry, double qh, const char *ltc, double &acc, double &acce)
+{
+  static_assert(FMM_LOGBITS == 8 && FMM_LOGCOPY * sizeof(double2) == 128, "the byte offset below");
+  const double r2 = fma(rx, rx, ry * ry);
+  const int    hi = __double2hiint(r2); /* r2 >= 0 */
+  const double qq = (unsigned)hi < 0x00100000u ? 0.0 : qh;
+  const double m  = __hiloint2double((hi & 0x000fffff) | 0x3ff00000, __double2loint(r2));
+  acc             = fma(qq, LogMantissa(m, *(const double2 *)(ltc + ((hi >> 5) & 0x7f80))), acc);
+  /* 2^52 + biased exponent, exactly; minus 2^52 + 1023 */
+  acce = fma(qq, __hiloint2double(0x43300000, hi >> 20) - 4503599627371519.0, acce);
+}
+
+template <int KIND, bool FAST>
+__device__ __forceinline__ void TiledPair(double zx, double zy, double2 xy, double qh, double2 d, const char *ltc, double &acc, double &acce)
+{
+  const double rx = zx - xy.x, ry = zy - xy.y;
+  if constexpr (KIND != 1) {
+    if constexpr (FAST) LogTerm(rx, ry, qh, ltc, acc, acce);
+    else acc += Pair<0>(rx, ry, 2.0 * qh, 0.0, 0.0, NULL);
   }
-  PetscInt j = I.j, pos = I.pos, left = I.ne;
-  while (left > 0) {
-    int nf = 0;
-    while (left > 0 && nf < P2P_TILE) { /* fill the tile from consecutive neighbour leaves */
-      const PetscInt end  = sleaf[near[j] + 1];
-      const int      take = (int)PetscMin(PetscMin(end - pos, (PetscInt)(P2P_TILE - nf)), left);
-      for (int k = threadIdx.x; k < take; k += P2P_THREADS) {
-        xs[nf + k] = sx[pos + k];
-        ys[nf + k] = sy[pos + k];
-        if (KIND != 1) qs[nf + k] = q[pos + k];
-        if (KIND != 0) {
-          dxs[nf + k] = dx[pos + k];
-          dys[nf + k] = dy[pos + k];
+  if constexpr (KIND != 0) acc += Pair<1>(rx, ry, 0.0, d.x, d.y, NULL);
+}
+
+template <int KIND, bool FAST>
+__global__ void __launch_bounds__(TL_THREADS, 4) P2PTiledKernel(PetscInt nitems, const FMMP2PItem *items, const PetscInt *sleaf, const PetscInt *near, const double *tx, const double *ty, const double *sx, const double *sy, const double *q, const double *dx, const double *dy, double *pot, double *part, const double2 *logtab)
+{
+  constexpr bool LOG = FAST && KIND != 1;
+  extern __shared__ double2 tlsh[]; /* 16-byte aligned */
+  double2 *lts = tlsh;
+  double2 *xys = lts + (LOG ? FMM_LOGTAB * FMM_LOGCOPY : 0);
+  double  *qs  = (double *)(xys + TL_TILE);
+  double2 *ds  = (double2 *)(qs + (KIND != 1 ? TL_TILE : 0));
+  double  *red = (double *)xys; /* after the last tile */
+
+  if constexpr (LOG) {
+    for (int k = threadIdx.x; k < FMM_LOGTAB * FMM_LOGCOPY; k += TL_THREADS) lts[k] = logtab[k / FMM_LOGCOPY];
+  }
+  const char *ltc = (const char *)(lts + (threadIdx.x & (FMM_LOGCOPY - 1)));
+
+  for (PetscInt b = blockIdx.x; b < nitems; b += gridDim.x) {
+    const FMMP2PItem I  = items[b];
+    const int        nt = (int)I.nt, nr = (nt + TL_R - 1) / TL_R, nsl = TL_THREADS / nr;
+    const int        row = threadIdx.x % nr, sl = threadIdx.x / nr, i1 = row + nr;
+    const bool       act = sl < nsl, two = i1 < nt;
+    double           z0x = 0.0, z0y = 0.0, z1x = 0.0, z1y = 0.0, a0 = 0.0, e0 = 0.0, a1 = 0.0, e1 = 0.0;
+    if (act) {
+      z0x = tx[I.t0 + row];
+      z0y = ty[I.t0 + row];
+      z1x = two ? tx[I.t0 + i1] : z0x; /* a second copy of the first target when nt is odd: its sums are not used */
+      z1y = two ? ty[I.t0 + i1] : z0y;
+    }
+    PetscInt j = I.j, pos = I.pos, left = I.ne;
+    while (left > 0) {
+      int nf = 0;
+      while (left > 0 && nf < TL_TILE) { /* fill the tile from consecutive neighbour leaves */
+        const PetscInt end  = sleaf[near[j] + 1];
+        const int      take = (int)PetscMin(PetscMin(end - pos, (PetscInt)(TL_TILE - nf)), left);
+        for (int k = threadIdx.x; k < take; k += TL_THREADS) {
+          xys[nf + k] = make_double2(sx[pos + k], sy[pos + k]);
+          if (KIND != 1) qs[nf + k] = 0.5 * q[pos + k];
+          if (KIND != 0) ds[nf + k] = make_double2(dx[pos + k], dy[pos + k]);
+        }
+        nf += take;
+        pos += take;
+        left -= take;
+        if (pos == end && left > 0) pos = sleaf[near[++j]];
+      }
+      __syncthreads(); /* the tile (and, the first time, the table) is in place */
+      if (act) {
+        int k = sl;
+        for (; k + nsl < nf; k += 2 * nsl) { /* two sources x two targets: four independent pairs */
+          const double2 s0 = xys[k], s1 = xys[k + nsl];
+          const double  q0 = KIND != 1 ? qs[k] : 0.0, q1 = KIND != 1 ? qs[k + nsl] : 0.0;
+          const double2 d0 = KIND != 0 ? ds[k] : make_double2(0.0, 0.0), d1 = KIND != 0 ? ds[k + nsl] : make_double2(0.0, 0.0);
+          TiledPair<KIND, FAST>(z0x, z0y, s0, q0, d0, ltc, a0, e0);
+          TiledPair<KIND, FAST>(z1x, z1y, s0, q0, d0, ltc, a1, e1);
+          TiledPair<KIND, FAST>(z0x, z0y, s1, q1, d1, ltc, a0, e0);
+          TiledPair<KIND, FAST>(z1x, z1y, s1, q1, d1, ltc, a1, e1);
+        }
+        if (k < nf) {
+          const double2 s0 = xys[k];
+          const double  q0 = KIND != 1 ? qs[k] : 0.0;
+          const double2 d0 = KIND != 0 ? ds[k] : make_double2(0.0, 0.0);
+          TiledPair<KIND, FAST>(z0x, z0y, s0, q0, d0, ltc, a0, e0);
+          TiledPair<KIND, FAST>(z1x, z1y, s0, q0, d0, ltc, a1, e1);
         }
       }
-      nf += take;
-      pos += take;
-      left -= take;
-      if (pos == end && left > 0) pos = sleaf[near[++j]];
+      __syncthreads(); /* before the tile is refilled (or reused for the slice sums) */
     }
+    /* slice sums, then the sum over slices in slice order */
+    red[threadIdx.x]              = LOG ? fma(e0, FMM_LN2, a0) : a0;
+    red[TL_THREADS + threadIdx.x] = LOG ? fma(e1, FMM_LN2, a1) : a1;
     __syncthreads();
-    if (S.act)
-      for (int k = S.sl; k < nf; k += S.nsl) acc += Pair<KIND>(zx - xs[k], zy - ys[k], KIND != 1 ? qs[k] : 0.0, KIND != 0 ? dxs[k] : 0.0, KIND != 0 ? dys[k] : 0.0, lt);
-    __syncthreads();
+    if (act && sl == 0) {
+      for (int h = 0; h < (two ? 2 : 1); h++) {
+        const double *r = red + h * TL_THREADS + row;
+        double        s = r[0];
+        for (int m = 1; m < nsl; m++) s += r[m * nr];
+        const int it = row + h * nr;
+        if (I.part < 0) pot[I.t0 + it] += s;
+        else part[I.part + it] = s;
+      }
+    }
+    __syncthreads(); /* red is the next item's tile */
   }
-  P2PFinish(I, S, acc, red, pot, part);
 }
 
 /* the partials of split lists, in item order */
@@ -168,16 +294,32 @@ static PetscErrorCode P2PSum(FMM_CUDA *c, const FMMPlan *P)
   PetscFunctionReturn(0);
 }
 
+template <int KIND, bool FAST>
+static PetscErrorCode LaunchTiled(FMM_CUDA *c)
+{
+  const void  *kern  = (const void *)P2PTiledKernel<KIND, FAST>;
+  const size_t shmem = TiledShmem(KIND, FAST);
+  int          perSM = 0, sms = 0;
+
+  PetscFunctionBegin;
+  if (shmem > 49152) FMMCallCUDA(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shmem));
+  FMMCallCUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSM, kern, TL_THREADS, shmem));
+  FMMCallCUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, c->dev));
+  const PetscInt blocks = PetscMin(c->nitems, (PetscInt)PetscMax(perSM, 1) * sms);
+  P2PTiledKernel<KIND, FAST><<<(unsigned)blocks, TL_THREADS, shmem, c->stream>>>(c->nitems, c->items, c->sleaf, c->near, c->tx, c->ty, c->sx, c->sy, c->q, c->dx, c->dy, c->pot, c->p2ppart, c->logtab);
+  FMMCheckLaunch();
+  PetscFunctionReturn(0);
+}
+
 PetscErrorCode FMMCUDAP2PTiled(FMM_CUDA *c, const FMMPlan *P)
 {
+  const bool fast = c->logtab != NULL;
+
   PetscFunctionBegin;
   if (!c->nitems) PetscFunctionReturn(0);
-#define LAUNCH(K) P2PTiledKernel<K><<<(unsigned)c->nitems, P2P_THREADS, 0, c->stream>>>(c->items, c->sleaf, c->near, c->tx, c->ty, c->sx, c->sy, c->q, c->dx, c->dy, c->pot, c->p2ppart, c->logtab)
-  if (c->kind == 0) LAUNCH(0);
-  else if (c->kind == 1) LAUNCH(1);
-  else LAUNCH(2);
-#undef LAUNCH
-  FMMCheckLaunch();
+  if (c->kind == 0) PetscCall(fast ? LaunchTiled<0, true>(c) : LaunchTiled<0, false>(c));
+  else if (c->kind == 1) PetscCall(LaunchTiled<1, false>(c));
+  else PetscCall(fast ? LaunchTiled<2, true>(c) : LaunchTiled<2, false>(c));
   PetscCall(P2PSum(c, P));
   PetscFunctionReturn(0);
 }

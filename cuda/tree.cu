@@ -34,14 +34,14 @@ typedef struct {
   size_t bytes;
 } Scratch;
 
-static PetscErrorCode ScratchEnsure(Scratch *s, size_t need)
+static PetscErrorCode ScratchEnsure(FMM_CUDA *c, Scratch *s, size_t need)
 {
   PetscFunctionBegin;
   if (need <= s->bytes) PetscFunctionReturn(0);
-  if (s->tmp) FMMCallCUDA(cudaFree(s->tmp));
+  if (s->tmp) PetscCall(FMMCUDAFree(c->stream, s->tmp));
   s->tmp   = NULL;
   s->bytes = 0;
-  PetscCall(FMMCUDAMalloc(&s->tmp, need, "the scratch space of the tree build"));
+  PetscCall(FMMCUDAMalloc(c->stream, &s->tmp, need, "the scratch space of the tree build"));
   s->bytes = need;
   PetscFunctionReturn(0);
 }
@@ -54,7 +54,7 @@ static PetscErrorCode ExclusiveScan(FMM_CUDA *c, Scratch *s, const T *in, T *out
 
   PetscFunctionBegin;
   FMMCallCUDA(cub::DeviceScan::ExclusiveSum(NULL, need, in, out, (int)(n + 1), c->stream));
-  PetscCall(ScratchEnsure(s, need));
+  PetscCall(ScratchEnsure(c, s, need));
   FMMCallCUDA(cub::DeviceScan::ExclusiveSum(s->tmp, need, in, out, (int)(n + 1), c->stream));
   PetscFunctionReturn(0);
 }
@@ -214,58 +214,109 @@ __global__ void GeometryKernel(PetscInt nboxes, const double *bb, double *cx, do
 
 /* ------------------------------------------------ interaction lists */
 
-/* one thread per box t of level l+1 (c0 = its first global number): its
-   strong (near) and far candidates, the children of its parent's strong
-   list, separated by the theta-criterion on the expansion scales (see src/plan.c).  pass 0 counts into cnts[t], cntf[t] (and zeros entry nb); pass 1
-   writes at the scanned offsets, in the order of src/plan.c */
-__global__ void ListKernel(int pass, PetscInt nb, PetscInt c0, PetscInt span, double theta, const PetscInt *sleaf, const PetscInt *tleaf, const double *cx, const double *cy, const double *scale, const PetscInt *stroff, const PetscInt *str, PetscInt *cnts, PetscInt *cntf, PetscInt *nstr, PetscInt *far, PetscInt farbase, PetscInt *faroff)
+/* the largest k in [lo, hi) with a[k] <= v, for a nondecreasing and a[lo] <= v */
+__device__ __forceinline__ PetscInt LastLE(const PetscInt *a, PetscInt lo, PetscInt hi, PetscInt v)
+{
+  while (hi - lo > 1) {
+    const PetscInt mid = lo + (hi - lo) / 2;
+    if (a[mid] <= v) lo = mid;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/*
+  The lists of level l+1 (boxes t = 0..nb-1, global numbers c0 + t) from the
+  strong lists of level l: the candidates of t are the 4 children of every box
+  of its parent's strong list, and the 4 children of a parent share them.  So
+  the candidates of all boxes are enumerated flat, one thread each, in the
+  order of src/plan.c (target box, then strong-list entry, then child):
+  parent tp with entries j0..j0+m-1 (j0 = stroff[tp]) owns the 16 m positions
+  16 j0 .. 16 (j0 + m) - 1, position 16 j0 + 4 m ct + 4 (j - j0) + cs being
+  child cs of entry j for target child ct.  owner[e] is the box of entry e.
+  One thread per candidate keeps the work even when a few boxes have very long
+  lists (boxes straddling two arcs of a curve have thousands of neighbours),
+  which a thread per box walked alone.
+*/
+__device__ __forceinline__ void Candidate(PetscInt i, const PetscInt *stroff, const PetscInt *str, const PetscInt *owner, PetscInt *t, PetscInt *s)
+{
+  const PetscInt tp = owner[i / 16], j0 = stroff[tp], m = stroff[tp + 1] - j0, o = i - 16 * j0, r = o % (4 * m);
+  *t = 4 * tp + o / (4 * m);
+  *s = 4 * str[j0 + r / 4] + r % 4;
+}
+
+/* fs[i] (strong) or ff[i] (far) for candidate i; neither when the target box
+   has none of this rank's targets or the source box no source; fs[nc] = ff[nc] = 0 */
+__global__ void CandidateKernel(PetscInt nc, PetscInt c0, PetscInt span, double theta, const PetscInt *sleaf, const PetscInt *tleaf, const double *cx, const double *cy, const double *scale, const PetscInt *stroff, const PetscInt *str, const PetscInt *owner, PetscInt *fs, PetscInt *ff)
+{
+  const PetscInt i = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i > nc) return;
+  PetscInt strong = 0, far = 0, t, s;
+  if (i < nc) {
+    Candidate(i, stroff, str, owner, &t, &s);
+    if (tleaf[(t + 1) * span] != tleaf[t * span] && sleaf[(s + 1) * span] != sleaf[s * span]) {
+      const double dx = cx[c0 + t] - cx[c0 + s], dy = cy[c0 + t] - cy[c0 + s], d = sqrt(dx * dx + dy * dy);
+      const double rt = scale[c0 + t], rs = scale[c0 + s], R = fmax(rt, rs), r = fmin(rt, rs);
+      if (R + theta * r <= theta * d) far = 1; /* the theta-criterion on the expansion scales (src/plan.c) */
+      else strong = 1;
+    }
+  }
+  fs[i] = strong;
+  ff[i] = far;
+}
+
+/* candidate i to its place: the strong list of level l+1 (nstr, with its owners) or the far list */
+__global__ void CandidateWriteKernel(PetscInt nc, PetscInt c0, const PetscInt *stroff, const PetscInt *str, const PetscInt *owner, const PetscInt *fs, const PetscInt *ff, const PetscInt *sscan, const PetscInt *fscan, PetscInt *nstr, PetscInt *nowner, PetscInt *far, PetscInt farbase)
+{
+  const PetscInt i = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= nc || !(fs[i] || ff[i])) return;
+  PetscInt t, s;
+  Candidate(i, stroff, str, owner, &t, &s);
+  if (fs[i]) {
+    nstr[sscan[i]]   = s;
+    nowner[sscan[i]] = t;
+  } else far[farbase + fscan[i]] = c0 + s;
+}
+
+/* t = 0..nb: the strong-list offsets of level l+1 and the far offsets of its boxes,
+   from the scans at each box's first candidate (nc for t = nb) */
+__global__ void BoxOffsetKernel(PetscInt nb, PetscInt nc, PetscInt c0, const PetscInt *stroff, const PetscInt *sscan, const PetscInt *fscan, PetscInt farbase, PetscInt *nstroff, PetscInt *faroff)
 {
   const PetscInt t = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   if (t > nb) return;
-  if (t == nb) {
-    if (!pass) cnts[nb] = cntf[nb] = 0;
-    return;
-  }
-  PetscInt ks = 0, kf = 0;
-  if (tleaf[(t + 1) * span] != tleaf[t * span]) { /* targets of this rank here */
-    const PetscInt tp = t / 4;
-    const double   xt = cx[c0 + t], yt = cy[c0 + t], rt = scale[c0 + t];
-    for (PetscInt j = stroff[tp]; j < stroff[tp + 1]; j++) {
-      for (int ch = 0; ch < 4; ch++) {
-        const PetscInt s = 4 * str[j] + ch;
-        if (sleaf[(s + 1) * span] == sleaf[s * span]) continue; /* no source there */
-        const double d = sqrt((xt - cx[c0 + s]) * (xt - cx[c0 + s]) + (yt - cy[c0 + s]) * (yt - cy[c0 + s]));
-        const double rs = scale[c0 + s], R = fmax(rt, rs), r = fmin(rt, rs);
-        if (R + theta * r <= theta * d) {
-          if (pass) far[farbase + cntf[t] + kf] = c0 + s;
-          kf++;
-        } else {
-          if (pass) nstr[cnts[t] + ks] = s;
-          ks++;
-        }
-      }
-    }
-  }
-  if (!pass) {
-    cnts[t] = ks;
-    cntf[t] = kf;
-  } else faroff[c0 + t + 1] = farbase + cntf[t] + kf;
+  const PetscInt tp = t / 4, first = t == nb ? nc : 16 * stroff[tp] + 4 * (t % 4) * (stroff[tp + 1] - stroff[tp]);
+  nstroff[t]     = sscan[first];
+  faroff[c0 + t] = farbase + fscan[first];
 }
 
 /* ------------------------------------------------ the work of the product */
 
-/* per leaf: neighbour sources, P2P pairs, source chunks of FMMCUDA_P2P_S, items and partials (see fmmcuda.h) */
-__global__ void LeafWorkKernel(PetscInt nleaves, const PetscInt *sleaf, const PetscInt *tleaf, const PetscInt *nearoff, const PetscInt *near, PetscInt *ns, PetscInt *nsc, PetscInt *nit, PetscInt *npart)
+/* ec[j] = the sources of near-list entry j (ec[nnear] = 0), for the scan nearscan */
+__global__ void EntryCountKernel(PetscInt nnear, const PetscInt *sleaf, const PetscInt *near, PetscInt *ec)
+{
+  const PetscInt j = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
+  if (j > nnear) return;
+  ec[j] = j < nnear ? sleaf[near[j] + 1] - sleaf[near[j]] : 0;
+}
+
+/* nbroff[b] = the neighbour sources of the leaves before b (nearscan at the leaf's first entry) */
+__global__ void NbrOffKernel(PetscInt nleaves, const PetscInt *nearoff, const PetscInt *nearscan, PetscInt *nbroff)
+{
+  const PetscInt b = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
+  if (b <= nleaves) nbroff[b] = nearscan[nearoff[b]];
+}
+
+/* per leaf: neighbour sources, source chunks of FMMCUDA_P2P_S, items and
+   partials (see fmmcuda.h); entry nleaves is 0 for the scans */
+__global__ void LeafWorkKernel(PetscInt nleaves, const PetscInt *tleaf, const PetscInt *nbroff, PetscInt *ns, PetscInt *nsc, PetscInt *nit, PetscInt *npart)
 {
   const PetscInt b = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   if (b > nleaves) return;
   if (b == nleaves) {
-    nit[b] = npart[b] = 0;
+    ns[b] = nsc[b] = nit[b] = npart[b] = 0;
     return;
   }
-  const PetscInt nt = tleaf[b + 1] - tleaf[b];
-  PetscInt       n  = 0;
-  for (PetscInt j = nearoff[b]; j < nearoff[b + 1]; j++) n += sleaf[near[j] + 1] - sleaf[near[j]];
+  const PetscInt nt = tleaf[b + 1] - tleaf[b], n = nbroff[b + 1] - nbroff[b];
   const PetscInt k = (nt && n) ? (n + FMMCUDA_P2P_S - 1) / FMMCUDA_P2P_S : 0;
   ns[b]            = n;
   nsc[b]           = k;
@@ -297,51 +348,52 @@ __global__ void __launch_bounds__(1024) StatsKernel(PetscInt nleaves, const Pets
   }
 }
 
-/* the P2P items of each leaf: its targets in blocks of FMMCUDA_P2P_T, its near
-   list in chunks of FMMCUDA_P2P_S sources (the walk of a near list to the
-   first source of each chunk is sequential, one thread per leaf) */
-__global__ void ItemsKernel(PetscInt nleaves, const PetscInt *sleaf, const PetscInt *tleaf, const PetscInt *nearoff, const PetscInt *near, const PetscInt *ns, const PetscInt *nsc, const PetscInt *itoff, const PetscInt *partoff, PetscInt *leafpart, FMMP2PItem *it)
+/* the first partial of each leaf whose list is split (-1: none) */
+__global__ void LeafPartKernel(PetscInt nleaves, const PetscInt *nsc, const PetscInt *partoff, PetscInt *leafpart)
 {
   const PetscInt b = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
-  if (b >= nleaves) return;
-  const PetscInt nt = tleaf[b + 1] - tleaf[b], K = nsc[b];
-  leafpart[b] = K > 1 ? partoff[b] : -1;
-  if (!K) return;
-  PetscInt j = nearoff[b], pos = sleaf[near[j]], e = 0, n = itoff[b];
-  for (PetscInt k = 0; k < K; k++) {
-    const PetscInt e0 = k * FMMCUDA_P2P_S;
-    while (e < e0) {
-      const PetscInt end = sleaf[near[j] + 1], step = min(end - pos, e0 - e);
-      pos += step;
-      e += step;
-      if (pos == end && j + 1 < nearoff[b + 1]) pos = sleaf[near[++j]];
-    }
-    for (PetscInt t = 0; t < nt; t += FMMCUDA_P2P_T, n++) {
-      FMMP2PItem I;
-      I.leaf = b;
-      I.t0   = tleaf[b] + t;
-      I.nt   = min((PetscInt)FMMCUDA_P2P_T, nt - t);
-      I.e0   = e0;
-      I.ne   = min((PetscInt)FMMCUDA_P2P_S, ns[b] - e0);
-      I.j    = j;
-      I.pos  = pos;
-      I.part = K > 1 ? partoff[b] + k * nt + t : -1;
-      it[n]  = I;
-    }
+  if (b < nleaves) leafpart[b] = nsc[b] > 1 ? partoff[b] : -1;
+}
+
+/* one thread per source chunk q of a leaf's near list (choff: the scan of the
+   chunk counts): the chunk's leaf and first source by binary search, then its
+   items, the targets in blocks of FMMCUDA_P2P_T */
+__global__ void ChunkItemsKernel(PetscInt nchunks, PetscInt nleaves, const PetscInt *choff, const PetscInt *sleaf, const PetscInt *tleaf, const PetscInt *nearoff, const PetscInt *near, const PetscInt *nearscan, const PetscInt *nbroff, const PetscInt *nsc, const PetscInt *itoff, const PetscInt *partoff, FMMP2PItem *it)
+{
+  const PetscInt q = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
+  if (q >= nchunks) return;
+  const PetscInt b = LastLE(choff, 0, nleaves, q), k = q - choff[b], K = nsc[b], nt = tleaf[b + 1] - tleaf[b];
+  const PetscInt e0 = k * FMMCUDA_P2P_S, e = nbroff[b] + e0, ns = nbroff[b + 1] - nbroff[b];
+  const PetscInt j = LastLE(nearscan, nearoff[b], nearoff[b + 1], e); /* the entry holding source e0 */
+  const PetscInt pos = sleaf[near[j]] + (e - nearscan[j]);
+  PetscInt       n   = itoff[b] + k * ((nt + FMMCUDA_P2P_T - 1) / FMMCUDA_P2P_T);
+  for (PetscInt t = 0; t < nt; t += FMMCUDA_P2P_T, n++) {
+    FMMP2PItem I;
+    I.leaf = b;
+    I.t0   = tleaf[b] + t;
+    I.nt   = min((PetscInt)FMMCUDA_P2P_T, nt - t);
+    I.e0   = e0;
+    I.ne   = min((PetscInt)FMMCUDA_P2P_S, ns - e0);
+    I.j    = j;
+    I.pos  = pos;
+    I.part = K > 1 ? partoff[b] + k * nt + t : -1;
+    it[n]  = I;
   }
 }
 
-/* M2L: the target box of each pair, and per box the number of 32-pair chunks its run touches */
-__global__ void PairTargetKernel(PetscInt nboxes, const PetscInt *faroff, PetscInt *pairtgt, PetscInt *tcnt)
+/* M2L: the target box of each pair, by binary search in faroff */
+__global__ void PairTargetKernel(PetscInt npairs, PetscInt nboxes, const PetscInt *faroff, PetscInt *pairtgt)
+{
+  const PetscInt g = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
+  if (g < npairs) pairtgt[g] = LastLE(faroff, 0, nboxes, g);
+}
+
+/* M2L: per box the number of 32-pair chunks its run touches (tcnt[nboxes] = 0) */
+__global__ void BoxChunksKernel(PetscInt nboxes, const PetscInt *faroff, PetscInt *tcnt)
 {
   const PetscInt t = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   if (t > nboxes) return;
-  if (t == nboxes) {
-    tcnt[t] = 0;
-    return;
-  }
-  const PetscInt g0 = faroff[t], g1 = faroff[t + 1];
-  for (PetscInt g = g0; g < g1; g++) pairtgt[g] = t;
+  const PetscInt g0 = t < nboxes ? faroff[t] : 0, g1 = t < nboxes ? faroff[t + 1] : 0;
   tcnt[t] = g1 > g0 ? (g1 - 1) / 32 - g0 / 32 + 1 : 0;
 }
 
@@ -359,6 +411,39 @@ __global__ void ChunkKernel(PetscInt nchunks, PetscInt npairs, const PetscInt *p
 
 #define LAUNCH_N(n) FMMCUDABlocks((PetscInt64)(n), BS), BS, 0, c->stream
 
+/* with -info: the GPU time (events) and the host time of the stages of the tree build */
+#define NSTAGE 6
+typedef struct {
+  PetscBool      on;
+  int            n;
+  cudaEvent_t    ev[NSTAGE];
+  PetscLogDouble t[NSTAGE];
+} Stages;
+
+static PetscErrorCode StageMark(FMM_CUDA *c, Stages *st)
+{
+  PetscFunctionBegin;
+  if (!st->on || st->n >= NSTAGE) PetscFunctionReturn(0);
+  FMMCallCUDA(cudaEventCreate(&st->ev[st->n]));
+  FMMCallCUDA(cudaEventRecord(st->ev[st->n], c->stream));
+  PetscCall(PetscTime(&st->t[st->n]));
+  st->n++;
+  PetscFunctionReturn(0);
+}
+
+/* after the stream is synchronized */
+static PetscErrorCode StageReport(Stages *st, const char *names[])
+{
+  float ms[NSTAGE] = {0};
+
+  PetscFunctionBegin;
+  if (!st->on) PetscFunctionReturn(0);
+  for (int k = 1; k < st->n; k++) FMMCallCUDA(cudaEventElapsedTime(&ms[k], st->ev[k - 1], st->ev[k]));
+  for (int k = 1; k < st->n; k++) PetscCall(PetscInfo(NULL, "GPU tree build, %s: GPU %.3f ms, host %.3f ms\n", names[k - 1], (double)ms[k], 1e3 * (st->t[k] - st->t[k - 1])));
+  for (int k = 0; k < st->n; k++) FMMCallCUDA(cudaEventDestroy(st->ev[k]));
+  PetscFunctionReturn(0);
+}
+
 /* the M2L chunks and partial sums from faroff (device) */
 PetscErrorCode FMMCUDAM2LPlan(FMM_CUDA *c, const FMMPlan *P)
 {
@@ -368,12 +453,14 @@ PetscErrorCode FMMCUDAM2LPlan(FMM_CUDA *c, const FMMPlan *P)
   PetscFunctionBegin;
   c->npairs  = P->nfar;
   c->nchunks = (c->npairs + 31) / 32;
-  PetscCall(FMMCUDAMalloc((void **)&c->pairtgt, sizeof(PetscInt) * PetscMax(c->npairs, 1), "the M2L targets"));
-  PetscCall(FMMCUDAMalloc((void **)&c->chunkpart, sizeof(PetscInt) * (c->nchunks + 1), "the M2L chunks"));
-  PetscCall(FMMCUDAMalloc((void **)&c->tpart, sizeof(PetscInt) * (P->nboxes + 1), "the M2L partial offsets"));
-  PetscCall(FMMCUDAMalloc((void **)&tcnt, sizeof(PetscInt) * (PetscMax(P->nboxes, c->nchunks) + 1), "the M2L counts"));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->pairtgt, sizeof(PetscInt) * PetscMax(c->npairs, 1), "the M2L targets"));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->chunkpart, sizeof(PetscInt) * (c->nchunks + 1), "the M2L chunks"));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->tpart, sizeof(PetscInt) * (P->nboxes + 1), "the M2L partial offsets"));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&tcnt, sizeof(PetscInt) * (PetscMax(P->nboxes, c->nchunks) + 1), "the M2L counts"));
   ccnt = tcnt;
-  PairTargetKernel<<<LAUNCH_N(P->nboxes + 1)>>>(P->nboxes, c->faroff, c->pairtgt, tcnt);
+  if (c->npairs) PairTargetKernel<<<LAUNCH_N(c->npairs)>>>(c->npairs, P->nboxes, c->faroff, c->pairtgt);
+  FMMCheckLaunch();
+  BoxChunksKernel<<<LAUNCH_N(P->nboxes + 1)>>>(P->nboxes, c->faroff, tcnt);
   FMMCheckLaunch();
   PetscCall(ExclusiveScan(c, s, tcnt, c->tpart, P->nboxes));
   ChunkKernel<<<LAUNCH_N(c->nchunks + 1)>>>(c->nchunks, c->npairs, c->pairtgt, ccnt);
@@ -382,41 +469,53 @@ PetscErrorCode FMMCUDAM2LPlan(FMM_CUDA *c, const FMMPlan *P)
   FMMCallCUDA(cudaMemcpyAsync(&tot[0], c->tpart + P->nboxes, sizeof(PetscInt), cudaMemcpyDeviceToHost, c->stream));
   FMMCallCUDA(cudaMemcpyAsync(&tot[1], c->chunkpart + c->nchunks, sizeof(PetscInt), cudaMemcpyDeviceToHost, c->stream));
   FMMCallCUDA(cudaStreamSynchronize(c->stream));
-  FMMCallCUDA(cudaFree(tcnt));
-  if (own.tmp) FMMCallCUDA(cudaFree(own.tmp));
+  PetscCall(FMMCUDAFree(c->stream, tcnt));
+  if (own.tmp) PetscCall(FMMCUDAFree(c->stream, own.tmp));
   PetscCheck(tot[0] == tot[1], PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CUDA: M2L partial count mismatch %" PetscInt_FMT " != %" PetscInt_FMT, tot[0], tot[1]);
   c->nparts = tot[0];
-  PetscCall(FMMCUDAMalloc((void **)&c->part, sizeof(PetscReal) * (size_t)c->nparts * c->ne, "the M2L partial sums"));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->part, sizeof(PetscReal) * (size_t)c->nparts * c->ne, "the M2L partial sums"));
   PetscFunctionReturn(0);
 }
 
-/* the P2P items and partials from the leaf ranges and near lists (device); the
-   host statistics of P too */
+/* the P2P items and partials from the leaf ranges and near lists (device), with
+   c->nearscan (the sources before each near-list entry) and c->nbroff (before
+   each leaf's neighbour sources); the host statistics of P too */
 PetscErrorCode FMMCUDAP2PPlan(FMM_CUDA *c, FMMPlan *P)
 {
   Scratch    own = {NULL, 0}, *s = &own;
-  PetscInt  *ns, *nit, *npart, *itoff, *partoff, tot[2];
+  PetscInt  *ec, *ns, *nit, *npart, *itoff, *partoff, *choff, tot[3];
   long long *dstat, stat[4];
   PetscInt   nl = P->nleaves;
 
   PetscFunctionBegin;
-  PetscCall(FMMCUDAMalloc((void **)&ns, sizeof(PetscInt) * (4 * (size_t)(nl + 1)), "the P2P leaf counts"));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&ec, sizeof(PetscInt) * (c->nnear + 1), "the P2P entry counts"));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->nearscan, sizeof(PetscInt) * (c->nnear + 1), "the P2P entry offsets"));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&ns, sizeof(PetscInt) * (6 * (size_t)(nl + 1)), "the P2P leaf counts"));
   nit     = ns + (nl + 1);
   npart   = nit + (nl + 1);
   itoff   = npart + (nl + 1);
-  PetscCall(FMMCUDAMalloc((void **)&partoff, sizeof(PetscInt) * (nl + 1), "the P2P partial offsets"));
-  PetscCall(FMMCUDAMalloc((void **)&dstat, sizeof(long long) * 4, "the plan statistics"));
-  PetscCall(FMMCUDAMalloc((void **)&c->leafnsc, sizeof(PetscInt) * nl, "the P2P chunk counts"));
-  PetscCall(FMMCUDAMalloc((void **)&c->leafpart, sizeof(PetscInt) * nl, "the P2P partial offsets"));
-  LeafWorkKernel<<<LAUNCH_N(nl + 1)>>>(nl, c->sleaf, c->tleaf, c->nearoff, c->near, ns, c->leafnsc, nit, npart);
+  partoff = itoff + (nl + 1);
+  choff   = partoff + (nl + 1);
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&dstat, sizeof(long long) * 4, "the plan statistics"));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->leafnsc, sizeof(PetscInt) * (nl + 1), "the P2P chunk counts"));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->leafpart, sizeof(PetscInt) * nl, "the P2P partial offsets"));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->nbroff, sizeof(PetscInt) * (nl + 1), "the neighbour-source offsets"));
+  EntryCountKernel<<<LAUNCH_N(c->nnear + 1)>>>(c->nnear, c->sleaf, c->near, ec);
+  FMMCheckLaunch();
+  PetscCall(ExclusiveScan(c, s, ec, c->nearscan, c->nnear));
+  NbrOffKernel<<<LAUNCH_N(nl + 1)>>>(nl, c->nearoff, c->nearscan, c->nbroff);
+  FMMCheckLaunch();
+  LeafWorkKernel<<<LAUNCH_N(nl + 1)>>>(nl, c->tleaf, c->nbroff, ns, c->leafnsc, nit, npart);
   FMMCheckLaunch();
   StatsKernel<<<1, 1024, 0, c->stream>>>(nl, c->sleaf, c->tleaf, ns, dstat);
   FMMCheckLaunch();
   PetscCall(ExclusiveScan(c, s, nit, itoff, nl));
   PetscCall(ExclusiveScan(c, s, npart, partoff, nl));
+  PetscCall(ExclusiveScan(c, s, c->leafnsc, choff, nl));
   FMMCallCUDA(cudaMemcpyAsync(stat, dstat, sizeof(stat), cudaMemcpyDeviceToHost, c->stream));
   FMMCallCUDA(cudaMemcpyAsync(&tot[0], itoff + nl, sizeof(PetscInt), cudaMemcpyDeviceToHost, c->stream));
   FMMCallCUDA(cudaMemcpyAsync(&tot[1], partoff + nl, sizeof(PetscInt), cudaMemcpyDeviceToHost, c->stream));
+  FMMCallCUDA(cudaMemcpyAsync(&tot[2], choff + nl, sizeof(PetscInt), cudaMemcpyDeviceToHost, c->stream));
   FMMCallCUDA(cudaStreamSynchronize(c->stream));
   P->maxleafsrc = (PetscInt)stat[0];
   P->maxleaftgt = (PetscInt)stat[1];
@@ -424,39 +523,31 @@ PetscErrorCode FMMCUDAP2PPlan(FMM_CUDA *c, FMMPlan *P)
   P->p2ppairs   = (PetscCount)stat[3];
   c->nitems     = tot[0];
   c->p2psplit   = tot[1] > 0 ? PETSC_TRUE : PETSC_FALSE;
-  PetscCall(FMMCUDAMalloc((void **)&c->items, sizeof(FMMP2PItem) * c->nitems, "the P2P work items"));
-  PetscCall(FMMCUDAMalloc((void **)&c->p2ppart, sizeof(PetscReal) * tot[1], "the P2P partial sums"));
-  if (nl) ItemsKernel<<<LAUNCH_N(nl)>>>(nl, c->sleaf, c->tleaf, c->nearoff, c->near, ns, c->leafnsc, itoff, partoff, c->leafpart, c->items);
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->items, sizeof(FMMP2PItem) * c->nitems, "the P2P work items"));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->p2ppart, sizeof(PetscReal) * tot[1], "the P2P partial sums"));
+  if (nl) LeafPartKernel<<<LAUNCH_N(nl)>>>(nl, c->leafnsc, partoff, c->leafpart);
+  FMMCheckLaunch();
+  if (tot[2]) ChunkItemsKernel<<<LAUNCH_N(tot[2])>>>(tot[2], nl, choff, c->sleaf, c->tleaf, c->nearoff, c->near, c->nearscan, c->nbroff, c->leafnsc, itoff, partoff, c->items);
   FMMCheckLaunch();
   /* the host keeps the first item of each leaf (the repetition layout launches by leaf ranges) */
   PetscCall(PetscMalloc1(nl + 1, &c->itemstart));
   FMMCallCUDA(cudaMemcpyAsync(c->itemstart, itoff, sizeof(PetscInt) * (nl + 1), cudaMemcpyDeviceToHost, c->stream));
   FMMCallCUDA(cudaStreamSynchronize(c->stream));
-  FMMCallCUDA(cudaFree(ns));
-  FMMCallCUDA(cudaFree(partoff));
-  FMMCallCUDA(cudaFree(dstat));
-  if (own.tmp) FMMCallCUDA(cudaFree(own.tmp));
+  PetscCall(FMMCUDAFree(c->stream, ec));
+  PetscCall(FMMCUDAFree(c->stream, ns));
+  PetscCall(FMMCUDAFree(c->stream, dstat));
+  if (own.tmp) PetscCall(FMMCUDAFree(c->stream, own.tmp));
   PetscFunctionReturn(0);
 }
 
-/* the neighbour sources of each leaf (tree positions), concatenated over the leaves */
-__global__ void NearSourcesKernel(PetscInt nleaves, const PetscInt *sleaf, const PetscInt *nearoff, const PetscInt *near, const PetscInt *nbroff, PetscInt *nbr)
+/* one thread per near-list entry j: its sources (tree positions) at their place
+   nearscan[j] of the concatenation over the leaves */
+__global__ void NearSourcesKernel(PetscInt nnear, const PetscInt *sleaf, const PetscInt *near, const PetscInt *nearscan, PetscInt *nbr)
 {
-  const PetscInt b = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
-  if (b >= nleaves) return;
-  PetscInt k = nbroff[b];
-  for (PetscInt j = nearoff[b]; j < nearoff[b + 1]; j++)
-    for (PetscInt i = sleaf[near[j]]; i < sleaf[near[j] + 1]; i++) nbr[k++] = i;
-}
-
-__global__ void NearCountKernel(PetscInt nleaves, const PetscInt *sleaf, const PetscInt *nearoff, const PetscInt *near, PetscInt *ns)
-{
-  const PetscInt b = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
-  if (b > nleaves) return;
-  PetscInt n = 0;
-  if (b < nleaves)
-    for (PetscInt j = nearoff[b]; j < nearoff[b + 1]; j++) n += sleaf[near[j] + 1] - sleaf[near[j]];
-  ns[b] = n;
+  const PetscInt j = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
+  if (j >= nnear) return;
+  PetscInt k = nearscan[j];
+  for (PetscInt i = sleaf[near[j]]; i < sleaf[near[j] + 1]; i++) nbr[k++] = i;
 }
 
 __global__ void GlobalIndexKernel(PetscInt n, const PetscInt *sperm, PetscInt *nbr)
@@ -465,29 +556,20 @@ __global__ void GlobalIndexKernel(PetscInt n, const PetscInt *sperm, PetscInt *n
   if (e < n) nbr[e] = sperm[nbr[e]];
 }
 
-/* the lists of the indexing and repetition layouts: c->nbroff and, per leaf,
-   its neighbour sources as tree positions (*nbr) or, with global = true,
-   as global source indices; the host gets the offsets when hnbroff is not NULL */
+/* the lists of the indexing and repetition layouts (after FMMCUDAP2PPlan): per
+   leaf b, its neighbour sources at c->nbroff[b] of *nbr as tree positions or,
+   with global = true, as global source indices; the host gets the offsets when
+   hnbroff is not NULL */
 PetscErrorCode FMMCUDANearSources(FMM_CUDA *c, const FMMPlan *P, PetscBool global, PetscInt **nbr, PetscInt *hnbroff)
 {
-  Scratch   s = {NULL, 0};
-  PetscInt *ns, nl = P->nleaves;
-
   PetscFunctionBegin;
-  PetscCall(FMMCUDAMalloc((void **)&ns, sizeof(PetscInt) * (nl + 1), "the neighbour-source counts"));
-  PetscCall(FMMCUDAMalloc((void **)&c->nbroff, sizeof(PetscInt) * (nl + 1), "the neighbour-source offsets"));
-  PetscCall(FMMCUDAMalloc((void **)nbr, sizeof(PetscInt) * P->nearsrc, "the neighbour-source lists"));
-  NearCountKernel<<<LAUNCH_N(nl + 1)>>>(nl, c->sleaf, c->nearoff, c->near, ns);
-  FMMCheckLaunch();
-  PetscCall(ExclusiveScan(c, &s, ns, c->nbroff, nl));
-  if (nl) NearSourcesKernel<<<LAUNCH_N(nl)>>>(nl, c->sleaf, c->nearoff, c->near, c->nbroff, *nbr);
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)nbr, sizeof(PetscInt) * P->nearsrc, "the neighbour-source lists"));
+  if (c->nnear) NearSourcesKernel<<<LAUNCH_N(c->nnear)>>>(c->nnear, c->sleaf, c->near, c->nearscan, *nbr);
   FMMCheckLaunch();
   if (global && P->nearsrc) GlobalIndexKernel<<<LAUNCH_N(P->nearsrc)>>>(P->nearsrc, c->sperm, *nbr);
   FMMCheckLaunch();
-  if (hnbroff) FMMCallCUDA(cudaMemcpyAsync(hnbroff, c->nbroff, sizeof(PetscInt) * (nl + 1), cudaMemcpyDeviceToHost, c->stream));
+  if (hnbroff) FMMCallCUDA(cudaMemcpyAsync(hnbroff, c->nbroff, sizeof(PetscInt) * (P->nleaves + 1), cudaMemcpyDeviceToHost, c->stream));
   FMMCallCUDA(cudaStreamSynchronize(c->stream));
-  FMMCallCUDA(cudaFree(ns));
-  if (s.tmp) FMMCallCUDA(cudaFree(s.tmp));
   PetscFunctionReturn(0);
 }
 
@@ -509,8 +591,12 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
   PetscInt           *val, *X, *Y, *X2, *Y2, *seg, *f, *sc, *offbase, *off, *noff, *fs, *ss, *ft, *st;
   char               *dir, *left;
   double             *bb;
+  Stages              stg = {PETSC_FALSE, 0, {0}, {0}};
+  const char         *stgname[] = {"allocation and sort", "median splits", "leaves and scatter", "interaction lists", "frees"};
 
   PetscFunctionBegin;
+  PetscCall(PetscInfoEnabled(MAT_CLASSID, &stg.on));
+  PetscCall(StageMark(c, &stg));
   while (L < 14 && (PetscInt64)ct * ((PetscInt64)1 << (2 * L)) < U) L++;
   nleaves    = (PetscInt)1 << (2 * L);
   nboxes     = FMMLevelStart(L + 1);
@@ -519,10 +605,10 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
   P->nboxes  = nboxes;
 
   /* work arrays of the tree (freed at the end) */
-  PetscCall(FMMCUDAMalloc((void **)&kx, sizeof(unsigned long long) * 3 * (size_t)PetscMax(U, 1), "the sort keys"));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&kx, sizeof(unsigned long long) * 3 * (size_t)PetscMax(U, 1), "the sort keys"));
   ky = kx + PetscMax(U, 1);
   kt = ky + PetscMax(U, 1);
-  PetscCall(FMMCUDAMalloc((void **)&val, sizeof(PetscInt) * (12 * (size_t)(U + 1)), "the point lists"));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&val, sizeof(PetscInt) * (12 * (size_t)(U + 1)), "the point lists"));
   X   = val + (U + 1);
   Y   = X + (U + 1);
   X2  = Y + (U + 1);
@@ -534,12 +620,12 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
   ss  = fs + (U + 1);
   ft  = ss + (U + 1);
   st  = ft + (U + 1);
-  PetscCall(FMMCUDAMalloc((void **)&offbase, sizeof(PetscInt) * 2 * ((size_t)nleaves + 1), "the box offsets"));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&offbase, sizeof(PetscInt) * 2 * ((size_t)nleaves + 1), "the box offsets"));
   off  = offbase;
   noff = off + nleaves + 1;
-  PetscCall(FMMCUDAMalloc((void **)&dir, 2 * (size_t)PetscMax(U, nleaves) + 2, "the split flags"));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&dir, 2 * (size_t)PetscMax(U, nleaves) + 2, "the split flags"));
   left = dir + PetscMax(U, nleaves) + 1;
-  PetscCall(FMMCUDAMalloc((void **)&bb, sizeof(double) * 4 * (size_t)nboxes, "the bounding boxes"));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&bb, sizeof(double) * 4 * (size_t)nboxes, "the bounding boxes"));
 
   /* the two sorted lists */
   if (U) {
@@ -547,7 +633,7 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
     KeysKernel<<<LAUNCH_N(U)>>>(U, xy, kx, ky, val);
     FMMCheckLaunch();
     FMMCallCUDA(cub::DeviceRadixSort::SortPairs(NULL, need, kx, kt, val, X, (int)U, 0, 64, c->stream));
-    PetscCall(ScratchEnsure(&s, need));
+    PetscCall(ScratchEnsure(c, &s, need));
     FMMCallCUDA(cub::DeviceRadixSort::SortPairs(s.tmp, need, kx, kt, val, X, (int)U, 0, 64, c->stream));
     FMMCallCUDA(cub::DeviceRadixSort::SortPairs(s.tmp, need, ky, kt, val, Y, (int)U, 0, 64, c->stream));
   }
@@ -557,6 +643,7 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
     FMMCallCUDA(cudaMemcpyAsync(off, h, sizeof(h), cudaMemcpyHostToDevice, c->stream));
   }
 
+  PetscCall(StageMark(c, &stg));
   /* 2L rounds of halving; the boxes of level l are the segments of round 2l */
   for (PetscInt r = 0; r < 2 * L; r++) {
     const PetscInt nseg = (PetscInt)1 << r;
@@ -579,19 +666,20 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
   SegmentKernel<<<LAUNCH_N(nleaves)>>>(nleaves, off, X, Y, xy, NULL, NULL, bb + 4 * FMMLevelStart(L));
   FMMCheckLaunch();
 
+  PetscCall(StageMark(c, &stg));
   /* sources and this rank's targets in tree order */
-  PetscCall(FMMCUDAMalloc((void **)&c->sperm, sizeof(PetscInt) * N, "the source permutation"));
-  PetscCall(FMMCUDAMalloc((void **)&c->sx, sizeof(double) * N, "the source coordinates"));
-  PetscCall(FMMCUDAMalloc((void **)&c->sy, sizeof(double) * N, "the source coordinates"));
-  PetscCall(FMMCUDAMalloc((void **)&c->cq, sizeof(double) * N, "the charges per unit density"));
-  PetscCall(FMMCUDAMalloc((void **)&c->cdx, sizeof(double) * N, "the dipoles per unit density"));
-  PetscCall(FMMCUDAMalloc((void **)&c->cdy, sizeof(double) * N, "the dipoles per unit density"));
-  PetscCall(FMMCUDAMalloc((void **)&c->tperm, sizeof(PetscInt) * M, "the target permutation"));
-  PetscCall(FMMCUDAMalloc((void **)&c->tx, sizeof(double) * M, "the target coordinates"));
-  PetscCall(FMMCUDAMalloc((void **)&c->ty, sizeof(double) * M, "the target coordinates"));
-  PetscCall(FMMCUDAMalloc((void **)&c->tleafof, sizeof(PetscInt) * M, "the target leaves"));
-  PetscCall(FMMCUDAMalloc((void **)&c->sleaf, sizeof(PetscInt) * (nleaves + 1), "the leaf source ranges"));
-  PetscCall(FMMCUDAMalloc((void **)&c->tleaf, sizeof(PetscInt) * (nleaves + 1), "the leaf target ranges"));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->sperm, sizeof(PetscInt) * N, "the source permutation"));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->sx, sizeof(double) * N, "the source coordinates"));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->sy, sizeof(double) * N, "the source coordinates"));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->cq, sizeof(double) * N, "the charges per unit density"));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->cdx, sizeof(double) * N, "the dipoles per unit density"));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->cdy, sizeof(double) * N, "the dipoles per unit density"));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->tperm, sizeof(PetscInt) * M, "the target permutation"));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->tx, sizeof(double) * M, "the target coordinates"));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->ty, sizeof(double) * M, "the target coordinates"));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->tleafof, sizeof(PetscInt) * M, "the target leaves"));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->sleaf, sizeof(PetscInt) * (nleaves + 1), "the leaf source ranges"));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->tleaf, sizeof(PetscInt) * (nleaves + 1), "the leaf target ranges"));
   ClassifyKernel<<<LAUNCH_N(U + 1)>>>(U, N, same ? 1 : 0, t0, t0 + M, X, fs, ft);
   FMMCheckLaunch();
   PetscCall(ExclusiveScan(c, &s, fs, ss, U));
@@ -602,65 +690,80 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
   FMMCheckLaunch();
 
   /* box geometry */
-  PetscCall(FMMCUDAMalloc((void **)&c->cx, sizeof(double) * nboxes, "the box centres"));
-  PetscCall(FMMCUDAMalloc((void **)&c->cy, sizeof(double) * nboxes, "the box centres"));
-  PetscCall(FMMCUDAMalloc((void **)&c->scale, sizeof(double) * nboxes, "the box scales"));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->cx, sizeof(double) * nboxes, "the box centres"));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->cy, sizeof(double) * nboxes, "the box centres"));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->scale, sizeof(double) * nboxes, "the box scales"));
   GeometryKernel<<<LAUNCH_N(nboxes)>>>(nboxes, bb, c->cx, c->cy, c->scale);
   FMMCheckLaunch();
 
-  /* interaction lists, level by level (the strong lists of level l in stroff/str) */
+  PetscCall(StageMark(c, &stg));
+  /* interaction lists, level by level: the strong lists of level l (stroff,
+     str, and the box owning each entry) give the candidates of level l+1 */
   {
-    PetscInt *stroff, *str, *cnts, *cntf, *sscan, *fscan, *far = NULL, nfar = 0, farcap = 0, one[3] = {0, (N > 0 && M > 0) ? 1 : 0, 0};
-    PetscCall(FMMCUDAMalloc((void **)&c->faroff, sizeof(PetscInt) * (nboxes + 1), "the M2L offsets"));
-    PetscCall(FMMCUDAMalloc((void **)&cnts, sizeof(PetscInt) * 4 * ((size_t)nleaves + 1), "the list counts"));
-    cntf  = cnts + nleaves + 1;
-    sscan = cntf + nleaves + 1;
-    fscan = sscan + nleaves + 1;
-    PetscCall(FMMCUDAMalloc((void **)&stroff, sizeof(PetscInt) * 2, "the strong lists"));
-    PetscCall(FMMCUDAMalloc((void **)&str, sizeof(PetscInt), "the strong lists"));
-    FMMCallCUDA(cudaMemcpyAsync(stroff, one, 2 * sizeof(PetscInt), cudaMemcpyHostToDevice, c->stream));
-    FMMCallCUDA(cudaMemcpyAsync(str, &one[2], sizeof(PetscInt), cudaMemcpyHostToDevice, c->stream));
+    PetscInt *stroff, *str, *owner, *far = NULL, nfar = 0, farcap = 0, nstrong = (N > 0 && M > 0) ? 1 : 0, root[3] = {0, nstrong, 0};
+    PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->faroff, sizeof(PetscInt) * (nboxes + 1), "the M2L offsets"));
+    PetscCall(FMMCUDAMalloc(c->stream, (void **)&stroff, sizeof(PetscInt) * 2, "the strong lists"));
+    PetscCall(FMMCUDAMalloc(c->stream, (void **)&str, sizeof(PetscInt), "the strong lists"));
+    PetscCall(FMMCUDAMalloc(c->stream, (void **)&owner, sizeof(PetscInt), "the strong lists"));
+    FMMCallCUDA(cudaMemcpyAsync(stroff, root, 2 * sizeof(PetscInt), cudaMemcpyHostToDevice, c->stream));
+    FMMCallCUDA(cudaMemcpyAsync(str, &root[2], sizeof(PetscInt), cudaMemcpyHostToDevice, c->stream));
+    FMMCallCUDA(cudaMemcpyAsync(owner, &root[2], sizeof(PetscInt), cudaMemcpyHostToDevice, c->stream));
     FMMCallCUDA(cudaMemsetAsync(c->faroff, 0, 2 * sizeof(PetscInt), c->stream)); /* the root has no far field */
     for (PetscInt l = 0; l < L; l++) {
-      const PetscInt nb = (PetscInt)1 << (2 * (l + 1)), c0 = FMMLevelStart(l + 1), span = (PetscInt)1 << (2 * (L - l - 1));
-      PetscInt       tot[2], *nstr;
-      ListKernel<<<LAUNCH_N(nb + 1)>>>(0, nb, c0, span, theta, c->sleaf, c->tleaf, c->cx, c->cy, c->scale, stroff, str, cnts, cntf, NULL, NULL, 0, NULL);
+      const PetscInt nb = (PetscInt)1 << (2 * (l + 1)), c0 = FMMLevelStart(l + 1), span = (PetscInt)1 << (2 * (L - l - 1)), nc = 16 * nstrong;
+      PetscInt       tot[2], *fs, *ff, *sscan, *fscan, *nstr, *nowner, *nstroff;
+      PetscCall(FMMCUDAMalloc(c->stream, (void **)&fs, sizeof(PetscInt) * 4 * ((size_t)nc + 1), "the list candidates"));
+      ff    = fs + (nc + 1);
+      sscan = ff + (nc + 1);
+      fscan = sscan + (nc + 1);
+      CandidateKernel<<<LAUNCH_N(nc + 1)>>>(nc, c0, span, theta, c->sleaf, c->tleaf, c->cx, c->cy, c->scale, stroff, str, owner, fs, ff);
       FMMCheckLaunch();
-      PetscCall(ExclusiveScan(c, &s, cnts, sscan, nb));
-      PetscCall(ExclusiveScan(c, &s, cntf, fscan, nb));
-      FMMCallCUDA(cudaMemcpyAsync(&tot[0], sscan + nb, sizeof(PetscInt), cudaMemcpyDeviceToHost, c->stream));
-      FMMCallCUDA(cudaMemcpyAsync(&tot[1], fscan + nb, sizeof(PetscInt), cudaMemcpyDeviceToHost, c->stream));
-      FMMCallCUDA(cudaStreamSynchronize(c->stream));
-      PetscCall(FMMCUDAMalloc((void **)&nstr, sizeof(PetscInt) * (tot[0] + 1), "the strong lists"));
+      PetscCall(ExclusiveScan(c, &s, fs, sscan, nc));
+      PetscCall(ExclusiveScan(c, &s, ff, fscan, nc));
+      FMMCallCUDA(cudaMemcpyAsync(&tot[0], sscan + nc, sizeof(PetscInt), cudaMemcpyDeviceToHost, c->stream));
+      FMMCallCUDA(cudaMemcpyAsync(&tot[1], fscan + nc, sizeof(PetscInt), cudaMemcpyDeviceToHost, c->stream));
+      FMMCallCUDA(cudaStreamSynchronize(c->stream)); /* the sizes of the next lists */
+      PetscCall(FMMCUDAMalloc(c->stream, (void **)&nstr, sizeof(PetscInt) * (tot[0] + 1), "the strong lists"));
+      PetscCall(FMMCUDAMalloc(c->stream, (void **)&nowner, sizeof(PetscInt) * (tot[0] + 1), "the strong lists"));
+      PetscCall(FMMCUDAMalloc(c->stream, (void **)&nstroff, sizeof(PetscInt) * (nb + 1), "the strong lists"));
       if (nfar + tot[1] > farcap) { /* grow the far list */
         PetscInt *nf, cap = PetscMax(2 * farcap, nfar + tot[1]);
-        PetscCall(FMMCUDAMalloc((void **)&nf, sizeof(PetscInt) * cap, "the M2L list"));
+        PetscCall(FMMCUDAMalloc(c->stream, (void **)&nf, sizeof(PetscInt) * cap, "the M2L list"));
         if (nfar) FMMCallCUDA(cudaMemcpyAsync(nf, far, sizeof(PetscInt) * nfar, cudaMemcpyDeviceToDevice, c->stream));
-        if (far) FMMCallCUDA(cudaFree(far));
+        if (far) PetscCall(FMMCUDAFree(c->stream, far));
         far    = nf;
         farcap = cap;
       }
-      ListKernel<<<LAUNCH_N(nb)>>>(1, nb, c0, span, theta, c->sleaf, c->tleaf, c->cx, c->cy, c->scale, stroff, str, sscan, fscan, nstr, far, nfar, c->faroff);
+      if (nc) CandidateWriteKernel<<<LAUNCH_N(nc)>>>(nc, c0, stroff, str, owner, fs, ff, sscan, fscan, nstr, nowner, far, nfar);
       FMMCheckLaunch();
+      BoxOffsetKernel<<<LAUNCH_N(nb + 1)>>>(nb, nc, c0, stroff, sscan, fscan, nfar, nstroff, c->faroff);
+      FMMCheckLaunch();
+      PetscCall(FMMCUDAFree(c->stream, fs));
+      PetscCall(FMMCUDAFree(c->stream, str));
+      PetscCall(FMMCUDAFree(c->stream, owner));
+      PetscCall(FMMCUDAFree(c->stream, stroff));
+      str     = nstr;
+      owner   = nowner;
+      stroff  = nstroff;
+      nstrong = tot[0];
       nfar += tot[1];
-      FMMCallCUDA(cudaFree(str));
-      FMMCallCUDA(cudaFree(stroff));
-      PetscCall(FMMCUDAMalloc((void **)&stroff, sizeof(PetscInt) * (nb + 1), "the strong lists"));
-      FMMCallCUDA(cudaMemcpyAsync(stroff, sscan, sizeof(PetscInt) * (nb + 1), cudaMemcpyDeviceToDevice, c->stream));
-      str = nstr;
     }
+    PetscCall(FMMCUDAFree(c->stream, owner));
     c->far     = far;
     c->nearoff = stroff;
     c->near    = str;
+    c->nnear   = nstrong;
     P->nfar    = nfar;
-    FMMCallCUDA(cudaFree(cnts));
   }
+  PetscCall(StageMark(c, &stg));
+  PetscCall(FMMCUDAFree(c->stream, kx));
+  PetscCall(FMMCUDAFree(c->stream, val));
+  PetscCall(FMMCUDAFree(c->stream, offbase));
+  PetscCall(FMMCUDAFree(c->stream, dir));
+  PetscCall(FMMCUDAFree(c->stream, bb));
+  if (s.tmp) PetscCall(FMMCUDAFree(c->stream, s.tmp));
+  PetscCall(StageMark(c, &stg));
   FMMCallCUDA(cudaStreamSynchronize(c->stream));
-  FMMCallCUDA(cudaFree(kx));
-  FMMCallCUDA(cudaFree(val));
-  FMMCallCUDA(cudaFree(offbase));
-  FMMCallCUDA(cudaFree(dir));
-  FMMCallCUDA(cudaFree(bb));
-  if (s.tmp) FMMCallCUDA(cudaFree(s.tmp));
+  PetscCall(StageReport(&stg, stgname));
   PetscFunctionReturn(0);
 }

@@ -13,7 +13,9 @@ static char help[] = "MATFMM kernels, targets, layouts and the diagonal operatio
      Linearity: the combined FMM equals alpha D + beta S of the separate FMMs;
      weights: S with weights w times x equals S without weights times w.*x.
   2. MatMultAdd (v != y and v == y) equals MatMult + VecAXPY.
-  3. On a small problem, MatComputeOperator of the direct and of the FMM matrix
+  3. New points of the same number set again (MatFMMSetSources refills its
+     arrays) and assembled: the product equals that of a new matrix exactly.
+  4. On a small problem, MatComputeOperator of the direct and of the FMM matrix
      against the kernel matrix built here by hand from its definition
        S_ij = -(1/2pi) log|z_i - y_j| w_j,  D_ij = (1/2pi) n_j.(z_i - y_j)/|z_i - y_j|^2 w_j,
      0 where z_i = y_j; then MatShift, MatScale, MatDiagonalSet (INSERT_VALUES,
@@ -450,6 +452,57 @@ static PetscErrorCode TestDense(const Problem *P, MatFMMKernel k, PetscBool same
   PetscFunctionReturn(0);
 }
 
+/* new points of the same number through MatFMMSetSources (its arrays are
+   refilled in place) and assembly: the product equals, bit for bit, that of a
+   matrix created afresh on the new points */
+static PetscErrorCode TestNewPoints(const Problem *P, PetscBool same)
+{
+  Config      c = {MATFMM_KERNEL_COMBINED, same, PETSC_TRUE, MATFMM_LAYOUT_TILED, MATFMM_METHOD_FMM, 0};
+  Problem     Q = *P;
+  Mat         A, B;
+  Vec         x, ya, yb;
+  PetscReal   d;
+  PetscMPIInt rank, size;
+  PetscInt    s0 = 0, n = 0;
+  char        what[128];
+
+  PetscFunctionBeginUser;
+  PetscCallMPI(MPI_Comm_rank(PETSC_COMM_WORLD, &rank));
+  PetscCallMPI(MPI_Comm_size(PETSC_COMM_WORLD, &size));
+  TestSplit(P->N, rank, size, PETSC_FALSE, &s0, &n);
+  PetscCall(PetscMalloc3(2 * P->N, &Q.src, 2 * P->N, &Q.nrm, P->N, &Q.w));
+  for (PetscInt i = 0; i < P->N; i++) { /* rotated by 0.3 and scaled by 1.2 about (0.1, 0) */
+    const PetscReal cs = PetscCosReal(0.3), sn = PetscSinReal(0.3), x = P->src[2 * i] - 0.1, y = P->src[2 * i + 1];
+    Q.src[2 * i]     = 0.1 + 1.2 * (cs * x - sn * y);
+    Q.src[2 * i + 1] = 1.2 * (sn * x + cs * y);
+    Q.nrm[2 * i]     = cs * P->nrm[2 * i] - sn * P->nrm[2 * i + 1];
+    Q.nrm[2 * i + 1] = sn * P->nrm[2 * i] + cs * P->nrm[2 * i + 1];
+    Q.w[i]           = 1.2 * P->w[i];
+  }
+  PetscCall(Create(P, &c, &A));
+  PetscCall(MatCreateVecs(A, &x, &ya));
+  PetscCall(VecDuplicate(ya, &yb));
+  PetscCall(RandomVec(x, 11));
+  PetscCall(MatMult(A, x, ya));
+  PetscCall(MatFMMSetSources(A, n, Q.src + 2 * s0, Q.nrm + 2 * s0, Q.w + s0));
+  PetscCall(MatAssemblyBegin(A, MAT_FINAL_ASSEMBLY));
+  PetscCall(MatAssemblyEnd(A, MAT_FINAL_ASSEMBLY));
+  PetscCall(MatMult(A, x, ya));
+  PetscCall(Create(&Q, &c, &B));
+  PetscCall(MatMult(B, x, yb));
+  PetscCall(VecAXPY(yb, -1.0, ya));
+  PetscCall(VecNorm(yb, NORM_INFINITY, &d));
+  PetscCall(PetscSNPrintf(what, sizeof(what), "%s: new points set again, then assembled, vs a new matrix (max difference)", same ? "targets = sources" : "separate targets"));
+  PetscCall(Check(what, d, 0.0));
+  PetscCall(VecDestroy(&x));
+  PetscCall(VecDestroy(&ya));
+  PetscCall(VecDestroy(&yb));
+  PetscCall(MatDestroy(&A));
+  PetscCall(MatDestroy(&B));
+  PetscCall(PetscFree3(Q.src, Q.nrm, Q.w));
+  PetscFunctionReturn(0);
+}
+
 int main(int argc, char **argv)
 {
   PetscInt N = 3000, M = 2000, ns = 120;
@@ -471,6 +524,8 @@ int main(int argc, char **argv)
   }
   PetscCall(TestLinearity(&big, PETSC_TRUE));
   PetscCall(TestLinearity(&big, PETSC_FALSE));
+  PetscCall(TestNewPoints(&big, PETSC_TRUE));
+  PetscCall(TestNewPoints(&big, PETSC_FALSE));
   for (PetscInt k = 0; k < 3; k++) {
     PetscCall(TestDense(&small, (MatFMMKernel)k, PETSC_TRUE));
     PetscCall(TestDense(&small, (MatFMMKernel)k, PETSC_FALSE));

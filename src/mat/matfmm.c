@@ -35,6 +35,14 @@ static PetscErrorCode MatFMMInvalidate(Mat A)
   PetscFunctionReturn(0);
 }
 
+/* d[0..n) = s[0..n), in parallel for large n: copying into fresh memory is
+   mostly the page faults of its first touch, which then run on all threads */
+static void CopyReals(PetscReal *d, const PetscReal *s, PetscInt n)
+{
+#pragma omp parallel for schedule(static) if (n >= 16 * FMM_OMP_MIN_POINTS)
+  for (PetscInt i0 = 0; i0 < n; i0 += 4096) memcpy(d + i0, s + i0, sizeof(PetscReal) * (size_t)PetscMin(4096, n - i0));
+}
+
 static PetscErrorCode MatFMMSetSources_FMM(Mat A, PetscInt n, const PetscReal xy[], const PetscReal nrm[], const PetscReal w[])
 {
   Mat_FMM *fmm = (Mat_FMM *)A->data;
@@ -44,11 +52,13 @@ static PetscErrorCode MatFMMSetSources_FMM(Mat A, PetscInt n, const PetscReal xy
   PetscCheck(A->cmap->n < 0 || A->cmap->n == n, PETSC_COMM_SELF, PETSC_ERR_ARG_SIZ, "Number of local sources %" PetscInt_FMT " differs from the local column size %" PetscInt_FMT " of the matrix", n, A->cmap->n);
   PetscCheck(n == 0 || xy, PETSC_COMM_SELF, PETSC_ERR_ARG_NULL, "Source coordinates are required (array of 2*%" PetscInt_FMT " reals)", n);
   PetscCall(MatFMMInvalidate(A));
-  PetscCall(PetscFree3(fmm->src, fmm->nrm, fmm->wts));
-  PetscCall(PetscMalloc3(2 * n, &fmm->src, nrm ? 2 * n : 0, &fmm->nrm, w ? n : 0, &fmm->wts));
-  if (n) PetscCall(PetscArraycpy(fmm->src, xy, 2 * n));
-  if (nrm && n) PetscCall(PetscArraycpy(fmm->nrm, nrm, 2 * n));
-  if (w && n) PetscCall(PetscArraycpy(fmm->wts, w, n));
+  if (!fmm->src || n != fmm->nsrc || !nrm != !fmm->hasnrm || !w != !fmm->haswts) { /* new sizes: new arrays (else the old ones are refilled) */
+    PetscCall(PetscFree3(fmm->src, fmm->nrm, fmm->wts));
+    PetscCall(PetscMalloc3(2 * n, &fmm->src, nrm ? 2 * n : 0, &fmm->nrm, w ? n : 0, &fmm->wts));
+  }
+  CopyReals(fmm->src, xy, 2 * n);
+  if (nrm) CopyReals(fmm->nrm, nrm, 2 * n);
+  if (w) CopyReals(fmm->wts, w, n);
   fmm->hasnrm = nrm ? PETSC_TRUE : PETSC_FALSE;
   fmm->haswts = w ? PETSC_TRUE : PETSC_FALSE;
   fmm->nsrc   = n;
@@ -75,8 +85,11 @@ static PetscErrorCode MatFMMSetSources_FMM(Mat A, PetscInt n, const PetscReal xy
    j-th source in rank order.  The operator (see `MatFMMSetKernel()`) uses the
    1/(2 pi) normalisation of the Laplace Green's function, and the kernel is
    taken as 0 for a target at zero distance from a source (the self term of an
-   integral equation, or coincident points).  Calling this again replaces the
-   geometry; assemble the matrix again before using it.
+   integral equation, or coincident points).  On the GPU, in the tiled layout
+   with the table log (the defaults), a pair whose squared distance underflows
+   to a subnormal number (distance below 1.5e-154) counts as coincident too.
+   Calling this again replaces the geometry; assemble the matrix again before
+   using it (arrays of the same sizes are refilled in place).
 
    Errors:
 +  `PETSC_ERR_ARG_SIZ` - n differs from the local column size already set
@@ -111,7 +124,7 @@ static PetscErrorCode MatFMMSetTargets_FMM(Mat A, PetscInt m, const PetscReal xy
   }
   PetscCheck(A->rmap->n < 0 || A->rmap->n == m, PETSC_COMM_SELF, PETSC_ERR_ARG_SIZ, "Number of local targets %" PetscInt_FMT " differs from the local row size %" PetscInt_FMT " of the matrix", m, A->rmap->n);
   PetscCall(PetscMalloc1(2 * m, &fmm->tgt));
-  if (m) PetscCall(PetscArraycpy(fmm->tgt, xy, 2 * m));
+  CopyReals(fmm->tgt, xy, 2 * m);
   fmm->ntgt = m;
   if (A->rmap->n < 0) A->rmap->n = m;
   PetscFunctionReturn(0);
@@ -657,7 +670,6 @@ static PetscErrorCode MatSetUp_FMM(Mat A)
   PetscFunctionReturn(0);
 }
 
-/* first non-finite entry of a[0..n), or -1 */
 /* index of the first NaN/Inf in a[0..n), or -1; blocks are tested in parallel
    without branches (vectorised), the first bad block is then searched */
 static PetscInt FirstNonFinite(const PetscReal *a, PetscInt n)
