@@ -86,8 +86,8 @@ typedef struct {
   /* direct: source slices when targets are few */
   PetscReal *dpart;
   PetscInt   dslices;
-  /* sources before each near-list entry [nnear+1] and before each leaf's neighbour sources [nleaves+1] */
-  PetscInt *nearscan, *nbroff;
+  /* sources before each near-list entry [nnear+1], its first source [nnear], sources before each leaf's neighbour sources [nleaves+1] */
+  PetscInt *nearscan, *entrysrc, *nbroff;
   /* indexing / repetition: neighbour sources of each leaf, global index (nbr) and tree position (nbrt) */
   PetscInt  *nbr, *nbrt;
   PetscReal *gxy, *gq, *gdx, *gdy; /* sources in global order (indexing) */
@@ -124,6 +124,17 @@ PETSC_INTERN PetscErrorCode FMMCUDAP2PTiled(FMM_CUDA *, const FMMPlan *);
 PETSC_INTERN PetscErrorCode FMMCUDAP2PIndexing(FMM_CUDA *, const FMMPlan *);
 PETSC_INTERN PetscErrorCode FMMCUDAP2PRepetition(FMM_CUDA *, const FMMPlan *);
 PETSC_INTERN PetscErrorCode FMMCUDADirect(FMM_CUDA *, const FMMPlan *);
+
+/* the largest k in [lo, hi) with a[k] <= v, for a nondecreasing and a[lo] <= v */
+__device__ __forceinline__ PetscInt FMMLastLE(const PetscInt *a, PetscInt lo, PetscInt hi, PetscInt v)
+{
+  while (hi - lo > 1) {
+    const PetscInt mid = lo + (hi - lo) / 2;
+    if (a[mid] <= v) lo = mid;
+    else hi = mid;
+  }
+  return lo;
+}
 
 /* grid size for n threads in blocks of bs */
 static inline unsigned FMMCUDABlocks(PetscInt64 n, int bs)

@@ -214,17 +214,6 @@ __global__ void GeometryKernel(PetscInt nboxes, const double *bb, double *cx, do
 
 /* ------------------------------------------------ interaction lists */
 
-/* the largest k in [lo, hi) with a[k] <= v, for a nondecreasing and a[lo] <= v */
-__device__ __forceinline__ PetscInt LastLE(const PetscInt *a, PetscInt lo, PetscInt hi, PetscInt v)
-{
-  while (hi - lo > 1) {
-    const PetscInt mid = lo + (hi - lo) / 2;
-    if (a[mid] <= v) lo = mid;
-    else hi = mid;
-  }
-  return lo;
-}
-
 /*
   The lists of level l+1 (boxes t = 0..nb-1, global numbers c0 + t) from the
   strong lists of level l: the candidates of t are the 4 children of every box
@@ -291,12 +280,14 @@ __global__ void BoxOffsetKernel(PetscInt nb, PetscInt nc, PetscInt c0, const Pet
 
 /* ------------------------------------------------ the work of the product */
 
-/* ec[j] = the sources of near-list entry j (ec[nnear] = 0), for the scan nearscan */
-__global__ void EntryCountKernel(PetscInt nnear, const PetscInt *sleaf, const PetscInt *near, PetscInt *ec)
+/* ec[j] = the sources of near-list entry j (ec[nnear] = 0), for the scan
+   nearscan, and entrysrc[j] = its first source (tree position) */
+__global__ void EntryCountKernel(PetscInt nnear, const PetscInt *sleaf, const PetscInt *near, PetscInt *ec, PetscInt *entrysrc)
 {
   const PetscInt j = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   if (j > nnear) return;
   ec[j] = j < nnear ? sleaf[near[j] + 1] - sleaf[near[j]] : 0;
+  if (j < nnear) entrysrc[j] = sleaf[near[j]];
 }
 
 /* nbroff[b] = the neighbour sources of the leaves before b (nearscan at the leaf's first entry) */
@@ -362,9 +353,9 @@ __global__ void ChunkItemsKernel(PetscInt nchunks, PetscInt nleaves, const Petsc
 {
   const PetscInt q = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   if (q >= nchunks) return;
-  const PetscInt b = LastLE(choff, 0, nleaves, q), k = q - choff[b], K = nsc[b], nt = tleaf[b + 1] - tleaf[b];
+  const PetscInt b = FMMLastLE(choff, 0, nleaves, q), k = q - choff[b], K = nsc[b], nt = tleaf[b + 1] - tleaf[b];
   const PetscInt e0 = k * FMMCUDA_P2P_S, e = nbroff[b] + e0, ns = nbroff[b + 1] - nbroff[b];
-  const PetscInt j = LastLE(nearscan, nearoff[b], nearoff[b + 1], e); /* the entry holding source e0 */
+  const PetscInt j = FMMLastLE(nearscan, nearoff[b], nearoff[b + 1], e); /* the entry holding source e0 */
   const PetscInt pos = sleaf[near[j]] + (e - nearscan[j]);
   PetscInt       n   = itoff[b] + k * ((nt + FMMCUDA_P2P_T - 1) / FMMCUDA_P2P_T);
   for (PetscInt t = 0; t < nt; t += FMMCUDA_P2P_T, n++) {
@@ -385,7 +376,7 @@ __global__ void ChunkItemsKernel(PetscInt nchunks, PetscInt nleaves, const Petsc
 __global__ void PairTargetKernel(PetscInt npairs, PetscInt nboxes, const PetscInt *faroff, PetscInt *pairtgt)
 {
   const PetscInt g = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
-  if (g < npairs) pairtgt[g] = LastLE(faroff, 0, nboxes, g);
+  if (g < npairs) pairtgt[g] = FMMLastLE(faroff, 0, nboxes, g);
 }
 
 /* M2L: per box the number of 32-pair chunks its run touches (tcnt[nboxes] = 0) */
@@ -478,8 +469,9 @@ PetscErrorCode FMMCUDAM2LPlan(FMM_CUDA *c, const FMMPlan *P)
 }
 
 /* the P2P items and partials from the leaf ranges and near lists (device), with
-   c->nearscan (the sources before each near-list entry) and c->nbroff (before
-   each leaf's neighbour sources); the host statistics of P too */
+   c->nearscan (the sources before each near-list entry), c->entrysrc (its
+   first source) and c->nbroff (the sources before each leaf's neighbour
+   sources); the host statistics of P too */
 PetscErrorCode FMMCUDAP2PPlan(FMM_CUDA *c, FMMPlan *P)
 {
   Scratch    own = {NULL, 0}, *s = &own;
@@ -500,7 +492,8 @@ PetscErrorCode FMMCUDAP2PPlan(FMM_CUDA *c, FMMPlan *P)
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->leafnsc, sizeof(PetscInt) * (nl + 1), "the P2P chunk counts"));
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->leafpart, sizeof(PetscInt) * nl, "the P2P partial offsets"));
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->nbroff, sizeof(PetscInt) * (nl + 1), "the neighbour-source offsets"));
-  EntryCountKernel<<<LAUNCH_N(c->nnear + 1)>>>(c->nnear, c->sleaf, c->near, ec);
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->entrysrc, sizeof(PetscInt) * (c->nnear + 1), "the P2P entry sources"));
+  EntryCountKernel<<<LAUNCH_N(c->nnear + 1)>>>(c->nnear, c->sleaf, c->near, ec, c->entrysrc);
   FMMCheckLaunch();
   PetscCall(ExclusiveScan(c, s, ec, c->nearscan, c->nnear));
   NbrOffKernel<<<LAUNCH_N(nl + 1)>>>(nl, c->nearoff, c->nearscan, c->nbroff);
