@@ -28,7 +28,7 @@ PetscErrorCode FMMCUDASelectDevice(MPI_Comm comm, int *dev)
   PetscFunctionReturn(0);
 }
 
-PetscBool FMMCUDAPool = PETSC_FALSE;
+cudaMemPool_t FMMCUDAPool = NULL;
 
 /* out of memory: what did not fit, and how much the GPU has free */
 static PetscErrorCode OutOfMemory(size_t bytes, const char *what)
@@ -44,13 +44,15 @@ static PetscErrorCode OutOfMemory(size_t bytes, const char *what)
 }
 
 /*
-  Device memory in stream order (cudaMallocAsync) from the device's default
-  pool, which keeps what is freed (FMMCUDAInitializeContext sets no release
-  threshold): a cudaMalloc maps fresh pages and a cudaFree waits for the whole
-  device, which made most of an assembly's time; from the pool the
+  Device memory in stream order (cudaMallocFromPoolAsync) from petscfmm's own
+  memory pool on this rank's device, which keeps what is freed (no release
+  threshold; FMMCUDAInitializeContext creates it): a cudaFree waits for the
+  whole device and a cudaMalloc maps fresh pages, while from the pool the
   temporaries of the tree build, and a later assembly, reuse mapped memory.
-  Out of memory, the pool's unused memory is released and the allocation tried
-  once more.  Without pool support, plain cudaMalloc/cudaFree.
+  The pool is our own so that the device's default pool, which other
+  libraries may use, keeps its settings.  Out of memory, the pool's unused
+  memory is released and the allocation tried once more.  Without pool
+  support, plain cudaMalloc/cudaFree.
 */
 PetscErrorCode FMMCUDAMalloc(cudaStream_t s, void **p, size_t bytes, const char *what)
 {
@@ -59,16 +61,12 @@ PetscErrorCode FMMCUDAMalloc(cudaStream_t s, void **p, size_t bytes, const char 
   PetscFunctionBegin;
   *p = NULL;
   if (!bytes) PetscFunctionReturn(0);
-  e = FMMCUDAPool ? cudaMallocAsync(p, bytes, s) : cudaMalloc(p, bytes);
+  e = FMMCUDAPool ? cudaMallocFromPoolAsync(p, bytes, FMMCUDAPool, s) : cudaMalloc(p, bytes);
   if (e == cudaErrorMemoryAllocation && FMMCUDAPool) {
-    int          dev = 0;
-    cudaMemPool_t pool;
     (void)cudaGetLastError();
     FMMCallCUDA(cudaDeviceSynchronize()); /* frees still in flight reach the pool */
-    FMMCallCUDA(cudaGetDevice(&dev));
-    FMMCallCUDA(cudaDeviceGetDefaultMemPool(&pool, dev));
-    FMMCallCUDA(cudaMemPoolTrimTo(pool, 0));
-    e = cudaMallocAsync(p, bytes, s);
+    FMMCallCUDA(cudaMemPoolTrimTo(FMMCUDAPool, 0));
+    e = cudaMallocFromPoolAsync(p, bytes, FMMCUDAPool, s);
   }
   if (e == cudaErrorMemoryAllocation) {
     *p = NULL;
@@ -97,10 +95,11 @@ static PetscErrorCode FMMCUDAFinalizeContext(void)
     if (FMMCUDAStaging.evin[k]) (void)cudaEventDestroy(FMMCUDAStaging.evin[k]);
     if (FMMCUDAStaging.evout[k]) (void)cudaEventDestroy(FMMCUDAStaging.evout[k]);
   }
-  if (FMMCUDAPool) { /* give the pool's unused memory back */
-    int           dev = 0;
-    cudaMemPool_t pool;
-    if (cudaDeviceSynchronize() == cudaSuccess && cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetDefaultMemPool(&pool, dev) == cudaSuccess) (void)cudaMemPoolTrimTo(pool, 0);
+  if (FMMCUDAPool) { /* the pool goes once its last allocation is freed */
+    (void)cudaDeviceSynchronize();
+    (void)cudaMemPoolTrimTo(FMMCUDAPool, 0);
+    (void)cudaMemPoolDestroy(FMMCUDAPool);
+    FMMCUDAPool = NULL;
   }
   (void)cudaGetLastError();
   PetscCall(PetscMemzero(&FMMCUDAStaging, sizeof(FMMCUDAStaging)));
@@ -108,7 +107,7 @@ static PetscErrorCode FMMCUDAFinalizeContext(void)
 }
 
 /* at every call: selects this rank's device; once per process: its context
-   (cudaFree(0) creates it), the memory pool's policy and the pinned staging
+   (cudaFree(0) creates it), petscfmm's memory pool and the pinned staging
    rings (pinning memory takes milliseconds per MB, so it is done once, not at
    every assembly) */
 PetscErrorCode FMMCUDAInitializeContext(void)
@@ -124,11 +123,20 @@ PetscErrorCode FMMCUDAInitializeContext(void)
   }
   PetscCall(FMMCUDASelectDevice(PETSC_COMM_WORLD, &dev));
   FMMCallCUDA(cudaFree(0));
-  { /* stream-ordered allocation from the default pool, keeping what is freed (see FMMCUDAMalloc) */
-    int           pools = 0;
-    cudaMemPool_t pool;
-    uint64_t      keep = UINT64_MAX;
-    if (cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, dev) == cudaSuccess && pools && cudaDeviceGetDefaultMemPool(&pool, dev) == cudaSuccess && cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep) == cudaSuccess) FMMCUDAPool = PETSC_TRUE;
+  { /* petscfmm's memory pool on this device, keeping what is freed (see FMMCUDAMalloc) */
+    int              pools = 0;
+    uint64_t         keep  = UINT64_MAX;
+    cudaMemPoolProps props;
+    PetscCall(PetscMemzero(&props, sizeof(props)));
+    props.allocType     = cudaMemAllocationTypePinned;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id   = dev;
+    if (cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, dev) == cudaSuccess && pools && cudaMemPoolCreate(&FMMCUDAPool, &props) == cudaSuccess) {
+      if (cudaMemPoolSetAttribute(FMMCUDAPool, cudaMemPoolAttrReleaseThreshold, &keep) != cudaSuccess) {
+        (void)cudaMemPoolDestroy(FMMCUDAPool);
+        FMMCUDAPool = NULL;
+      }
+    } else FMMCUDAPool = NULL;
     (void)cudaGetLastError();
   }
   if (cudaMallocHost((void **)&FMMCUDAStaging.in, bytes) != cudaSuccess || cudaMallocHost((void **)&FMMCUDAStaging.out, bytes) != cudaSuccess) { /* copies then go direct */

@@ -25,7 +25,7 @@ typedef struct {
   cudaEvent_t evin[FMM_STAGE_CHUNKS], evout[FMM_STAGE_CHUNKS];
 } FMMCUDAStage;
 PETSC_INTERN FMMCUDAStage FMMCUDAStaging;
-PETSC_INTERN PetscBool    FMMCUDAPool; /* device memory from the stream-ordered pool (device.cu) */
+PETSC_INTERN cudaMemPool_t FMMCUDAPool; /* petscfmm's stream-ordered memory pool, NULL: plain cudaMalloc (device.cu) */
 
 /* a CUDA runtime error as a PETSc error: out of memory is PETSC_ERR_MEM, the rest PETSC_ERR_GPU */
 #define FMMCallCUDA(...) \

@@ -146,11 +146,12 @@ static PetscErrorCode FMMCUDAWarmUp(void)
    without CUDA or no GPU is present, and when called again.  The warm-up
    product appears once in -log_view.
 
-   GPU memory of `MATFMM` comes from the device's stream-ordered memory pool
-   (`cudaMallocAsync()`), set here to keep what is freed: `MatDestroy()` and a
-   new assembly return memory to the pool, and the next assembly reuses it
-   without mapping new pages.  The pool's unused memory is released when an
-   allocation would otherwise fail and at `PetscFinalize()`.
+   GPU memory of `MATFMM` comes from a stream-ordered memory pool of
+   petscfmm's own on this rank's device, created here, which keeps what is
+   freed: `MatDestroy()` and a new assembly return memory to the pool, and the
+   next assembly reuses it without mapping new pages.  The pool's unused
+   memory is released when an allocation would otherwise fail and at
+   `PetscFinalize()`; the device's default pool is left as it is.
 
    Errors:
 .  `PETSC_ERR_GPU` - the CUDA runtime failed
