@@ -61,14 +61,7 @@ static PetscErrorCode FMMCUDADestroy(Mat A)
    page-locked host memory are copied directly (cudaMemcpyDefault); pageable
    host memory goes through the process's pinned staging rings in slots of
    FMM_STAGE_SLOT doubles, the host-side copies (all OpenMP threads)
-   overlapping the DMA of the other slots. */
-static void ParallelCopy(double *d, const double *s, PetscInt n)
-{
-  /* pieces of 32 KB: a slot (1 MB) keeps every thread busy */
-#pragma omp parallel for schedule(static) if (n > 16384)
-  for (PetscInt i0 = 0; i0 < n; i0 += 4096) memcpy(d + i0, s + i0, sizeof(double) * (size_t)PetscMin(4096, n - i0));
-}
-
+   overlapping the DMA of the other slots (FMMCopyReals). */
 static PetscBool Pageable(const void *a)
 {
   cudaPointerAttributes at;
@@ -93,7 +86,7 @@ static PetscErrorCode CopyIn(FMM_CUDA *c, double *d, const double *h, PetscInt n
   for (PetscInt off = 0, k = 0; off < n; off += FMM_STAGE_SLOT, k++) { /* slot k % CHUNKS, free once its last copy is done */
     const PetscInt m = PetscMin(FMM_STAGE_SLOT, n - off), j = k % FMM_STAGE_CHUNKS;
     FMMCallCUDA(cudaEventSynchronize(st->evin[j]));
-    ParallelCopy(st->in + j * FMM_STAGE_SLOT, h + off, m);
+    FMMCopyReals(st->in + j * FMM_STAGE_SLOT, h + off, m);
     FMMCallCUDA(cudaMemcpyAsync(d + off, st->in + j * FMM_STAGE_SLOT, sizeof(double) * m, cudaMemcpyHostToDevice, c->stream));
     FMMCallCUDA(cudaEventRecord(st->evin[j], c->stream));
   }
@@ -115,7 +108,7 @@ static PetscErrorCode CopyOut(FMM_CUDA *c, double *h, const double *d, PetscInt 
     for (PetscInt k = 0; k < nch; k++) { /* empty slot k % CHUNKS, then refill it with chunk k + CHUNKS */
       const PetscInt j = k % FMM_STAGE_CHUNKS, kn = k + FMM_STAGE_CHUNKS;
       FMMCallCUDA(cudaEventSynchronize(st->evout[j]));
-      ParallelCopy(h + k * FMM_STAGE_SLOT, st->out + j * FMM_STAGE_SLOT, PetscMin(FMM_STAGE_SLOT, n - k * FMM_STAGE_SLOT));
+      FMMCopyReals(h + k * FMM_STAGE_SLOT, st->out + j * FMM_STAGE_SLOT, PetscMin(FMM_STAGE_SLOT, n - k * FMM_STAGE_SLOT));
       if (kn < nch) {
         FMMCallCUDA(cudaMemcpyAsync(st->out + j * FMM_STAGE_SLOT, d + kn * FMM_STAGE_SLOT, sizeof(double) * PetscMin(FMM_STAGE_SLOT, n - kn * FMM_STAGE_SLOT), cudaMemcpyDeviceToHost, c->stream));
         FMMCallCUDA(cudaEventRecord(st->evout[j], c->stream));
@@ -294,6 +287,7 @@ static PetscErrorCode FMMCUDASetup(Mat A)
   FMM_CUDA      *c   = (FMM_CUDA *)fmm->backend;
   const PetscInt p = fmm->p, nb = 2 * p + 1;
   PetscLogDouble t0, t1, t2;
+  PetscBool      info;
 
   PetscFunctionBegin;
   PetscCall(PetscTime(&t0));
@@ -323,7 +317,8 @@ static PetscErrorCode FMMCUDASetup(Mat A)
     PetscCall(FMMCUDAM2LPlan(c, P));
     PetscCall(FMMCUDAM2LSetup(c));
   }
-  FMMCallCUDA(cudaStreamSynchronize(c->stream));
+  PetscCall(PetscInfoEnabled(MAT_CLASSID, &info));
+  if (info) FMMCallCUDA(cudaStreamSynchronize(c->stream)); /* for the -info times only */
   PetscCall(PetscTime(&t1));
   PetscCall(FMMCUDAP2PPlan(c, P)); /* also the statistics of the plan */
   if (c->fmm && fmm->layout != MATFMM_LAYOUT_TILED) PetscCall(SetupNearLists(A, c, P));

@@ -129,6 +129,24 @@ __device__ __forceinline__ void M2LPairFast(int p, double *row, double z0x, doub
   }
 }
 
+/* one coefficient over the pairs r < nrows of a chunk (value of pair r at
+   v[r * rstride]): the sum of each run of equal target box, in pair order, to
+   out[seg * ne] for the run's partial seg (heads: the runs' first pairs) */
+__device__ __forceinline__ void M2LRunSums(const double *v, int rstride, unsigned heads, int nrows, int ne, double *out)
+{
+  double acc = 0.0;
+  int    seg = -1;
+  for (int r = 0; r < nrows; r++) {
+    if ((heads >> r) & 1u) {
+      if (seg >= 0) out[(PetscInt)seg * ne] = acc;
+      seg++;
+      acc = 0.0;
+    }
+    acc += v[r * rstride];
+  }
+  out[(PetscInt)seg * ne] = acc;
+}
+
 template <int PP>
 __global__ void __launch_bounds__(32 * M2L_WARPS) M2LChunkKernel(PetscInt npairs, int p, int ne, int stride, const PetscInt *far, const PetscInt *pairtgt, const PetscInt *chunkpart, const double *cx, const double *cy, const double *scale, const double *mpole, const double *m2l, double *part)
 {
@@ -179,19 +197,7 @@ __global__ void __launch_bounds__(32 * M2L_WARPS) M2LChunkKernel(PetscInt npairs
   PetscInt       tprev = __shfl_up_sync(FULL_MASK, t, 1);
   const unsigned heads = __ballot_sync(FULL_MASK, lane < nrows && (lane == 0 || t != tprev));
   const PetscInt pbase = chunkpart[chunk];
-  for (int col = lane; col < ne; col += 32) {
-    double acc = 0.0;
-    int    seg = -1;
-    for (int r = 0; r < nrows; r++) {
-      if ((heads >> r) & 1u) {
-        if (seg >= 0) part[(pbase + seg) * ne + col] = acc;
-        seg++;
-        acc = 0.0;
-      }
-      acc += rows[r * stride + col];
-    }
-    part[(pbase + seg) * ne + col] = acc;
-  }
+  for (int col = lane; col < ne; col += 32) M2LRunSums(rows + col, stride, heads, nrows, ne, part + pbase * ne + col);
 }
 
 /* local[t] = sum of the partials of box t, in order (zero for boxes without far field) */
@@ -325,18 +331,7 @@ __global__ void __launch_bounds__(32 * M2L_TC_WARPS) M2LTensorKernel(PetscInt nc
     const PetscInt pbase = chunkpart[chunk];
     for (int col = lane; col < ne; col += 32) {
       const int     l = col <= p ? col : col - p - 1;
-      const double *src = T + (l == 0 ? KP : l - 1) * LDT + (col > p ? 1 : 0);
-      double        acc = 0.0;
-      int           seg = -1;
-      for (int r = 0; r < nrows; r++) {
-        if ((heads >> r) & 1u) {
-          if (seg >= 0) part[(pbase + seg) * ne + col] = acc;
-          seg++;
-          acc = 0.0;
-        }
-        acc += src[2 * r];
-      }
-      part[(pbase + seg) * ne + col] = acc;
+      M2LRunSums(T + (l == 0 ? KP : l - 1) * LDT + (col > p ? 1 : 0), 2, heads, nrows, ne, part + pbase * ne + col);
     }
     __syncwarp();
   }

@@ -114,6 +114,7 @@ typedef struct {
 PETSC_INTERN PetscErrorCode FMMPlanBuild(Mat);
 PETSC_INTERN PetscErrorCode FMMPlanDestroy(FMMPlan *);
 PETSC_INTERN PetscErrorCode FMMChooseOrder(PetscReal, PetscReal, PetscInt *);
+PETSC_INTERN void           FMMCopyReals(PetscReal *, const PetscReal *, PetscInt);
 
 PETSC_INTERN struct _FMMBackendOps FMMBackendCPU;
 #if defined(PETSCFMM_HAVE_CUDA)

@@ -35,11 +35,12 @@ static PetscErrorCode MatFMMInvalidate(Mat A)
   PetscFunctionReturn(0);
 }
 
-/* d[0..n) = s[0..n), in parallel for large n: copying into fresh memory is
-   mostly the page faults of its first touch, which then run on all threads */
-static void CopyReals(PetscReal *d, const PetscReal *s, PetscInt n)
+/* d[0..n) = s[0..n), in parallel for large n (pieces of 32 KB): copying into
+   fresh memory is mostly the page faults of its first touch, which then run
+   on all threads; the CUDA backend's staging copies use it too */
+void FMMCopyReals(PetscReal *d, const PetscReal *s, PetscInt n)
 {
-#pragma omp parallel for schedule(static) if (n >= 16 * FMM_OMP_MIN_POINTS)
+#pragma omp parallel for schedule(static) if (n >= 2 * FMM_OMP_MIN_POINTS)
   for (PetscInt i0 = 0; i0 < n; i0 += 4096) memcpy(d + i0, s + i0, sizeof(PetscReal) * (size_t)PetscMin(4096, n - i0));
 }
 
@@ -56,9 +57,9 @@ static PetscErrorCode MatFMMSetSources_FMM(Mat A, PetscInt n, const PetscReal xy
     PetscCall(PetscFree3(fmm->src, fmm->nrm, fmm->wts));
     PetscCall(PetscMalloc3(2 * n, &fmm->src, nrm ? 2 * n : 0, &fmm->nrm, w ? n : 0, &fmm->wts));
   }
-  CopyReals(fmm->src, xy, 2 * n);
-  if (nrm) CopyReals(fmm->nrm, nrm, 2 * n);
-  if (w) CopyReals(fmm->wts, w, n);
+  FMMCopyReals(fmm->src, xy, 2 * n);
+  if (nrm) FMMCopyReals(fmm->nrm, nrm, 2 * n);
+  if (w) FMMCopyReals(fmm->wts, w, n);
   fmm->hasnrm = nrm ? PETSC_TRUE : PETSC_FALSE;
   fmm->haswts = w ? PETSC_TRUE : PETSC_FALSE;
   fmm->nsrc   = n;
@@ -124,7 +125,7 @@ static PetscErrorCode MatFMMSetTargets_FMM(Mat A, PetscInt m, const PetscReal xy
   }
   PetscCheck(A->rmap->n < 0 || A->rmap->n == m, PETSC_COMM_SELF, PETSC_ERR_ARG_SIZ, "Number of local targets %" PetscInt_FMT " differs from the local row size %" PetscInt_FMT " of the matrix", m, A->rmap->n);
   PetscCall(PetscMalloc1(2 * m, &fmm->tgt));
-  CopyReals(fmm->tgt, xy, 2 * m);
+  FMMCopyReals(fmm->tgt, xy, 2 * m);
   fmm->ntgt = m;
   if (A->rmap->n < 0) A->rmap->n = m;
   PetscFunctionReturn(0);
