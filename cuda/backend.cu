@@ -12,6 +12,7 @@
     -mat_fmm_cuda_m2l <tc,fma>   M2L on the FP64 tensor cores (default) or unrolled DFMA
     -mat_fmm_cuda_log <fast,libm> near-field log by table (default) or the libm log
     -mat_fmm_cuda_tree <gpu,cpu> tree and lists built on the GPU (default) or on the CPU
+    -mat_fmm_cuda_p2p_symmetric <bool> tiled P2P: each unordered pair once, for both sums (default true)
 */
 #include "fmmcuda.h"
 #include "fmmexpansions.h"
@@ -49,6 +50,7 @@ static PetscErrorCode FMMCUDADestroy(Mat A)
   Free(c, &c->sigma), Free(c, &c->q), Free(c, &c->dx), Free(c, &c->dy), Free(c, &c->mpole), Free(c, &c->local), Free(c, &c->pot), Free(c, &c->y), Free(c, &c->dpart);
   Free(c, &c->logtab), Free(c, &c->items), Free(c, &c->leafnsc), Free(c, &c->leafpart), Free(c, &c->p2ppart);
   Free(c, &c->nbroff), Free(c, &c->nearscan), Free(c, &c->entrysrc), Free(c, &c->nbr), Free(c, &c->nbrt), Free(c, &c->gxy), Free(c, &c->gq), Free(c, &c->gdx), Free(c, &c->gdy), Free(c, &c->recoff), Free(c, &c->rec);
+  Free(c, &c->symleaf), Free(c, &c->wslot), Free(c, &c->colpart), Free(c, &c->chsum), Free(c, &c->symnext);
   if (c->stream) (void)cudaStreamDestroy(c->stream);
   (void)cudaGetLastError();
   PetscCall(PetscFree(c->repleaf));
@@ -321,6 +323,8 @@ static PetscErrorCode FMMCUDASetup(Mat A)
   if (info) FMMCallCUDA(cudaStreamSynchronize(c->stream)); /* for the -info times only */
   PetscCall(PetscTime(&t1));
   PetscCall(FMMCUDAP2PPlan(c, P)); /* also the statistics of the plan */
+  /* symmetric P2P: this rank's targets are all the sources, single layer, table log */
+  if (c->fmm && fmm->layout == MATFMM_LAYOUT_TILED && fmm->cuda_p2p_sym && c->kind == 0 && c->logtab && fmm->ntgt < 0 && P->M == P->N) PetscCall(FMMCUDAP2PSymmetricPlan(c, P));
   if (c->fmm && fmm->layout != MATFMM_LAYOUT_TILED) PetscCall(SetupNearLists(A, c, P));
   { /* direct: slice the sources when the targets alone do not fill the GPU */
     int      sms = 1;
@@ -434,4 +438,17 @@ static PetscErrorCode FMMCUDADirectMult(Mat A, const PetscScalar *sigma, PetscSc
   PetscFunctionReturn(0);
 }
 
-struct _FMMBackendOps FMMBackendCUDA = {"cuda", FMMCUDAPlan, FMMCUDASetup, FMMCUDAMult, FMMCUDADirectMult, FMMCUDADestroy};
+/* -mat_view: which near-field kernel the product runs */
+static PetscErrorCode FMMCUDAView(Mat A, PetscViewer viewer)
+{
+  Mat_FMM  *fmm = (Mat_FMM *)A->data;
+  FMM_CUDA *c   = (FMM_CUDA *)fmm->backend;
+
+  PetscFunctionBegin;
+  if (!c || !c->fmm || fmm->layout != MATFMM_LAYOUT_TILED) PetscFunctionReturn(0);
+  if (c->syma) PetscCall(PetscViewerASCIIPrintf(viewer, "  CUDA P2P: symmetric, each pair of points once for both sums (%" PetscInt_FMT " lanes x %" PetscInt_FMT " rows per leaf)\n", c->syma, c->symr));
+  else PetscCall(PetscViewerASCIIPrintf(viewer, "  CUDA P2P: tiled, every ordered pair\n"));
+  PetscFunctionReturn(0);
+}
+
+struct _FMMBackendOps FMMBackendCUDA = {"cuda", FMMCUDAPlan, FMMCUDASetup, FMMCUDAMult, FMMCUDADirectMult, FMMCUDADestroy, FMMCUDAView};

@@ -46,6 +46,9 @@ PETSC_INTERN cudaMemPool_t FMMCUDAPool; /* petscfmm's stream-ordered memory pool
    to pot; else it writes them to part[part + t], summed in item order later. */
 #define FMMCUDA_P2P_T 128
 #define FMMCUDA_P2P_S 2048
+#define FMMCUDA_SYM_E      8   /* symmetric P2P: upper near-list entries per item */
+#define FMMCUDA_SYM_GMAX   64  /* slots a target sums itself */
+#define FMMCUDA_SYM_GCHUNK 256 /* slots per chunk beyond that */
 typedef struct {
   PetscInt leaf, t0, nt; /* targets t0..t0+nt-1 (tree order) of leaf */
   PetscInt e0, ne;       /* positions e0..e0+ne-1 of the leaf's near-source list */
@@ -80,6 +83,18 @@ typedef struct {
   PetscInt   *leafnsc, *leafpart; /* [nleaves] source chunks, first partial */
   PetscReal  *p2ppart;
   PetscBool   p2psplit; /* some list is split */
+  /* symmetric P2P (targets = sources, single layer, table log; p2p.cu): items of up to
+     FMMCUDA_SYM_E upper entries (leaf B >= A) of a leaf A's near list, each pair of points
+     once; rows in groups of syma lanes, symr rows per lane (syma = 0: not used).  Leaf B's
+     slots (colpart at symleaf[2][B], nB doubles each): one per lower entry A (the column sums
+     of block A x B, written at wslot of A's entry) and, when A has several items, one per
+     item (row partials).  symleaf: [5][nleaves+1] first upper entry, first item, first slot
+     value, slot count, first chunk (slot lists longer than FMMCUDA_SYM_GMAX are summed in
+     chunks of FMMCUDA_SYM_GCHUNK into chsum first) */
+  PetscInt            syma, symr, minleafsrc, nsymitems, nsymch;
+  PetscInt           *symleaf, *wslot;
+  PetscReal          *colpart, *chsum;
+  unsigned long long *symnext; /* the next item to take */
   double2    *logtab;   /* table of the near-field log (NULL: libm log, -mat_fmm_cuda_log libm) */
   /* one product */
   PetscReal *sigma, *q, *dx, *dy, *mpole, *local, *pot, *y;
@@ -106,6 +121,7 @@ PETSC_INTERN PetscErrorCode FMMCUDASelectDevice(MPI_Comm, int *);
 PETSC_INTERN PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *, FMMPlan *, PetscInt, PetscReal, PetscBool, PetscInt, PetscReal, PetscReal, const double *, const double *, const double *, PetscInt);
 PETSC_INTERN PetscErrorCode FMMCUDAM2LPlan(FMM_CUDA *, const FMMPlan *);
 PETSC_INTERN PetscErrorCode FMMCUDAP2PPlan(FMM_CUDA *, FMMPlan *);
+PETSC_INTERN PetscErrorCode FMMCUDAP2PSymmetricPlan(FMM_CUDA *, const FMMPlan *);
 PETSC_INTERN PetscErrorCode FMMCUDANearSources(FMM_CUDA *, const FMMPlan *, PetscBool, PetscInt **, PetscInt *);
 /* upward.cu */
 PETSC_INTERN PetscErrorCode FMMCUDAStrengths(FMM_CUDA *, const FMMPlan *);

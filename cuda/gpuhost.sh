@@ -31,6 +31,7 @@ fi
 if has test; then
   MPIEXEC="$MPIEXEC" CUDA_BUILT=1 timeout 400 ./bin/runtests tests/gpu.c > "$OUT/tests.log" 2>&1
   grep -E "^(ok|FAIL|skip)|passed" "$OUT/tests.log"
+  [ -d tests/results ] && cp -r tests/results "$OUT/" 2>/dev/null
   grep -A14 "^FAIL" "$OUT/tests.log" | cut -c1-220 | head -50
   echo "tests: done at $(( $(date +%s) - T0 )) s"
 fi
@@ -51,12 +52,19 @@ if has sanitize; then
   echo "=== memcheck split P2P items" >> "$OUT/sanitize.log"
   timeout 240 compute-sanitizer --tool memcheck --error-exitcode 3 ./tests/gpu -n 8000 -geometry square -mat_fmm_ct 700 -mat_fmm_p 12 -mat_fmm_repetition_mb 200 >> "$OUT/sanitize.log" 2>&1
   echo "memcheck (split P2P items, repetition chunks): exit $?"
+  for tool in memcheck racecheck; do # the symmetric P2P: 8 lanes x 6 rows, and 32 lanes x 6 rows
+    for ct in 64 256; do
+      echo "=== $tool symmetric P2P ct $ct" >> "$OUT/sanitize.log"
+      timeout 240 compute-sanitizer --tool $tool --error-exitcode 3 ./tests/gpu -n 3000 -geometry curve -mat_fmm_ct $ct -mat_fmm_p 12 >> "$OUT/sanitize.log" 2>&1
+      echo "$tool (symmetric P2P, ct $ct): exit $?"
+    done
+  done
   grep -E "ERROR SUMMARY|all cases|FAILED" "$OUT/sanitize.log" | sort | uniq -c
   echo "sanitize: done at $(( $(date +%s) - T0 )) s"
 fi
 
 if has ncu; then
-  timeout 200 ncu --kernel-name regex:'P2PTiled|M2LTensor|M2LReg|P2MFast' --launch-count 3 --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats \
+  timeout 200 ncu --kernel-name regex:'P2PTiled|P2PSymmetric|P2PColumnSum|M2LTensor|M2LReg|P2MFast' --launch-count 3 --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats \
     ./bench/bench -n 1000000 -mat_fmm_device cuda -reps 1 -sample 0 > "$OUT/ncu.log" 2>&1
   grep -E "^  [A-Za-z0-9_]+.*\(|Duration|Compute \(SM\) Throughput|Achieved Occupancy" "$OUT/ncu.log" | cut -c1-110 | head -60
   echo "ncu: done at $(( $(date +%s) - T0 )) s"
@@ -80,6 +88,7 @@ if has bench; then
       run -n 1000000 -mat_fmm_eps 1e-10 -reassemble 3 -reps 20
       run -n 10000000 -mat_fmm_eps 1e-10 -reassemble 3 -reps 20
     done
+    for n in 1000000 10000000; do run -n $n -mat_fmm_eps 1e-10 -mat_fmm_cuda_p2p_symmetric false -reps 20 -sample 0; done
     run -n 10000000 -mat_fmm_eps 1e-10 -mat_fmm_ct 32 -sample 0
     run -n 10000000 -mat_fmm_eps 1e-6 -mat_fmm_ct 64 -sample 0
     run -n 10000000 -mat_fmm_eps 1e-6 -mat_fmm_ct 32 -sample 0

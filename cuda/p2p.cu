@@ -10,6 +10,7 @@
 */
 #include "fmmcuda.h"
 #include "fmmexpansions.h"
+#include <cuda_pipeline.h>
 
 /* log for the near field: x = 2^e m, m in [1,2); bin i of m (its top FMM_LOGBITS
    mantissa bits) has midpoint c_i = 1 + (i + 1/2)/FMM_LOGTAB and r_i = 1/c_i
@@ -273,6 +274,250 @@ __global__ void __launch_bounds__(TL_THREADS, 4) P2PTiledKernel(PetscInt nitems,
   }
 }
 
+/*
+  Symmetric (targets = sources, single layer, table log): log|z_i - z_j| is
+  symmetric, so each unordered pair of points is evaluated once and serves
+  both sums: q_j L to target i (row) and q_i L to target j (column).  That
+  halves the FP64 work per pair interaction of the tiled kernel (14 FP64
+  operations per unordered pair: r^2 4, log m 6, exponent 2, the two sums 2).
+
+  Work items: up to FMMCUDA_SYM_E consecutive entries B >= A of a leaf A's
+  near list (the lists ascend, so these follow A's lower entries), one warp per
+  item, taken from a global counter.  For each entry the warp evaluates the
+  block A x B.  Lane (g, l), group g of G = 32/a groups of a lanes, holds rows
+  l, l + a, ... of A (R of them, the same in every group) in registers and at
+  step t takes column (l + t) mod nB, for the t of its group's share of
+  0 .. nB-1: every (row, column) pair once.  With nB >= a the lanes of a group
+  hold distinct columns at each step, so the column sums live in shared
+  memory, one copy per group, and pass from lane l to lane l - 1 between steps
+  (__syncwarp of the group).  B = A is evaluated whole, rows only (the
+  zero-distance pair drops out as r^2 = 0).  The next block's points are
+  copied into shared memory asynchronously (cp.async) while a block runs.
+
+  Deterministic without atomics on the sums: each lane runs its steps in
+  order, the groups' row sums are added by a fixed butterfly and the column
+  copies in group order.  B's column sums go to B's slot for its lower entry
+  A; A's row sums go to pot when A has one item, else to A's slot for the
+  item.  The gather then adds each target's slots in slot order (lower
+  entries in list order, then items).  The counter only decides which warp
+  computes an item, not how.
+*/
+#define SY_WARPS   8
+#ifndef FMM_SYM_MINB
+  #define FMM_SYM_MINB 2 /* blocks per SM the register allocation allows */
+#endif
+#define SY_THREADS (32 * SY_WARPS)
+
+/* per warp: two buffers of a leaf B's columns, (x, y) then q (24 R a bytes each),
+   then the G copies of B's column sums (G R a = 32 R doubles) */
+static __host__ __device__ size_t SymWarpBytes(int a, int R)
+{
+  return 48 * (size_t)R * a + 256 * (size_t)R;
+}
+
+static size_t SymShmem(int a, int R)
+{
+  return (size_t)FMM_LOGTAB * FMM_LOGCOPY * sizeof(double2) + (size_t)SY_WARPS * SymWarpBytes(a, R);
+}
+
+/* log r^2 from r^2 (0 for r^2 = 0 or subnormal: coincident points) */
+__device__ __forceinline__ double SymLog(double r2, const char *ltc)
+{
+  const int    hi = __double2hiint(r2);
+  const double m  = __hiloint2double((hi & 0x000fffff) | 0x3ff00000, __double2loint(r2));
+  const double lm = LogMantissa(m, *(const double2 *)(ltc + ((hi >> 5) & 0x7f80)));
+  const double L  = fma(__hiloint2double(0x43300000, hi >> 20) - 4503599627371519.0, FMM_LN2, lm);
+  return (unsigned)hi < 0x00100000u ? 0.0 : L;
+}
+
+/* symleaf rows (see FMM_CUDA) */
+struct SymLeaf {
+  const PetscInt *dg, *item, *slot, *nsl, *ch;
+  __host__ __device__ SymLeaf(const PetscInt *s, PetscInt nl) : dg(s), item(s + (nl + 1)), slot(s + 2 * (nl + 1)), nsl(s + 3 * (nl + 1)), ch(s + 4 * (nl + 1)) { }
+};
+
+/* the warp's asynchronous copy of leaf B's points (x, y, q) into a column buffer */
+__device__ __forceinline__ void SymFetch(double2 *cxy, double *cq, const double *sx, const double *sy, const double *q, PetscInt b0, int nB, int lane)
+{
+  for (int c = lane; c < nB; c += 32) {
+    __pipeline_memcpy_async(&cxy[c].x, sx + b0 + c, sizeof(double));
+    __pipeline_memcpy_async(&cxy[c].y, sy + b0 + c, sizeof(double));
+    __pipeline_memcpy_async(&cq[c], q + b0 + c, sizeof(double));
+  }
+  __pipeline_commit();
+}
+
+template <int R>
+__global__ void __launch_bounds__(SY_THREADS, FMM_SYM_MINB) P2PSymmetricKernel(PetscInt nl, PetscInt nitems, int a, unsigned long long *next, const PetscInt *sleaf, const PetscInt *tleaf, const PetscInt *nearoff, const PetscInt *near, const PetscInt *symleaf, const PetscInt *wslot, const double *sx, const double *sy, const double *q, double *pot, double *colpart, const double2 *logtab)
+{
+  extern __shared__ double2 sysh[];
+  const SymLeaf  S(symleaf, nl);
+  const int      lane = threadIdx.x & 31, G = 32 / a, g = lane / a, l = lane % a, nmax = R * a;
+  const unsigned gmask = a == 32 ? 0xffffffffu : ((1u << a) - 1) << (g * a);
+  for (int k = threadIdx.x; k < FMM_LOGTAB * FMM_LOGCOPY; k += SY_THREADS) sysh[k] = logtab[k / FMM_LOGCOPY];
+  __syncthreads();
+  const char *ltc = (const char *)(sysh + (lane & (FMM_LOGCOPY - 1)));
+  char       *wb  = (char *)(sysh + FMM_LOGTAB * FMM_LOGCOPY) + (threadIdx.x / 32) * SymWarpBytes(a, R);
+  double     *cacc = (double *)(wb + 48 * nmax), *gacc = cacc + g * nmax;
+#define SYM_BXY(u) ((double2 *)(wb + (u) * 24 * nmax)) /* column buffer u: (x, y), then q */
+#define SYM_BQ(u)  ((double *)(wb + (u) * 24 * nmax + 16 * nmax))
+
+  for (;;) {
+    PetscInt it = 0;
+    if (lane == 0) it = (PetscInt)atomicAdd(next, 1ULL);
+    it = __shfl_sync(0xffffffffu, it, 0);
+    if (it >= nitems) break;
+    const PetscInt A = FMMLastLE(S.item, 0, nl, it), k = it - S.item[A], nk = S.item[A + 1] - S.item[A];
+    const PetscInt a0 = sleaf[A], e0 = S.dg[A] + k * FMMCUDA_SYM_E, e1 = PetscMin(e0 + FMMCUDA_SYM_E, nearoff[A + 1]);
+    const int      nA = (int)(sleaf[A + 1] - a0);
+    double         zx[R], zy[R], qr[R], acc[R];
+    if (e0 < e1) SymFetch(SYM_BXY(0), SYM_BQ(0), sx, sy, q, sleaf[near[e0]], (int)(sleaf[near[e0] + 1] - sleaf[near[e0]]), lane);
+#pragma unroll
+    for (int m = 0; m < R; m++) { /* rows past the leaf: its first point with no charge (finite logs, no column terms) */
+      const int i = l + m * a, j = i < nA ? i : 0;
+      zx[m]       = sx[a0 + j];
+      zy[m]       = sy[a0 + j];
+      qr[m]       = i < nA ? 0.5 * q[a0 + j] : 0.0;
+      acc[m]      = 0.0; /* sums of q L over the columns; halved at the end */
+    }
+    for (PetscInt e = e0; e < e1; e++) {
+      const int      u  = (int)((e - e0) & 1);
+      const PetscInt B  = near[e], b0 = sleaf[B];
+      const int      nB = (int)(sleaf[B + 1] - b0), k0 = g * nB / G, k1 = (g + 1) * nB / G;
+      if (e + 1 < e1) { /* the next block's columns load while this one runs */
+        const PetscInt B1 = near[e + 1];
+        SymFetch(SYM_BXY(u ^ 1), SYM_BQ(u ^ 1), sx, sy, q, sleaf[B1], (int)(sleaf[B1 + 1] - sleaf[B1]), lane);
+        __pipeline_wait_prior(1);
+      } else __pipeline_wait_prior(0);
+      for (int c = lane; c < 32 * R; c += 32) cacc[c] = 0.0;
+      __syncwarp();
+      const double2 *cxy = SYM_BXY(u);
+      const double  *cq  = SYM_BQ(u);
+      if (B == A) { /* rows only; the zero-distance pair drops out as r^2 = 0 */
+        for (int t = k0; t < k1; t++) {
+          const int     c  = l + t - (l + t >= nB ? nB : 0);
+          const double2 p  = cxy[c];
+          const double  qc = cq[c];
+#pragma unroll
+          for (int m = 0; m < R; m++) {
+            const double rx = zx[m] - p.x, ry = zy[m] - p.y;
+            acc[m]          = fma(qc, SymLog(fma(rx, rx, ry * ry), ltc), acc[m]);
+          }
+        }
+      } else {
+        for (int t = k0; t < k1; t++) {
+          const int     c  = l + t - (l + t >= nB ? nB : 0);
+          const double2 p  = cxy[c];
+          const double  qc = cq[c];
+          double        cs = gacc[c];
+#pragma unroll
+          for (int m = 0; m < R; m++) {
+            const double rx = zx[m] - p.x, ry = zy[m] - p.y, L = SymLog(fma(rx, rx, ry * ry), ltc);
+            acc[m]          = fma(qc, L, acc[m]);
+            cs              = fma(qr[m], L, cs);
+          }
+          gacc[c] = cs;
+          __syncwarp(gmask); /* lane l - 1 takes column c next */
+        }
+        __syncwarp();
+        double *out = colpart + wslot[e];
+        for (int c = lane; c < nB; c += 32) {
+          double v = cacc[c];
+          for (int h = 1; h < G; h++) v += cacc[h * nmax + c];
+          out[c] = v;
+        }
+      }
+      __syncwarp(); /* this buffer is refilled two blocks on, the column sums next block */
+    }
+    /* the groups' row sums by a fixed butterfly (every lane gets the same sum) */
+    double *rout = nk > 1 ? colpart + S.slot[A] + (S.dg[A] - nearoff[A] + k) * nA : pot + tleaf[A];
+#pragma unroll
+    for (int m = 0; m < R; m++) {
+      double v = acc[m];
+      for (int o = a; o < 32; o <<= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+      v *= 0.5;
+      if (g == 0 && l + m * a < nA) {
+        if (nk > 1) rout[l + m * a] = v;
+        else rout[l + m * a] += v;
+      }
+    }
+  }
+#undef SYM_BXY
+#undef SYM_BQ
+}
+
+/* slot lists longer than FMMCUDA_SYM_GMAX: one block per chunk of FMMCUDA_SYM_GCHUNK slots, a thread per point */
+__global__ void __launch_bounds__(256) P2PChunkSumKernel(PetscInt nl, PetscInt nmax, const PetscInt *sleaf, const PetscInt *symleaf, const double *colpart, double *chsum)
+{
+  const SymLeaf  S(symleaf, nl);
+  const PetscInt h = blockIdx.x, B = FMMLastLE(S.ch, 0, nl, h), k0 = (h - S.ch[B]) * FMMCUDA_SYM_GCHUNK, k1 = PetscMin(k0 + FMMCUDA_SYM_GCHUNK, S.nsl[B]);
+  const int      nB = (int)(sleaf[B + 1] - sleaf[B]), o = threadIdx.x;
+  if (o >= nB) return;
+  const double *v = colpart + S.slot[B] + o;
+  double        s = 0.0;
+#pragma unroll 8
+  for (PetscInt k = k0; k < k1; k++) s += v[k * nB];
+  chsum[h * nmax + o] = s;
+}
+
+/* each target: its leaf's slots in order (or their chunk sums) */
+__global__ void P2PGatherKernel(PetscInt M, PetscInt nl, PetscInt nmax, const PetscInt *tleafof, const PetscInt *tleaf, const PetscInt *symleaf, const double *colpart, const double *chsum, double *pot)
+{
+  const PetscInt i = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= M) return;
+  const SymLeaf  S(symleaf, nl);
+  const PetscInt B = tleafof[i], o = i - tleaf[B], nB = tleaf[B + 1] - tleaf[B], ns = S.nsl[B];
+  double         s = 0.0;
+  if (ns <= FMMCUDA_SYM_GMAX) {
+    const double *v = colpart + S.slot[B] + o;
+#pragma unroll 4
+    for (PetscInt k = 0; k < ns; k++) s += v[k * nB];
+  } else {
+#pragma unroll 4
+    for (PetscInt h = S.ch[B]; h < S.ch[B + 1]; h++) s += chsum[h * nmax + o];
+  }
+  pot[i] += s;
+}
+
+template <int R>
+static PetscErrorCode LaunchSymmetric(FMM_CUDA *c, const FMMPlan *P)
+{
+  const void  *kern  = (const void *)P2PSymmetricKernel<R>;
+  const size_t shmem = SymShmem((int)c->syma, R);
+  int          perSM = 0, sms = 0;
+
+  PetscFunctionBegin;
+  if (shmem > 49152) FMMCallCUDA(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shmem));
+  FMMCallCUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSM, kern, SY_THREADS, shmem));
+  FMMCallCUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, c->dev));
+  const PetscInt blocks = PetscMax(1, PetscMin((c->nsymitems + SY_WARPS - 1) / SY_WARPS, (PetscInt)PetscMax(perSM, 1) * sms));
+  FMMCallCUDA(cudaMemsetAsync(c->symnext, 0, sizeof(unsigned long long), c->stream));
+  P2PSymmetricKernel<R><<<(unsigned)blocks, SY_THREADS, shmem, c->stream>>>(P->nleaves, c->nsymitems, (int)c->syma, c->symnext, c->sleaf, c->tleaf, c->nearoff, c->near, c->symleaf, c->wslot, c->sx, c->sy, c->q, c->pot, c->colpart, c->logtab);
+  FMMCheckLaunch();
+  if (c->nsymch) P2PChunkSumKernel<<<(unsigned)c->nsymch, 256, 0, c->stream>>>(P->nleaves, P->maxleafsrc, c->sleaf, c->symleaf, c->colpart, c->chsum);
+  FMMCheckLaunch();
+  P2PGatherKernel<<<FMMCUDABlocks(P->M, 256), 256, 0, c->stream>>>(P->M, P->nleaves, P->maxleafsrc, c->tleafof, c->tleaf, c->symleaf, c->colpart, c->chsum, c->pot);
+  FMMCheckLaunch();
+  PetscFunctionReturn(0);
+}
+
+static PetscErrorCode P2PSymmetric(FMM_CUDA *c, const FMMPlan *P)
+{
+  PetscFunctionBegin;
+  switch (c->symr) {
+  case 1: PetscCall(LaunchSymmetric<1>(c, P)); break;
+  case 2: PetscCall(LaunchSymmetric<2>(c, P)); break;
+  case 3: PetscCall(LaunchSymmetric<3>(c, P)); break;
+  case 4: PetscCall(LaunchSymmetric<4>(c, P)); break;
+  case 5: PetscCall(LaunchSymmetric<5>(c, P)); break;
+  case 6: PetscCall(LaunchSymmetric<6>(c, P)); break;
+  case 7: PetscCall(LaunchSymmetric<7>(c, P)); break;
+  case 8: PetscCall(LaunchSymmetric<8>(c, P)); break;
+  default: SETERRQ(PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CUDA: %" PetscInt_FMT " rows per lane in the symmetric P2P, expected 1 to 8", c->symr);
+  }
+  PetscFunctionReturn(0);
+}
+
 /* the partials of split lists, in item order */
 __global__ void P2PSumKernel(PetscInt M, const PetscInt *tleafof, const PetscInt *tleaf, const PetscInt *leafnsc, const PetscInt *leafpart, const double *part, double *pot)
 {
@@ -317,11 +562,13 @@ PetscErrorCode FMMCUDAP2PTiled(FMM_CUDA *c, const FMMPlan *P)
   const bool fast = c->logtab != NULL;
 
   PetscFunctionBegin;
-  if (!c->nitems) PetscFunctionReturn(0);
-  if (c->kind == 0) PetscCall(fast ? LaunchTiled<0, true>(c) : LaunchTiled<0, false>(c));
-  else if (c->kind == 1) PetscCall(LaunchTiled<1, false>(c));
-  else PetscCall(fast ? LaunchTiled<2, true>(c) : LaunchTiled<2, false>(c));
-  PetscCall(P2PSum(c, P));
+  if (c->syma) PetscCall(P2PSymmetric(c, P));
+  else if (c->nitems) {
+    if (c->kind == 0) PetscCall(fast ? LaunchTiled<0, true>(c) : LaunchTiled<0, false>(c));
+    else if (c->kind == 1) PetscCall(LaunchTiled<1, false>(c));
+    else PetscCall(fast ? LaunchTiled<2, true>(c) : LaunchTiled<2, false>(c));
+    PetscCall(P2PSum(c, P));
+  }
   PetscFunctionReturn(0);
 }
 

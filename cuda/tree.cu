@@ -318,22 +318,26 @@ __global__ void LeafWorkKernel(PetscInt nleaves, const PetscInt *tleaf, const Pe
 struct MaxOp {
   __device__ long long operator()(long long a, long long b) const { return a > b ? a : b; }
 };
+struct MinOp {
+  __device__ long long operator()(long long a, long long b) const { return a < b ? a : b; }
+};
 
-/* statistics of the host plan, one block: max sources and targets per leaf, sum of neighbour sources, P2P pairs */
+/* statistics of the host plan, one block: max sources and targets per leaf, sum of neighbour sources, P2P pairs, min sources per leaf */
 __global__ void __launch_bounds__(1024) StatsKernel(PetscInt nleaves, const PetscInt *sleaf, const PetscInt *tleaf, const PetscInt *ns, long long *out)
 {
   typedef cub::BlockReduce<long long, 1024> R;
   __shared__ typename R::TempStorage        tmp;
-  long long                                 v[4] = {0, 0, 0, 0};
+  long long                                 v[5] = {0, 0, 0, 0, LLONG_MAX};
   for (PetscInt b = threadIdx.x; b < nleaves; b += 1024) {
     const long long s = sleaf[b + 1] - sleaf[b], t = tleaf[b + 1] - tleaf[b];
     v[0]              = max(v[0], s);
     v[1]              = max(v[1], t);
     v[2] += ns[b];
     v[3] += (long long)ns[b] * t;
+    v[4] = min(v[4], s);
   }
-  for (int q = 0; q < 4; q++) {
-    const long long r = q < 2 ? R(tmp).Reduce(v[q], MaxOp()) : R(tmp).Sum(v[q]);
+  for (int q = 0; q < 5; q++) {
+    const long long r = q < 2 ? R(tmp).Reduce(v[q], MaxOp()) : (q < 4 ? R(tmp).Sum(v[q]) : R(tmp).Reduce(v[q], MinOp()));
     if (threadIdx.x == 0) out[q] = r;
     __syncthreads();
   }
@@ -476,7 +480,7 @@ PetscErrorCode FMMCUDAP2PPlan(FMM_CUDA *c, FMMPlan *P)
 {
   Scratch    own = {NULL, 0}, *s = &own;
   PetscInt  *ec, *ns, *nit, *npart, *itoff, *partoff, *choff, tot[3];
-  long long *dstat, stat[4];
+  long long *dstat, stat[5];
   PetscInt   nl = P->nleaves;
 
   PetscFunctionBegin;
@@ -488,7 +492,7 @@ PetscErrorCode FMMCUDAP2PPlan(FMM_CUDA *c, FMMPlan *P)
   itoff   = npart + (nl + 1);
   partoff = itoff + (nl + 1);
   choff   = partoff + (nl + 1);
-  PetscCall(FMMCUDAMalloc(c->stream, (void **)&dstat, sizeof(long long) * 4, "the plan statistics"));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&dstat, sizeof(long long) * 5, "the plan statistics"));
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->leafnsc, sizeof(PetscInt) * (nl + 1), "the P2P chunk counts"));
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->leafpart, sizeof(PetscInt) * nl, "the P2P partial offsets"));
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->nbroff, sizeof(PetscInt) * (nl + 1), "the neighbour-source offsets"));
@@ -514,6 +518,7 @@ PetscErrorCode FMMCUDAP2PPlan(FMM_CUDA *c, FMMPlan *P)
   P->maxleaftgt = (PetscInt)stat[1];
   P->nearsrc    = (PetscInt)stat[2];
   P->p2ppairs   = (PetscCount)stat[3];
+  c->minleafsrc = nl ? (PetscInt)stat[4] : 0;
   c->nitems     = tot[0];
   c->p2psplit   = tot[1] > 0 ? PETSC_TRUE : PETSC_FALSE;
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->items, sizeof(FMMP2PItem) * c->nitems, "the P2P work items"));
@@ -529,6 +534,113 @@ PetscErrorCode FMMCUDAP2PPlan(FMM_CUDA *c, FMMPlan *P)
   PetscCall(FMMCUDAFree(c->stream, ec));
   PetscCall(FMMCUDAFree(c->stream, ns));
   PetscCall(FMMCUDAFree(c->stream, dstat));
+  if (own.tmp) PetscCall(FMMCUDAFree(c->stream, own.tmp));
+  PetscFunctionReturn(0);
+}
+
+/* ------------------------------------------------ symmetric P2P (p2p.cu) */
+
+/* one thread per leaf A: its first near-list entry >= A (the lists ascend: the
+   lower entries are a prefix), its items of FMMCUDA_SYM_E upper entries, and
+   its slots: one per lower entry (a column partial) plus one per item when
+   there are several (row partials); long slot lists are summed in chunks */
+__global__ void SymLeafKernel(PetscInt nl, const PetscInt *nearoff, const PetscInt *near, const PetscInt *sleaf, PetscInt *dg, PetscInt *nk, PetscInt *nsl, PetscInt *nslv, PetscInt *nch)
+{
+  const PetscInt A = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
+  if (A > nl) return;
+  if (A == nl) { /* for the scans */
+    nk[A] = nslv[A] = nch[A] = 0;
+    return;
+  }
+  PetscInt lo = nearoff[A], hi = nearoff[A + 1];
+  while (lo < hi) { /* lower bound of A */
+    const PetscInt mid = lo + (hi - lo) / 2;
+    if (near[mid] < A) lo = mid + 1;
+    else hi = mid;
+  }
+  const PetscInt up = nearoff[A + 1] - lo, k = (up + FMMCUDA_SYM_E - 1) / FMMCUDA_SYM_E, ns = lo - nearoff[A] + (k > 1 ? k : 0);
+  dg[A]   = lo;
+  nk[A]   = k;
+  nsl[A]  = ns;
+  nslv[A] = ns * (sleaf[A + 1] - sleaf[A]);
+  nch[A]  = ns > FMMCUDA_SYM_GMAX ? (ns + FMMCUDA_SYM_GCHUNK - 1) / FMMCUDA_SYM_GCHUNK : 0;
+}
+
+/* one thread per near-list entry e, leaf A -> leaf B: lists must ascend, and
+   hold A in B's list (found by binary search) whenever they hold B in A's;
+   for B > A, wslot[e] is where A's warp writes B's column sums: B's slot of
+   its lower entry A */
+__global__ void SymEntryKernel(PetscInt nnear, PetscInt nl, const PetscInt *nearoff, const PetscInt *near, const PetscInt *sleaf, const PetscInt *slot, PetscInt *wslot, int *bad)
+{
+  const PetscInt e = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
+  if (e >= nnear) return;
+  const PetscInt A = FMMLastLE(nearoff, 0, nl, e), B = near[e];
+  if (e > nearoff[A] && near[e - 1] >= B) *bad = 1;
+  wslot[e] = -1;
+  if (B == A) return;
+  const PetscInt f = FMMLastLE(near, nearoff[B], nearoff[B + 1], A);
+  if (nearoff[B] == nearoff[B + 1] || near[f] != A) *bad = 1;
+  else if (B > A) wslot[e] = slot[B] + (f - nearoff[B]) * (sleaf[B + 1] - sleaf[B]);
+}
+
+/*
+  The work of the symmetric P2P (after FMMCUDAP2PPlan; the caller has checked
+  that the targets are the sources).  Rows of a leaf go to groups of syma lanes
+  with symr rows per lane: the smallest syma of 8, 16, 32 with at least syma
+  points in every leaf (a group's lanes take distinct columns) and at most
+  8 syma in each.  Leaves outside that, or near lists that are not symmetric,
+  leave syma = 0 (the tiled kernel then evaluates every ordered pair).
+*/
+PetscErrorCode FMMCUDAP2PSymmetricPlan(FMM_CUDA *c, const FMMPlan *P)
+{
+  Scratch   own = {NULL, 0};
+  PetscInt *w, *nk, *nslv, *nch, tot[3] = {0, 0, 0}, nl = P->nleaves;
+  int      *dbad, bad = 0;
+
+  PetscFunctionBegin;
+  c->syma = c->symr = 0;
+  for (PetscInt a = 8; a <= 32 && !c->syma; a *= 2)
+    if (c->minleafsrc >= a && P->maxleafsrc <= 8 * a) c->syma = a;
+  if (!c->syma || !c->nnear) {
+    c->syma = 0;
+    PetscCall(PetscInfo(NULL, "GPU P2P: every ordered pair (leaves of %" PetscInt_FMT " to %" PetscInt_FMT " points, symmetric evaluation needs 8 to 256)\n", c->minleafsrc, P->maxleafsrc));
+    PetscFunctionReturn(0);
+  }
+  c->symr = (P->maxleafsrc + c->syma - 1) / c->syma;
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&w, sizeof(PetscInt) * 3 * ((size_t)nl + 1), "the symmetric P2P work"));
+  nk   = w;
+  nslv = nk + (nl + 1);
+  nch  = nslv + (nl + 1);
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&dbad, sizeof(int), "the symmetric P2P work"));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->symleaf, sizeof(PetscInt) * 5 * ((size_t)nl + 1), "the symmetric P2P leaf work"));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->wslot, sizeof(PetscInt) * c->nnear, "the symmetric P2P column slots"));
+  FMMCallCUDA(cudaMemsetAsync(dbad, 0, sizeof(int), c->stream));
+  /* symleaf: dg [nl+1], items [nl+1], slots (doubles) [nl+1], slot count [nl+1], chunks [nl+1] */
+  SymLeafKernel<<<LAUNCH_N(nl + 1)>>>(nl, c->nearoff, c->near, c->sleaf, c->symleaf, nk, c->symleaf + 3 * (nl + 1), nslv, nch);
+  FMMCheckLaunch();
+  PetscCall(ExclusiveScan(c, &own, nk, c->symleaf + (nl + 1), nl));
+  PetscCall(ExclusiveScan(c, &own, nslv, c->symleaf + 2 * (nl + 1), nl));
+  PetscCall(ExclusiveScan(c, &own, nch, c->symleaf + 4 * (nl + 1), nl));
+  SymEntryKernel<<<LAUNCH_N(c->nnear)>>>(c->nnear, nl, c->nearoff, c->near, c->sleaf, c->symleaf + 2 * (nl + 1), c->wslot, dbad);
+  FMMCheckLaunch();
+  FMMCallCUDA(cudaMemcpyAsync(&tot[0], c->symleaf + (nl + 1) + nl, sizeof(PetscInt), cudaMemcpyDeviceToHost, c->stream));
+  FMMCallCUDA(cudaMemcpyAsync(&tot[1], c->symleaf + 2 * (nl + 1) + nl, sizeof(PetscInt), cudaMemcpyDeviceToHost, c->stream));
+  FMMCallCUDA(cudaMemcpyAsync(&tot[2], c->symleaf + 4 * (nl + 1) + nl, sizeof(PetscInt), cudaMemcpyDeviceToHost, c->stream));
+  FMMCallCUDA(cudaMemcpyAsync(&bad, dbad, sizeof(int), cudaMemcpyDeviceToHost, c->stream));
+  FMMCallCUDA(cudaStreamSynchronize(c->stream));
+  c->nsymitems = tot[0];
+  c->nsymch    = tot[2];
+  if (!bad) {
+    PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->colpart, sizeof(PetscReal) * PetscMax(tot[1], 1), "the symmetric P2P partial sums"));
+    PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->chsum, sizeof(PetscReal) * PetscMax(tot[2] * P->maxleafsrc, 1), "the symmetric P2P chunk sums"));
+    PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->symnext, sizeof(unsigned long long), "the symmetric P2P item counter"));
+    PetscCall(PetscInfo(NULL, "GPU P2P: symmetric, %" PetscInt_FMT " lanes per row group, %" PetscInt_FMT " rows per lane, %" PetscInt_FMT " items, %" PetscInt_FMT " partial sums, %" PetscInt_FMT " chunks of long slot lists\n", c->syma, c->symr, tot[0], tot[1], tot[2]));
+  } else {
+    c->syma = c->symr = 0;
+    PetscCall(PetscInfo(NULL, "GPU P2P: every ordered pair (the near lists are not ascending and symmetric)\n"));
+  }
+  PetscCall(FMMCUDAFree(c->stream, w));
+  PetscCall(FMMCUDAFree(c->stream, dbad));
   if (own.tmp) PetscCall(FMMCUDAFree(c->stream, own.tmp));
   PetscFunctionReturn(0);
 }

@@ -76,6 +76,7 @@ struct _FMMBackendOps {
   PetscErrorCode (*mult)(Mat, const PetscScalar *, PetscScalar *); /* FMM product */
   PetscErrorCode (*direct)(Mat, const PetscScalar *, PetscScalar *); /* exact O(NM) product */
   PetscErrorCode (*destroy)(Mat);
+  PetscErrorCode (*view)(Mat, PetscViewer); /* backend lines of -mat_view (ASCII, after assembly; NULL: none) */
 };
 
 typedef struct {
@@ -95,6 +96,7 @@ typedef struct {
   PetscBool    ct_set;                      /* CT given by the user; else the device's default */
   PetscBool    cuda_m2l_tc, cuda_log_fast; /* CUDA kernel choices (-mat_fmm_cuda_m2l, -mat_fmm_cuda_log) */
   PetscBool    cuda_tree_gpu;              /* the CUDA backend builds the plan on the GPU (-mat_fmm_cuda_tree) */
+  PetscBool    cuda_p2p_sym;               /* CUDA tiled P2P evaluates each unordered pair once when it can (-mat_fmm_cuda_p2p_symmetric) */
   /* diagonal terms: y = scale*K x + diag .* x + shift*x */
   PetscScalar  scale, shift;
   Vec          diag; /* NULL when none (row layout) */

@@ -3,6 +3,9 @@ For each kernel (single, double, combined) and near-field layout (tiled,\n\
 indexing, repetition) it applies the same MATFMM (same p and CT) on both\n\
 devices, requires |y_gpu - y_cpu| <= 1e-12 |y_cpu|, and requires a repeated\n\
 GPU product to be bitwise identical; then the same for -mat_fmm_method direct.\n\
+For the single layer in the tiled layout it prints the P2P kernel the GPU runs\n\
+(-mat_view) and requires the default (symmetric where it applies) to agree with\n\
+-mat_fmm_cuda_p2p_symmetric false to 1e-13.\n\
   -n <N>                             number of sources (default 3000)\n\
   -geometry <square,curve,clusters>  point distribution (default curve)\n\
   -targets <bool>                    separate targets (N/2, some on sources) instead of the sources\n\
@@ -95,6 +98,55 @@ static PetscErrorCode Compare(Vec a, Vec b, PetscReal *rel, PetscBool *bitwise)
   PetscFunctionReturn(0);
 }
 
+/* the "CUDA P2P:" line of -mat_view (which near-field kernel A runs), printed from rank 0 */
+static PetscErrorCode PrintP2PKernel(Mat A)
+{
+  MPI_Comm    comm = PetscObjectComm((PetscObject)A);
+  char       *buf  = NULL;
+  size_t      len  = 0;
+  FILE       *fp   = open_memstream(&buf, &len);
+  PetscViewer v;
+  const char *line;
+  int         n = 0;
+
+  PetscFunctionBegin;
+  PetscCheck(fp, PETSC_COMM_SELF, PETSC_ERR_SYS, "open_memstream failed");
+  PetscCall(PetscViewerASCIIOpenWithFILE(comm, fp, &v));
+  PetscCall(MatView(A, v));
+  PetscCall(PetscViewerDestroy(&v));
+  (void)fclose(fp);
+  line = buf ? strstr(buf, "CUDA P2P:") : NULL;
+  while (line && line[n] && line[n] != '\n') n++;
+  PetscCall(PetscPrintf(comm, "single   tiled      %.*s\n", n, line ? line : ""));
+  free(buf);
+  PetscFunctionReturn(0);
+}
+
+/* single layer, tiled: the symmetric P2P (default, where it applies) against every ordered pair */
+static PetscErrorCode CheckSymmetric(MPI_Comm comm, const Problem *pb, Vec x, Vec ys, PetscInt *nfail)
+{
+  Mat       A;
+  Vec       y;
+  PetscReal rel;
+  PetscBool bit;
+
+  PetscFunctionBegin;
+  PetscCall(PetscOptionsSetValue(NULL, "-mat_fmm_cuda_p2p_symmetric", "false"));
+  PetscCall(CreateFMM(comm, pb, MATFMM_KERNEL_SINGLE, MATFMM_LAYOUT_TILED, MATFMM_METHOD_FMM, MATFMM_DEVICE_CUDA, &A));
+  PetscCall(PetscOptionsClearValue(NULL, "-mat_fmm_cuda_p2p_symmetric"));
+  PetscCall(MatCreateVecs(A, NULL, &y));
+  PetscCall(MatMult(A, x, y));
+  PetscCall(Compare(ys, y, &rel, &bit));
+  if (rel <= 1e-13) PetscCall(PetscPrintf(comm, "single   tiled      default vs -mat_fmm_cuda_p2p_symmetric false <= 1e-13: ok\n"));
+  else {
+    PetscCall(PetscPrintf(comm, "single   tiled      default vs -mat_fmm_cuda_p2p_symmetric false: FAILED %.3e > 1e-13\n", (double)rel));
+    (*nfail)++;
+  }
+  PetscCall(VecDestroy(&y));
+  PetscCall(MatDestroy(&A));
+  PetscFunctionReturn(0);
+}
+
 /* GPU vs CPU for one kernel/layout/method; returns the GPU product in yg (for the FMM-vs-direct check) */
 static PetscErrorCode CheckCase(MPI_Comm comm, const Problem *pb, MatFMMKernel k, MatFMMLayout layout, MatFMMMethod method, Vec x, Vec yg, PetscInt *nfail)
 {
@@ -121,6 +173,10 @@ static PetscErrorCode CheckCase(MPI_Comm comm, const Problem *pb, MatFMMKernel k
   else {
     PetscCall(PetscPrintf(comm, "%-8s %-10s FAILED: gpu vs cpu %.3e (need <= 1e-12), repeated product %s\n", MatFMMKernels[k], what, (double)rel, bit2 ? "identical" : "DIFFERS"));
     (*nfail)++;
+  }
+  if (k == MATFMM_KERNEL_SINGLE && layout == MATFMM_LAYOUT_TILED && method == MATFMM_METHOD_FMM) {
+    PetscCall(PrintP2PKernel(Ag));
+    PetscCall(CheckSymmetric(comm, pb, x, yg, nfail));
   }
   PetscCall(VecDestroy(&yc));
   PetscCall(VecDestroy(&yg2));
@@ -324,6 +380,16 @@ int main(int argc, char **argv)
     suffix: square_bigleaf
     requires: cuda
     args: -n 8000 -geometry square -mat_fmm_ct 700 -mat_fmm_p 12 -mat_fmm_repetition_mb 200
+
+  test:
+    suffix: square_ct128
+    requires: cuda
+    args: -n 6000 -geometry square -mat_fmm_ct 128 -mat_fmm_p 12
+
+  test:
+    suffix: curve_ct256
+    requires: cuda
+    args: -n 3000 -geometry curve -mat_fmm_ct 256 -mat_fmm_p 16
 
   test:
     suffix: square_p5

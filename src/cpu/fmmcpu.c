@@ -367,4 +367,4 @@ static PetscErrorCode FMMCPUDirect(Mat A, const PetscScalar *sigma, PetscScalar 
   PetscFunctionReturn(0);
 }
 
-struct _FMMBackendOps FMMBackendCPU = {"cpu", NULL, FMMCPUSetup, FMMCPUMult, FMMCPUDirect, FMMCPUDestroy};
+struct _FMMBackendOps FMMBackendCPU = {"cpu", NULL, FMMCPUSetup, FMMCPUMult, FMMCPUDirect, FMMCPUDestroy, NULL};

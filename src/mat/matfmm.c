@@ -642,6 +642,7 @@ static PetscErrorCode MatSetFromOptions_FMM(Mat A, PetscOptionItems *PetscOption
   {
     const char *m2l[] = {"tc", "fma"}, *lg[] = {"fast", "libm"}, *tr[] = {"gpu", "cpu"};
     PetscInt    i;
+    PetscBool   bval;
     PetscCall(PetscOptionsEList("-mat_fmm_cuda_m2l", "CUDA M2L kernel: FP64 tensor cores or unrolled FMA", "MATFMM", m2l, 2, m2l[fmm->cuda_m2l_tc ? 0 : 1], &i, &set));
     if (set && fmm->cuda_m2l_tc != (i == 0)) PetscCall(MatFMMInvalidate(A));
     if (set) fmm->cuda_m2l_tc = i == 0 ? PETSC_TRUE : PETSC_FALSE;
@@ -651,6 +652,9 @@ static PetscErrorCode MatSetFromOptions_FMM(Mat A, PetscOptionItems *PetscOption
     PetscCall(PetscOptionsEList("-mat_fmm_cuda_tree", "Where the CUDA backend builds the tree and interaction lists: on the GPU or on the CPU (then uploaded)", "MATFMM", tr, 2, tr[fmm->cuda_tree_gpu ? 0 : 1], &i, &set));
     if (set && fmm->cuda_tree_gpu != (i == 0)) PetscCall(MatFMMInvalidate(A));
     if (set) fmm->cuda_tree_gpu = i == 0 ? PETSC_TRUE : PETSC_FALSE;
+    PetscCall(PetscOptionsBool("-mat_fmm_cuda_p2p_symmetric", "CUDA tiled P2P: evaluate each pair of points once for both sums when the targets are the sources (single layer, table log, one rank)", "MATFMM", fmm->cuda_p2p_sym, &bval, &set));
+    if (set && fmm->cuda_p2p_sym != bval) PetscCall(MatFMMInvalidate(A));
+    if (set) fmm->cuda_p2p_sym = bval;
   }
 #endif
   PetscCall(PetscOptionsEnum("-mat_fmm_kernel", "Laplace layer potential", "MatFMMSetKernel", MatFMMKernels, (PetscEnum)kernel, &e, &set));
@@ -1032,6 +1036,7 @@ static PetscErrorCode MatView_FMM(Mat A, PetscViewer viewer)
     PetscCall(PetscViewerASCIIPrintf(viewer, "  leaf boxes: at most %" PetscInt_FMT " sources, %" PetscInt64_FMT " targets (mean %.1f sources)\n", P->maxleafsrc, mx[3], (double)P->N / (double)P->nleaves));
     PetscCall(PetscViewerASCIIPrintf(viewer, "  interactions per product: %" PetscInt64_FMT " M2L, %" PetscInt64_FMT " P2P pairs (%.1f per target)\n", sum[1], sum[2], sum[0] ? (double)sum[2] / (double)sum[0] : 0.0));
     if (size > 1) PetscCall(PetscViewerASCIIPrintf(viewer, "  MPI: all %" PetscInt_FMT " sources replicated on each of %d ranks; each rank evaluates its own targets\n", P->N, (int)size));
+    if (fmm->ops && fmm->ops->view) PetscCall((*fmm->ops->view)(A, viewer));
   } else PetscCall(PetscViewerASCIIPrintf(viewer, "  (not assembled: no tree yet)\n"));
   PetscFunctionReturn(0);
 }
@@ -1083,6 +1088,7 @@ static PetscErrorCode MatDestroy_FMM(Mat A)
 .  -mat_fmm_cuda_m2l <tc,fma> - CUDA M2L on the FP64 tensor cores (default) or by unrolled FMAs
 .  -mat_fmm_cuda_log <fast,libm> - CUDA near-field log from a table (default; within 1e-16 absolute) or the math library
 .  -mat_fmm_cuda_tree <gpu,cpu> - CUDA backend: tree and interaction lists built on the GPU (default) or on the CPU and uploaded
+.  -mat_fmm_cuda_p2p_symmetric <bool> - CUDA tiled P2P evaluates each unordered pair of points once, for both of its sums (default true; used when the targets are the sources on one rank, with the single layer, the table log and 8 to 256 points per leaf)
 -  -mat_fmm_kernel <single,double,combined>, -mat_fmm_alpha, -mat_fmm_beta - the operator
 
    Usage:
@@ -1127,6 +1133,7 @@ PETSC_EXTERN PetscErrorCode MatCreate_FMM(Mat A)
   fmm->ct            = 32; /* CPU default; 64 with CUDA unless set (see MatFMMSetClusteringThreshold()) */
   fmm->cuda_m2l_tc   = PETSC_TRUE;
   fmm->cuda_log_fast = PETSC_TRUE;
+  fmm->cuda_p2p_sym  = PETSC_TRUE;
   fmm->cuda_tree_gpu = PETSC_TRUE;
   fmm->p_user        = 0;
   fmm->eps           = 1e-10;
