@@ -74,7 +74,7 @@ B="timeout 120 ./bench/bench -mat_fmm_device cuda"
 run() { if left; then $B "$@"; else echo "skipped (time budget): $*"; fi; }
 if has bench; then
   {
-    for eps in 1e-10 1e-6; do for ct in 16 32 64; do run -n 1000000 -mat_fmm_eps $eps -mat_fmm_ct $ct -reassemble 3; done; done
+    for eps in 1e-10 1e-6; do for ct in 16 32 64 128; do run -n 1000000 -mat_fmm_eps $eps -mat_fmm_ct $ct -reassemble 3; done; done
     run -n 1000000 -mat_fmm_eps 1e-10 -mat_fmm_ct 16 -mat_fmm_cuda_log libm
     run -n 1000000 -mat_fmm_eps 1e-10 -mat_fmm_ct 16 -mat_fmm_cuda_m2l fma
     run -n 1000000 -mat_fmm_eps 1e-10 -mat_fmm_ct 16 -mat_fmm_kernel double
