@@ -92,7 +92,7 @@ typedef struct {
      value, slot count, first chunk (slot lists longer than FMMCUDA_SYM_GMAX are summed in
      chunks of FMMCUDA_SYM_GCHUNK into chsum first) */
   PetscInt            syma, symr, minleafsrc, nsymitems, nsymch;
-  PetscInt           *symleaf, *wslot;
+  PetscInt           *symleaf, *wslot, *symitemleaf; /* symitemleaf: the leaf A of each item */
   PetscReal          *colpart, *chsum;
   unsigned long long *symnext; /* the next item to take */
   double2    *logtab;   /* table of the near-field log (NULL: libm log, -mat_fmm_cuda_log libm) */

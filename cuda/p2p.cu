@@ -350,7 +350,7 @@ __device__ __forceinline__ void SymFetch(double2 *cxy, double *cq, const double 
 }
 
 template <int R>
-__global__ void __launch_bounds__(SY_THREADS, FMM_SYM_MINB) P2PSymmetricKernel(PetscInt nl, PetscInt nitems, int a, unsigned long long *next, const PetscInt *sleaf, const PetscInt *tleaf, const PetscInt *nearoff, const PetscInt *near, const PetscInt *symleaf, const PetscInt *wslot, const double *sx, const double *sy, const double *q, double *pot, double *colpart, const double2 *logtab)
+__global__ void __launch_bounds__(SY_THREADS, FMM_SYM_MINB) P2PSymmetricKernel(PetscInt nl, PetscInt nitems, int a, unsigned long long *next, const PetscInt *sleaf, const PetscInt *tleaf, const PetscInt *nearoff, const PetscInt *near, const PetscInt *symleaf, const PetscInt *itemleaf, const PetscInt *wslot, const double *sx, const double *sy, const double *q, double *pot, double *colpart, const double2 *logtab)
 {
   extern __shared__ double2 sysh[];
   const SymLeaf  S(symleaf, nl);
@@ -369,7 +369,7 @@ __global__ void __launch_bounds__(SY_THREADS, FMM_SYM_MINB) P2PSymmetricKernel(P
     if (lane == 0) it = (PetscInt)atomicAdd(next, 1ULL);
     it = __shfl_sync(0xffffffffu, it, 0);
     if (it >= nitems) break;
-    const PetscInt A = FMMLastLE(S.item, 0, nl, it), k = it - S.item[A], nk = S.item[A + 1] - S.item[A];
+    const PetscInt A = itemleaf[it], k = it - S.item[A], nk = S.item[A + 1] - S.item[A];
     const PetscInt a0 = sleaf[A], e0 = S.dg[A] + k * FMMCUDA_SYM_E, e1 = PetscMin(e0 + FMMCUDA_SYM_E, nearoff[A + 1]);
     const int      nA = (int)(sleaf[A + 1] - a0);
     double         zx[R], zy[R], qr[R], acc[R];
@@ -503,7 +503,7 @@ static PetscErrorCode LaunchSymmetric(FMM_CUDA *c, const FMMPlan *P)
   FMMCallCUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, c->dev));
   const PetscInt blocks = PetscMax(1, PetscMin((c->nsymitems + SY_WARPS - 1) / SY_WARPS, (PetscInt)PetscMax(perSM, 1) * sms));
   FMMCallCUDA(cudaMemsetAsync(c->symnext, 0, sizeof(unsigned long long), c->stream));
-  P2PSymmetricKernel<R><<<(unsigned)blocks, SY_THREADS, shmem, c->stream>>>(P->nleaves, c->nsymitems, (int)c->syma, c->symnext, c->sleaf, c->tleaf, c->nearoff, c->near, c->symleaf, c->wslot, c->sx, c->sy, c->q, c->pot, c->colpart, c->logtab);
+  P2PSymmetricKernel<R><<<(unsigned)blocks, SY_THREADS, shmem, c->stream>>>(P->nleaves, c->nsymitems, (int)c->syma, c->symnext, c->sleaf, c->tleaf, c->nearoff, c->near, c->symleaf, c->symitemleaf, c->wslot, c->sx, c->sy, c->q, c->pot, c->colpart, c->logtab);
   FMMCheckLaunch();
   if (c->nsymch) P2PChunkSumKernel<<<(unsigned)c->nsymch, 256, 0, c->stream>>>(P->nleaves, P->maxleafsrc, c->sleaf, c->symleaf, c->colpart, c->chsum);
   FMMCheckLaunch();

@@ -566,6 +566,14 @@ __global__ void SymLeafKernel(PetscInt nl, const PetscInt *nearoff, const PetscI
   nch[A]  = ns > FMMCUDA_SYM_GMAX ? (ns + FMMCUDA_SYM_GCHUNK - 1) / FMMCUDA_SYM_GCHUNK : 0;
 }
 
+/* the leaf of each symmetric P2P item (one thread per leaf) */
+__global__ void SymItemLeafKernel(PetscInt nl, const PetscInt *item, PetscInt *itemleaf)
+{
+  const PetscInt A = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
+  if (A < nl)
+    for (PetscInt i = item[A]; i < item[A + 1]; i++) itemleaf[i] = A;
+}
+
 /* one thread per near-list entry e, leaf A -> leaf B: lists must ascend, and
    hold A in B's list (found by binary search) whenever they hold B in A's;
    for B > A, wslot[e] is where A's warp writes B's column sums: B's slot of
@@ -634,6 +642,9 @@ PetscErrorCode FMMCUDAP2PSymmetricPlan(FMM_CUDA *c, const FMMPlan *P)
     PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->colpart, sizeof(PetscReal) * PetscMax(tot[1], 1), "the symmetric P2P partial sums"));
     PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->chsum, sizeof(PetscReal) * PetscMax(tot[2] * P->maxleafsrc, 1), "the symmetric P2P chunk sums"));
     PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->symnext, sizeof(unsigned long long), "the symmetric P2P item counter"));
+    PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->symitemleaf, sizeof(PetscInt) * PetscMax(tot[0], 1), "the symmetric P2P item leaves"));
+    SymItemLeafKernel<<<LAUNCH_N(nl)>>>(nl, c->symleaf + (nl + 1), c->symitemleaf);
+    FMMCheckLaunch();
     PetscCall(PetscInfo(NULL, "GPU P2P: symmetric, %" PetscInt_FMT " lanes per row group, %" PetscInt_FMT " rows per lane, %" PetscInt_FMT " items, %" PetscInt_FMT " partial sums, %" PetscInt_FMT " chunks of long slot lists\n", c->syma, c->symr, tot[0], tot[1], tot[2]));
   } else {
     c->syma = c->symr = 0;
