@@ -168,18 +168,29 @@ static size_t TiledShmem(int kind, bool fast)
   return s;
 }
 
-/* the single-layer term of one pair into (acc, acce); ltc = this lane's table copy,
-   entry i at byte 128 i = ((hi >> 12) & 255) << 7 = (hi >> 5) & 0x7f80 */
-__device__ __forceinline__ void LogTerm(double rx, double ry, double qh, const char *ltc, double &acc, double &acce)
+/* log r^2 = E log 2 + (returned) log m of r^2 = 2^E m (normal r^2 > 0) from the
+   replicated table; ltc = this lane's table copy, entry i at byte
+   128 i = ((hi >> 12) & 255) << 7 = (hi >> 5) & 0x7f80.  E as a double by integer
+   operations and one subtraction (2^52 + biased exponent, exactly; minus
+   2^52 + 1023); *small: r^2 is 0 or subnormal (coincident points) */
+__device__ __forceinline__ double TableLog(double r2, const char *ltc, double *E, bool *small)
 {
   static_assert(FMM_LOGBITS == 8 && FMM_LOGCOPY * sizeof(double2) == 128, "the byte offset below");
-  const double r2 = fma(rx, rx, ry * ry);
   const int    hi = __double2hiint(r2); /* r2 >= 0 */
-  const double qq = (unsigned)hi < 0x00100000u ? 0.0 : qh;
   const double m  = __hiloint2double((hi & 0x000fffff) | 0x3ff00000, __double2loint(r2));
-  acc             = fma(qq, LogMantissa(m, *(const double2 *)(ltc + ((hi >> 5) & 0x7f80))), acc);
-  /* 2^52 + biased exponent, exactly; minus 2^52 + 1023 */
-  acce = fma(qq, __hiloint2double(0x43300000, hi >> 20) - 4503599627371519.0, acce);
+  *E              = __hiloint2double(0x43300000, hi >> 20) - 4503599627371519.0;
+  *small          = (unsigned)hi < 0x00100000u;
+  return LogMantissa(m, *(const double2 *)(ltc + ((hi >> 5) & 0x7f80)));
+}
+
+/* the single-layer term of one pair into (acc, acce): q/2 log m and q/2 E apart */
+__device__ __forceinline__ void LogTerm(double rx, double ry, double qh, const char *ltc, double &acc, double &acce)
+{
+  double       E;
+  bool         small;
+  const double lm = TableLog(fma(rx, rx, ry * ry), ltc, &E, &small), qq = small ? 0.0 : qh;
+  acc             = fma(qq, lm, acc);
+  acce            = fma(qq, E, acce);
 }
 
 template <int KIND, bool FAST>
@@ -305,9 +316,6 @@ __global__ void __launch_bounds__(TL_THREADS, 4) P2PTiledKernel(PetscInt nitems,
   computes an item, not how.
 */
 #define SY_WARPS   8
-#ifndef FMM_SYM_MINB
-  #define FMM_SYM_MINB 2 /* blocks per SM for the register allocation; 3 (80 registers) spills and measured slower on an H100 */
-#endif
 #define SY_THREADS (32 * SY_WARPS)
 
 /* per warp: two buffers of a leaf B's columns, (x, y) then q (24 R a bytes each),
@@ -325,11 +333,10 @@ static size_t SymShmem(int a, int R)
 /* log r^2 from r^2 (0 for r^2 = 0 or subnormal: coincident points) */
 __device__ __forceinline__ double SymLog(double r2, const char *ltc)
 {
-  const int    hi = __double2hiint(r2);
-  const double m  = __hiloint2double((hi & 0x000fffff) | 0x3ff00000, __double2loint(r2));
-  const double lm = LogMantissa(m, *(const double2 *)(ltc + ((hi >> 5) & 0x7f80)));
-  const double L  = fma(__hiloint2double(0x43300000, hi >> 20) - 4503599627371519.0, FMM_LN2, lm);
-  return (unsigned)hi < 0x00100000u ? 0.0 : L;
+  double       E;
+  bool         small;
+  const double lm = TableLog(r2, ltc, &E, &small);
+  return small ? 0.0 : fma(E, FMM_LN2, lm);
 }
 
 /* symleaf rows (see FMM_CUDA) */
@@ -349,8 +356,9 @@ __device__ __forceinline__ void SymFetch(double2 *cxy, double *cq, const double 
   __pipeline_commit();
 }
 
+/* two blocks per SM: with three (80 registers) the kernel spills and measured slower on an H100 */
 template <int R>
-__global__ void __launch_bounds__(SY_THREADS, FMM_SYM_MINB) P2PSymmetricKernel(PetscInt nl, PetscInt nitems, int a, unsigned long long *next, const PetscInt *sleaf, const PetscInt *tleaf, const PetscInt *nearoff, const PetscInt *near, const PetscInt *symleaf, const PetscInt *itemleaf, const PetscInt *wslot, const double *sx, const double *sy, const double *q, double *pot, double *colpart, const double2 *logtab)
+__global__ void __launch_bounds__(SY_THREADS, 2) P2PSymmetricKernel(PetscInt nl, PetscInt nitems, int a, unsigned long long *next, const PetscInt *sleaf, const PetscInt *tleaf, const PetscInt *nearoff, const PetscInt *near, const PetscInt *symleaf, const PetscInt *itemleaf, const PetscInt *wslot, const double *sx, const double *sy, const double *q, double *pot, double *colpart, const double2 *logtab)
 {
   extern __shared__ double2 sysh[];
   const SymLeaf  S(symleaf, nl);
