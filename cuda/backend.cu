@@ -50,7 +50,7 @@ static PetscErrorCode FMMCUDADestroy(Mat A)
   Free(c, &c->sigma), Free(c, &c->q), Free(c, &c->dx), Free(c, &c->dy), Free(c, &c->mpole), Free(c, &c->local), Free(c, &c->pot), Free(c, &c->y), Free(c, &c->dpart);
   Free(c, &c->logtab), Free(c, &c->items), Free(c, &c->leafnsc), Free(c, &c->leafpart), Free(c, &c->p2ppart);
   Free(c, &c->nbroff), Free(c, &c->nearscan), Free(c, &c->entrysrc), Free(c, &c->nbr), Free(c, &c->nbrt), Free(c, &c->gxy), Free(c, &c->gq), Free(c, &c->gdx), Free(c, &c->gdy), Free(c, &c->recoff), Free(c, &c->rec);
-  Free(c, &c->symleaf), Free(c, &c->wslot), Free(c, &c->symitemleaf), Free(c, &c->colpart), Free(c, &c->chsum), Free(c, &c->symnext);
+  Free(c, &c->symleaf), Free(c, &c->symitem), Free(c, &c->colpart), Free(c, &c->chsum), Free(c, &c->symnext), Free(c, &c->symchleaf), Free(c, &c->symchdone);
   if (c->stream) (void)cudaStreamDestroy(c->stream);
   (void)cudaGetLastError();
   PetscCall(PetscFree(c->repleaf));

@@ -47,6 +47,7 @@ PETSC_INTERN cudaMemPool_t FMMCUDAPool; /* petscfmm's stream-ordered memory pool
 #define FMMCUDA_P2P_T 128
 #define FMMCUDA_P2P_S 2048
 #define FMMCUDA_SYM_E      8   /* symmetric P2P: upper near-list entries per item */
+#define FMMCUDA_SYM_D      32  /* symmetric P2P: PetscInt per item descriptor (4 + 3 FMMCUDA_SYM_E used) */
 #define FMMCUDA_SYM_GMAX   64  /* slots a target sums itself */
 #define FMMCUDA_SYM_GCHUNK 256 /* slots per chunk beyond that */
 typedef struct {
@@ -87,14 +88,19 @@ typedef struct {
      FMMCUDA_SYM_E upper entries (leaf B >= A) of a leaf A's near list, each pair of points
      once; rows in groups of syma lanes, symr rows per lane (syma = 0: not used).  Leaf B's
      slots (colpart at symleaf[2][B], nB doubles each): one per lower entry A (the column sums
-     of block A x B, written at wslot of A's entry) and, when A has several items, one per
-     item (row partials).  symleaf: [5][nleaves+1] first upper entry, first item, first slot
-     value, slot count, first chunk (slot lists longer than FMMCUDA_SYM_GMAX are summed in
-     chunks of FMMCUDA_SYM_GCHUNK into chsum first) */
+     of block A x B) and, when B has several items, one per item (row partials).  symleaf: [5][nleaves+1] first
+     upper entry, first item, first slot value, slot count, first chunk (slot lists longer
+     than FMMCUDA_SYM_GMAX are summed in chunks of FMMCUDA_SYM_GCHUNK into chsum first).
+     symitem: [nsymitems][FMMCUDA_SYM_D] per item its leaf's first point and point count,
+     its entry count and row slot (colpart offset; -1 - first target when the item adds
+     its rows to pot, the leaf's only item), then per entry B: first point, point
+     count, column slot (-1 for B = A, evaluated by rows only) */
   PetscInt            syma, symr, minleafsrc, nsymitems, nsymch;
-  PetscInt           *symleaf, *wslot, *symitemleaf; /* symitemleaf: the leaf A of each item */
+  PetscInt           *symleaf, *symitem;
   PetscReal          *colpart, *chsum;
-  unsigned long long *symnext; /* the next item to take */
+  PetscInt           *symchleaf; /* [nsymch] the leaf of each chunk */
+  unsigned           *symchdone; /* [nsymch] chunks of a leaf done, at its first chunk (reset to 0 by its last) */
+  unsigned long long *symnext;   /* the next item to take */
   double2    *logtab;   /* table of the near-field log (NULL: libm log, -mat_fmm_cuda_log libm) */
   /* one product */
   PetscReal *sigma, *q, *dx, *dy, *mpole, *local, *pot, *y;
