@@ -100,7 +100,7 @@ typedef struct {
   PetscReal          *colpart, *chsum;
   PetscInt           *symchleaf; /* [nsymch] the leaf of each chunk */
   unsigned           *symchdone; /* [nsymch] chunks of a leaf done, at its first chunk (reset to 0 by its last) */
-  unsigned long long *symnext;   /* the next item to take */
+  unsigned long long *symnext;   /* the next item to take (0 between products) */
   double2    *logtab;   /* table of the near-field log (NULL: libm log, -mat_fmm_cuda_log libm) */
   /* one product */
   PetscReal *sigma, *q, *dx, *dy, *mpole, *local, *pot, *y;

@@ -569,10 +569,12 @@ __global__ void __launch_bounds__(256) P2PChunkSumKernel(PetscInt nl, PetscInt n
   if (threadIdx.x == 0) chdone[h0] = 0; /* for the next product */
 }
 
-/* each target: its leaf's slots in order (or their sum from P2PChunkSumKernel) */
-__global__ void P2PGatherKernel(PetscInt M, PetscInt nl, PetscInt nmax, const PetscInt *tleafof, const PetscInt *tleaf, const PetscInt *symleaf, const double *colpart, const double *chsum, double *pot)
+/* each target: its leaf's slots in order (or their sum from P2PChunkSumKernel);
+   thread 0 resets the item counter of P2PSymmetricKernel for the next product */
+__global__ void P2PGatherKernel(PetscInt M, PetscInt nl, PetscInt nmax, const PetscInt *tleafof, const PetscInt *tleaf, const PetscInt *symleaf, const double *colpart, const double *chsum, double *pot, unsigned long long *next)
 {
   const PetscInt i = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i == 0) *next = 0;
   if (i >= M) return;
   const SymLeaf  S(symleaf, nl);
   const PetscInt B = tleafof[i], o = i - tleaf[B], nB = tleaf[B + 1] - tleaf[B], ns = S.nsl[B];
@@ -598,12 +600,11 @@ static PetscErrorCode LaunchSymmetric(FMM_CUDA *c, const FMMPlan *P)
   FMMCallCUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSM, kern, SY_THREADS, shmem));
   FMMCallCUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, c->dev));
   const PetscInt blocks = PetscMax(1, PetscMin((c->nsymitems + SY_WARPS - 1) / SY_WARPS, (PetscInt)PetscMax(perSM, 1) * sms));
-  FMMCallCUDA(cudaMemsetAsync(c->symnext, 0, sizeof(unsigned long long), c->stream));
   P2PSymmetricKernel<R><<<(unsigned)blocks, SY_THREADS, shmem, c->stream>>>(c->nsymitems, (int)c->syma, c->symnext, c->symitem, c->sx, c->sy, c->q, c->pot, c->colpart, c->logtab);
   FMMCheckLaunch();
   if (c->nsymch) P2PChunkSumKernel<<<(unsigned)c->nsymch, 256, 0, c->stream>>>(P->nleaves, P->maxleafsrc, c->sleaf, c->symleaf, c->symchleaf, c->colpart, c->chsum, c->symchdone);
   FMMCheckLaunch();
-  P2PGatherKernel<<<FMMCUDABlocks(P->M, 256), 256, 0, c->stream>>>(P->M, P->nleaves, P->maxleafsrc, c->tleafof, c->tleaf, c->symleaf, c->colpart, c->chsum, c->pot);
+  P2PGatherKernel<<<FMMCUDABlocks(P->M, 256), 256, 0, c->stream>>>(P->M, P->nleaves, P->maxleafsrc, c->tleafof, c->tleaf, c->symleaf, c->colpart, c->chsum, c->pot, c->symnext);
   FMMCheckLaunch();
   PetscFunctionReturn(0);
 }

@@ -566,15 +566,36 @@ __global__ void SymLeafKernel(PetscInt nl, const PetscInt *nearoff, const PetscI
   nch[A]  = ns > FMMCUDA_SYM_GMAX ? (ns + FMMCUDA_SYM_GCHUNK - 1) / FMMCUDA_SYM_GCHUNK : 0;
 }
 
-/* one thread per leaf A: the descriptors of its items (FMM_CUDA symitem) */
-__global__ void SymItemKernel(PetscInt nl, const PetscInt *nearoff, const PetscInt *near, const PetscInt *sleaf, const PetscInt *tleaf, const PetscInt *symleaf, const PetscInt *wslot, PetscInt *desc)
+/* one thread per leaf A: per item the sort key FMMCUDA_SYM_E - entries (see SymItemKernel) */
+__global__ void SymItemKeyKernel(PetscInt nl, const PetscInt *nearoff, const PetscInt *symleaf, unsigned *key, PetscInt *idx)
+{
+  const PetscInt A = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
+  if (A >= nl) return;
+  const PetscInt *dg = symleaf, *item = symleaf + (nl + 1);
+  for (PetscInt it = item[A]; it < item[A + 1]; it++) {
+    key[it] = (unsigned)(FMMCUDA_SYM_E - PetscMin(FMMCUDA_SYM_E, nearoff[A + 1] - dg[A] - (it - item[A]) * FMMCUDA_SYM_E));
+    idx[it] = it;
+  }
+}
+
+/* pos[order[j]] = j */
+__global__ void InversePermKernel(PetscInt n, const PetscInt *order, PetscInt *pos)
+{
+  const PetscInt j = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
+  if (j < n) pos[order[j]] = j;
+}
+
+/* one thread per leaf A: the descriptors of its items (FMM_CUDA symitem), item it
+   at place pos[it]: items with more entries first, in leaf order within a count,
+   so that the kernel's last items are short ones */
+__global__ void SymItemKernel(PetscInt nl, const PetscInt *nearoff, const PetscInt *near, const PetscInt *sleaf, const PetscInt *tleaf, const PetscInt *symleaf, const PetscInt *wslot, const PetscInt *pos, PetscInt *desc)
 {
   const PetscInt A = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   if (A >= nl) return;
   const PetscInt *dg = symleaf, *item = symleaf + (nl + 1), *slot = symleaf + 2 * (nl + 1), a0 = sleaf[A], nA = sleaf[A + 1] - a0;
   for (PetscInt it = item[A]; it < item[A + 1]; it++) {
     const PetscInt k = it - item[A], e0 = dg[A] + k * FMMCUDA_SYM_E, ne = PetscMin(FMMCUDA_SYM_E, nearoff[A + 1] - e0);
-    PetscInt      *d = desc + it * FMMCUDA_SYM_D;
+    PetscInt      *d = desc + pos[it] * FMMCUDA_SYM_D;
     d[0]             = a0;
     d[1]             = nA;
     d[2]             = ne;
@@ -670,14 +691,32 @@ PetscErrorCode FMMCUDAP2PSymmetricPlan(FMM_CUDA *c, const FMMPlan *P)
     PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->colpart, sizeof(PetscReal) * PetscMax(tot[1], 1), "the symmetric P2P partial sums"));
     PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->chsum, sizeof(PetscReal) * PetscMax(tot[2] * P->maxleafsrc, 1), "the symmetric P2P chunk sums"));
     PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->symnext, sizeof(unsigned long long), "the symmetric P2P item counter"));
+    FMMCallCUDA(cudaMemsetAsync(c->symnext, 0, sizeof(unsigned long long), c->stream)); /* then reset by each product's gather */
     PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->symchleaf, sizeof(PetscInt) * PetscMax(tot[2], 1), "the symmetric P2P chunk leaves"));
     PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->symchdone, sizeof(unsigned) * PetscMax(tot[2], 1), "the symmetric P2P chunk counters"));
     FMMCallCUDA(cudaMemsetAsync(c->symchdone, 0, sizeof(unsigned) * PetscMax(tot[2], 1), c->stream));
     SymChunkLeafKernel<<<LAUNCH_N(nl)>>>(nl, c->symleaf + 4 * (nl + 1), c->symchleaf);
     FMMCheckLaunch();
-    PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->symitem, sizeof(PetscInt) * FMMCUDA_SYM_D * PetscMax(tot[0], 1), "the symmetric P2P items"));
-    SymItemKernel<<<LAUNCH_N(nl)>>>(nl, c->nearoff, c->near, c->sleaf, c->tleaf, c->symleaf, wslot, c->symitem);
-    FMMCheckLaunch();
+    {
+      const PetscInt ni = PetscMax(tot[0], 1);
+      unsigned      *key;
+      PetscInt      *idx;
+      size_t         need = 0;
+      PetscCall(FMMCUDAMalloc(c->stream, (void **)&key, sizeof(unsigned) * 2 * ni, "the symmetric P2P work"));
+      PetscCall(FMMCUDAMalloc(c->stream, (void **)&idx, sizeof(PetscInt) * 3 * ni, "the symmetric P2P work"));
+      SymItemKeyKernel<<<LAUNCH_N(nl)>>>(nl, c->nearoff, c->symleaf, key, idx);
+      FMMCheckLaunch();
+      FMMCallCUDA(cub::DeviceRadixSort::SortPairs(NULL, need, key, key + ni, idx, idx + ni, (int)tot[0], 0, 4, c->stream));
+      PetscCall(ScratchEnsure(c, &own, need));
+      FMMCallCUDA(cub::DeviceRadixSort::SortPairs(own.tmp, need, key, key + ni, idx, idx + ni, (int)tot[0], 0, 4, c->stream));
+      InversePermKernel<<<LAUNCH_N(tot[0])>>>(tot[0], idx + ni, idx + 2 * ni);
+      FMMCheckLaunch();
+      PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->symitem, sizeof(PetscInt) * FMMCUDA_SYM_D * ni, "the symmetric P2P items"));
+      SymItemKernel<<<LAUNCH_N(nl)>>>(nl, c->nearoff, c->near, c->sleaf, c->tleaf, c->symleaf, wslot, idx + 2 * ni, c->symitem);
+      FMMCheckLaunch();
+      PetscCall(FMMCUDAFree(c->stream, key));
+      PetscCall(FMMCUDAFree(c->stream, idx));
+    }
     PetscCall(PetscInfo(NULL, "GPU P2P: symmetric, %" PetscInt_FMT " lanes per row group, %" PetscInt_FMT " rows per lane, %" PetscInt_FMT " items, %" PetscInt_FMT " partial sums, %" PetscInt_FMT " chunks of long slot lists\n", c->syma, c->symr, tot[0], tot[1], tot[2]));
   } else {
     c->syma = c->symr = 0;
