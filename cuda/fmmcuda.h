@@ -87,13 +87,14 @@ typedef struct {
   /* symmetric P2P (targets = sources, single layer, table log; p2p.cu): items of up to
      FMMCUDA_SYM_E upper entries (leaf B >= A) of a leaf A's near list, each pair of points
      once; rows in groups of syma lanes, symr rows per lane (syma = 0: not used).  Leaf B's
-     slots (colpart at symleaf[2][B], nB doubles each): one per lower entry A (the column sums
-     of block A x B) and, when B has several items, one per item (row partials).  symleaf: [5][nleaves+1] first
-     upper entry, first item, first slot value, slot count, first chunk (slot lists longer
-     than FMMCUDA_SYM_GMAX are summed in chunks of FMMCUDA_SYM_GCHUNK into chsum first).
-     symitem: [nsymitems][FMMCUDA_SYM_D] per item its leaf's first point and point count,
-     its entry count and row slot (colpart offset; -1 - first target when the item adds
-     its rows to pot, the leaf's only item), then per entry B: first point, point
+     slots (colpart at symleaf[2][B], nB doubles each): one per lower entry A (the column
+     sums of block A x B) and, when B has several items, one per item (row partials).
+     symleaf: [5][nleaves+1] first upper entry, first item, first slot value, slot count,
+     first chunk (slot lists longer than FMMCUDA_SYM_GMAX are summed in chunks of
+     FMMCUDA_SYM_GCHUNK into chsum first).  symitem: [nsymitems][FMMCUDA_SYM_D], items with
+     more entries first (leaf order within a count); per item its leaf's first point and
+     point count, its entry count and row slot (colpart offset; -1 - first target when the
+     item, the leaf's only one, adds its rows to pot), then per entry B: first point, point
      count, column slot (-1 for B = A, evaluated by rows only) */
   PetscInt            syma, symr, minleafsrc, nsymitems, nsymch;
   PetscInt           *symleaf, *symitem;
