@@ -566,6 +566,12 @@ __global__ void SymLeafKernel(PetscInt nl, const PetscInt *nearoff, const PetscI
   nch[A]  = ns > FMMCUDA_SYM_GMAX ? (ns + FMMCUDA_SYM_GCHUNK - 1) / FMMCUDA_SYM_GCHUNK : 0;
 }
 
+/* entries of item k of leaf A: its share of A's upper entries dg[A] .. nearoff[A+1]-1 */
+__device__ __forceinline__ PetscInt SymItemEntries(const PetscInt *nearoff, const PetscInt *dg, PetscInt A, PetscInt k)
+{
+  return PetscMin(FMMCUDA_SYM_E, nearoff[A + 1] - dg[A] - k * FMMCUDA_SYM_E);
+}
+
 /* one thread per leaf A: per item the sort key FMMCUDA_SYM_E - entries (see SymItemKernel) */
 __global__ void SymItemKeyKernel(PetscInt nl, const PetscInt *nearoff, const PetscInt *symleaf, unsigned *key, PetscInt *idx)
 {
@@ -573,7 +579,7 @@ __global__ void SymItemKeyKernel(PetscInt nl, const PetscInt *nearoff, const Pet
   if (A >= nl) return;
   const PetscInt *dg = symleaf, *item = symleaf + (nl + 1);
   for (PetscInt it = item[A]; it < item[A + 1]; it++) {
-    key[it] = (unsigned)(FMMCUDA_SYM_E - PetscMin(FMMCUDA_SYM_E, nearoff[A + 1] - dg[A] - (it - item[A]) * FMMCUDA_SYM_E));
+    key[it] = (unsigned)(FMMCUDA_SYM_E - SymItemEntries(nearoff, dg, A, it - item[A]));
     idx[it] = it;
   }
 }
@@ -594,7 +600,7 @@ __global__ void SymItemKernel(PetscInt nl, const PetscInt *nearoff, const PetscI
   if (A >= nl) return;
   const PetscInt *dg = symleaf, *item = symleaf + (nl + 1), *slot = symleaf + 2 * (nl + 1), a0 = sleaf[A], nA = sleaf[A + 1] - a0;
   for (PetscInt it = item[A]; it < item[A + 1]; it++) {
-    const PetscInt k = it - item[A], e0 = dg[A] + k * FMMCUDA_SYM_E, ne = PetscMin(FMMCUDA_SYM_E, nearoff[A + 1] - e0);
+    const PetscInt k = it - item[A], e0 = dg[A] + k * FMMCUDA_SYM_E, ne = SymItemEntries(nearoff, dg, A, k);
     PetscInt      *d = desc + pos[it] * FMMCUDA_SYM_D;
     d[0]             = a0;
     d[1]             = nA;
@@ -643,7 +649,8 @@ __global__ void SymEntryKernel(PetscInt nnear, PetscInt nl, const PetscInt *near
   7 syma in each, else at most 8 syma: with 8 rows a lane the kernel takes
   all 128 registers and waits on its own dependences (P2P 0.55 ms with 8
   lanes x 8 rows against 0.50 with 16 x 4 at 10^6 points, leaves of 61-62;
-  7 rows with 8 lanes beat 4 with 16 by 8%, 6 rows beat 3 by 6%; H100).
+  7 rows with 8 lanes beat 4 with 16 by 8%, 6 rows beat 3 by 6%, measured
+  with a variant of the kernel that passed column sums by shuffles; H100).
   Leaves outside that, or near lists that are not symmetric, leave syma = 0
   (the tiled kernel then evaluates every ordered pair).
 */
