@@ -97,6 +97,7 @@ typedef struct {
      item, the leaf's only one, adds its rows to pot), then per entry B: first point, point
      count, column slot (-1 for B = A, evaluated by rows only) */
   PetscInt            syma, symr, minleafsrc, nsymitems, nsymch;
+  PetscInt            symblocks; /* blocks of the symmetric kernel (0: not yet chosen) */
   PetscInt           *symleaf, *symitem;
   PetscReal          *colpart, *chsum;
   PetscInt           *symchleaf; /* [nsymch] the leaf of each chunk */

@@ -524,9 +524,9 @@ __global__ void __launch_bounds__(SY_THREADS, 2) P2PSymmetricKernel(PetscInt nit
 }
 
 /* symleaf rows (see FMM_CUDA) */
-struct SymLeaf {
-  const PetscInt *dg, *item, *slot, *nsl, *ch;
-  __host__ __device__ SymLeaf(const PetscInt *s, PetscInt nl) : dg(s), item(s + (nl + 1)), slot(s + 2 * (nl + 1)), nsl(s + 3 * (nl + 1)), ch(s + 4 * (nl + 1)) { }
+struct SymLeaf { /* the rows the sums use; first upper entry and first item are the plan's */
+  const PetscInt *slot, *nsl, *ch;
+  __host__ __device__ SymLeaf(const PetscInt *s, PetscInt nl) : slot(s + 2 * (nl + 1)), nsl(s + 3 * (nl + 1)), ch(s + 4 * (nl + 1)) { }
 };
 
 /* slot lists longer than FMMCUDA_SYM_GMAX: one block per chunk of FMMCUDA_SYM_GCHUNK
@@ -596,14 +596,16 @@ static PetscErrorCode LaunchSymmetric(FMM_CUDA *c, const FMMPlan *P)
 {
   const void  *kern  = (const void *)P2PSymmetricKernel<R>;
   const size_t shmem = SymShmem((int)c->syma, R);
-  int          perSM = 0, sms = 0;
 
   PetscFunctionBegin;
-  if (shmem > 49152) FMMCallCUDA(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shmem));
-  FMMCallCUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSM, kern, SY_THREADS, shmem));
-  FMMCallCUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, c->dev));
-  const PetscInt blocks = PetscMax(1, PetscMin((c->nsymitems + SY_WARPS - 1) / SY_WARPS, (PetscInt)PetscMax(perSM, 1) * sms));
-  P2PSymmetricKernel<R><<<(unsigned)blocks, SY_THREADS, shmem, c->stream>>>(c->nsymitems, (int)c->syma, c->symnext, c->symitem, c->sx, c->sy, c->q, c->pot, c->colpart, c->logtab);
+  if (!c->symblocks) { /* once per plan: as many blocks as fit at once, at most one warp per item */
+    int perSM = 0, sms = 0;
+    if (shmem > 49152) FMMCallCUDA(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shmem));
+    FMMCallCUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSM, kern, SY_THREADS, shmem));
+    FMMCallCUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, c->dev));
+    c->symblocks = PetscMax(1, PetscMin((c->nsymitems + SY_WARPS - 1) / SY_WARPS, (PetscInt)PetscMax(perSM, 1) * sms));
+  }
+  P2PSymmetricKernel<R><<<(unsigned)c->symblocks, SY_THREADS, shmem, c->stream>>>(c->nsymitems, (int)c->syma, c->symnext, c->symitem, c->sx, c->sy, c->q, c->pot, c->colpart, c->logtab);
   FMMCheckLaunch();
   if (c->nsymch) P2PChunkSumKernel<<<(unsigned)c->nsymch, 256, 0, c->stream>>>(P->nleaves, P->maxleafsrc, c->sleaf, c->symleaf, c->symchleaf, c->colpart, c->chsum, c->symchdone);
   FMMCheckLaunch();

@@ -661,7 +661,7 @@ PetscErrorCode FMMCUDAP2PSymmetricPlan(FMM_CUDA *c, const FMMPlan *P)
   int      *dbad, bad = 0;
 
   PetscFunctionBegin;
-  c->syma = c->symr = 0;
+  c->syma = c->symr = c->symblocks = 0;
   for (PetscInt rmax = 7; rmax <= 8 && !c->syma; rmax++)
     for (PetscInt a = 8; a <= 32 && !c->syma; a *= 2)
       if (c->minleafsrc >= a && P->maxleafsrc <= rmax * a) c->syma = a;
