@@ -168,29 +168,18 @@ static size_t TiledShmem(int kind, bool fast)
   return s;
 }
 
-/* log r^2 = E log 2 + (returned) log m of r^2 = 2^E m (normal r^2 > 0) from the
-   replicated table; ltc = this lane's table copy, entry i at byte
-   128 i = ((hi >> 12) & 255) << 7 = (hi >> 5) & 0x7f80.  E as a double by integer
-   operations and one subtraction (2^52 + biased exponent, exactly; minus
-   2^52 + 1023); *small: r^2 is 0 or subnormal (coincident points) */
-__device__ __forceinline__ double TableLog(double r2, const char *ltc, double *E, bool *small)
-{
-  static_assert(FMM_LOGBITS == 8 && FMM_LOGCOPY * sizeof(double2) == 128, "the byte offset below");
-  const int    hi = __double2hiint(r2); /* r2 >= 0 */
-  const double m  = __hiloint2double((hi & 0x000fffff) | 0x3ff00000, __double2loint(r2));
-  *E              = __hiloint2double(0x43300000, hi >> 20) - 4503599627371519.0;
-  *small          = (unsigned)hi < 0x00100000u;
-  return LogMantissa(m, *(const double2 *)(ltc + ((hi >> 5) & 0x7f80)));
-}
-
-/* the single-layer term of one pair into (acc, acce): q/2 log m and q/2 E apart */
+/* the single-layer term of one pair into (acc, acce); ltc = this lane's table copy,
+   entry i at byte 128 i = ((hi >> 12) & 255) << 7 = (hi >> 5) & 0x7f80 */
 __device__ __forceinline__ void LogTerm(double rx, double ry, double qh, const char *ltc, double &acc, double &acce)
 {
-  double       E;
-  bool         small;
-  const double lm = TableLog(fma(rx, rx, ry * ry), ltc, &E, &small), qq = small ? 0.0 : qh;
-  acc             = fma(qq, lm, acc);
-  acce            = fma(qq, E, acce);
+  static_assert(FMM_LOGBITS == 8 && FMM_LOGCOPY * sizeof(double2) == 128, "the byte offset below");
+  const double r2 = fma(rx, rx, ry * ry);
+  const int    hi = __double2hiint(r2); /* r2 >= 0 */
+  const double qq = (unsigned)hi < 0x00100000u ? 0.0 : qh;
+  const double m  = __hiloint2double((hi & 0x000fffff) | 0x3ff00000, __double2loint(r2));
+  acc             = fma(qq, LogMantissa(m, *(const double2 *)(ltc + ((hi >> 5) & 0x7f80))), acc);
+  /* 2^52 + biased exponent, exactly; minus 2^52 + 1023 */
+  acce = fma(qq, __hiloint2double(0x43300000, hi >> 20) - 4503599627371519.0, acce);
 }
 
 template <int KIND, bool FAST>
@@ -346,8 +335,9 @@ static size_t SymShmem(int a, int R)
 /* log r^2 from r^2 > 0 (normal), and in *ok whether r^2 is one: for r^2 = 0 or
    subnormal (coincident points) the caller drops the pair.  The caller's
    predicated sums cost less than selecting L = 0 here (two FSEL a pair; P2P
-   2.96 -> 2.87 ms at 10^7 points on an H100).  TableLog's steps are written out,
-   as through TableLog the compiler schedules the symmetric kernel worse (P2P
+   2.96 -> 2.87 ms at 10^7 points on an H100).  The table steps are LogTerm's
+   (mantissa bin, exponent as a double), written out here: through a helper
+   shared with LogTerm the compiler scheduled the symmetric kernel worse (P2P
    0.65 against 0.53 ms at 10^6 points).
 
    log1p(t), |t| <= h = 2^-9, by a degree-4 polynomial, one FMA fewer than
