@@ -235,7 +235,7 @@ static PetscErrorCode FMMCUDAPlan(Mat A)
   }
   FMMCallCUDA(cudaStreamSynchronize(c->stream));
   PetscCall(PetscTime(&t1));
-  PetscCall(FMMCUDATreeBuild(c, P, fmm->ct, fmm->theta, same, same ? A->cmap->rstart : A->rmap->rstart, fmm->alpha, fmm->beta, xy, nrm, wts, U));
+  PetscCall(FMMCUDATreeBuild(c, P, fmm->ct, fmm->theta, fmm->split_median, same, same ? A->cmap->rstart : A->rmap->rstart, fmm->alpha, fmm->beta, xy, nrm, wts, U));
   PetscCall(PetscTime(&t2));
   PetscCall(PetscInfo(A, "GPU plan: context and staging %.2f ms, %" PetscInt_FMT " points up %.2f ms, tree and lists %.2f ms\n", 1e3 * (t0b - t0), U, 1e3 * (t1 - t0b), 1e3 * (t2 - t1)));
   if (nrm) PetscCall(FMMCUDAFree(c->stream, nrm));

@@ -3,17 +3,18 @@
   with CUB, producing the tree and lists of src/plan.c where they are used, so
   that an assembly moves only the points across the bus.
 
-  Median splits without sorting each box.  The points (sources, then the
+  Splits without sorting each box.  The points (sources, then the
   targets of all ranks) are sorted once by the key (x, index) and once by
   (y, index) with CUB's radix sort, which is stable, so equal coordinates go by
   index as in src/plan.c.  Two lists of point indices, X and Y, then hold the
   points of every box contiguously, each sorted in its own direction.  A box's
-  bounding box is read off the ends of its two ranges, its split direction d
-  is the longer side, and the median split takes the first half of its d-list
-  as it is; the other list is split by a stable partition (a flag per point and
-  one exclusive scan over all boxes at once).  Both lists stay sorted within
-  every box, so a level costs O(N), and the boxes are those of src/plan.c: the
-  same keys give the same medians.  Points in a leaf are in x order (the CPU
+  bounding box is read off the ends of its two ranges.  Its split direction d
+  and cut (the longer side and the median with -mat_fmm_tree_split median,
+  else the compact split below) take the first points of its d-list as they
+  are; the other list is split by a stable partition (a flag per point and one
+  exclusive scan over all boxes at once).  Both lists stay sorted within every
+  box, so a level costs O(N), and the boxes are those of src/plan.c: the same
+  keys and the same cost sums give the same cuts.  Points in a leaf are in x order (the CPU
   leaves them in selection order; only rounding of sums depends on it).
 
   The theta-criterion lists are built level by level as in src/plan.c: one
@@ -25,6 +26,7 @@
 */
 #include "fmmcuda.h"
 #include <cub/cub.cuh>
+#include <thrust/iterator/reverse_iterator.h>
 
 #define BS 256
 
@@ -61,17 +63,26 @@ static PetscErrorCode ExclusiveScan(FMM_CUDA *c, Scratch *s, const T *in, T *out
 
 /* ---------------------------------------------------------------- the tree */
 
-/* radix keys of (coordinate, index): the order of the doubles as unsigned
-   integers (-0 taken as +0, as the CPU's comparison does); values are indices */
+/* the order of the doubles as unsigned integers (-0 taken as +0, as the CPU's
+   comparison does), and back */
+__device__ __forceinline__ unsigned long long OrderKey(double v)
+{
+  const unsigned long long u = (unsigned long long)__double_as_longlong(v + 0.0);
+  return (u >> 63) ? ~u : (u | 0x8000000000000000ull);
+}
+
+__device__ __forceinline__ double OrderValue(unsigned long long u)
+{
+  return __longlong_as_double((long long)((u >> 63) ? (u & 0x7fffffffffffffffull) : ~u));
+}
+
+/* radix keys of (coordinate, index); values are indices */
 __global__ void KeysKernel(PetscInt U, const double *xy, unsigned long long *kx, unsigned long long *ky, PetscInt *val)
 {
   const PetscInt i = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= U) return;
-  for (int d = 0; d < 2; d++) {
-    unsigned long long u = (unsigned long long)__double_as_longlong(xy[2 * i + d] + 0.0);
-    u                    = (u >> 63) ? ~u : (u | 0x8000000000000000ull);
-    (d ? ky : kx)[i]     = u;
-  }
+  kx[i]  = OrderKey(xy[2 * i]);
+  ky[i]  = OrderKey(xy[2 * i + 1]);
   val[i] = i;
 }
 
@@ -109,13 +120,13 @@ __global__ void SegmentKernel(PetscInt nseg, const PetscInt *off, const PetscInt
 }
 
 /* one thread per list position: left[point] = 1 when the point is in the first
-   half of its segment's list in the split direction */
-__global__ void FlagKernel(PetscInt U, const PetscInt *seg, const PetscInt *off, const char *dir, const PetscInt *X, const PetscInt *Y, char *left)
+   child of its segment (before the cut noff[2s+1] of its list in the split direction) */
+__global__ void FlagKernel(PetscInt U, const PetscInt *seg, const PetscInt *noff, const char *dir, const PetscInt *X, const PetscInt *Y, char *left)
 {
   const PetscInt k = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   if (k >= U) return;
-  const PetscInt s = seg[k], o = off[s], h = (off[s + 1] - o) / 2;
-  left[(dir[s] ? Y : X)[k]] = (k - o < h) ? 1 : 0;
+  const PetscInt s = seg[k];
+  left[(dir[s] ? Y : X)[k]] = (k < noff[2 * s + 1]) ? 1 : 0;
 }
 
 /* f[k] = the flag of the point at position k of the other list; f[U] = 0 */
@@ -127,18 +138,230 @@ __global__ void OtherFlagKernel(PetscInt U, const PetscInt *seg, const char *dir
 }
 
 /* the split: the d-list stays, the other list is partitioned stably (first
-   half: flagged points in order, then the rest in order); seg[k] becomes the
-   half that position k falls in */
-__global__ void PartitionKernel(PetscInt U, PetscInt *seg, const PetscInt *off, const char *dir, const PetscInt *X, const PetscInt *Y, const PetscInt *f, const PetscInt *sc, PetscInt *X2, PetscInt *Y2)
+   child: flagged points in order, then the rest in order); seg[k] becomes the
+   child that position k falls in */
+__global__ void PartitionKernel(PetscInt U, PetscInt *seg, const PetscInt *off, const PetscInt *noff, const char *dir, const PetscInt *X, const PetscInt *Y, const PetscInt *f, const PetscInt *sc, PetscInt *X2, PetscInt *Y2)
 {
   const PetscInt k = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   if (k >= U) return;
-  const PetscInt s = seg[k], o = off[s], h = (off[s + 1] - o) / 2, lb = sc[k] - sc[o];
+  const PetscInt s = seg[k], o = off[s], h = noff[2 * s + 1] - o, lb = sc[k] - sc[o];
   const int      d = dir[s];
   const PetscInt np = f[k] ? o + lb : o + h + (k - o - lb);
   (d ? X2 : Y2)[np] = (d ? X : Y)[k];
   (d ? Y2 : X2)[k]  = (d ? Y : X)[k];
   seg[k]            = 2 * s + (k - o >= h ? 1 : 0);
+}
+
+/* ------------------------------------------------ the compact split
+
+   Split() of src/plan.c on all segments of a round at once.  A segment of n
+   points at offset o has candidate cuts after ranks h - w + j, j = 0..2w
+   (h = n/2, w = n/FMM_SPLIT_WINDOW), in its X list (d = 0) and its Y list
+   (d = 1).  Along the list the children's extents are read off its sorted
+   ends; across it they come from the extents of ranks below h - w and from
+   h + w up (the cores: one pass, atomics on order keys) and from prefix and
+   suffix scans of the 2w ranks between (the windows, packed by a scan of the
+   segments' 2w).  Every candidate computes its cost as the CPU does; the
+   least cost wins, ties to x, then to the smaller j (the CPU's order). */
+
+/* the other coordinate over a run of ranks: y over the X list, x over the Y list */
+typedef struct {
+  double ylo, yhi, xlo, xhi;
+} SplitExt;
+
+struct SplitExtOp {
+  __device__ __forceinline__ SplitExt operator()(const SplitExt &a, const SplitExt &b) const
+  {
+    SplitExt e;
+    e.ylo = fmin(a.ylo, b.ylo);
+    e.yhi = fmax(a.yhi, b.yhi);
+    e.xlo = fmin(a.xlo, b.xlo);
+    e.xhi = fmax(a.xhi, b.xhi);
+    return e;
+  }
+};
+
+/* one thread per segment, and one more: window sizes 2w (for the scan),
+   starting values of the reductions (core: per segment ylo, yhi, xlo, xhi of
+   the ranks below the window, then of those above it, as order keys) */
+__global__ void SplitInitKernel(PetscInt nseg, const PetscInt *off, PetscInt *wcnt, unsigned long long *core, unsigned long long *best, PetscInt *rank)
+{
+  const PetscInt s = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
+  if (s > nseg) return;
+  if (s == nseg) {
+    wcnt[nseg] = 0;
+    return;
+  }
+  wcnt[s] = 2 * ((off[s + 1] - off[s]) / FMM_SPLIT_WINDOW);
+  for (int j = 0; j < 8; j++) core[8 * s + j] = (j % 2) ? 0ull : ~0ull;
+  best[s] = ~0ull;
+  rank[s] = PETSC_MAX_INT;
+}
+
+__device__ __forceinline__ unsigned long long MinU(unsigned long long a, unsigned long long b)
+{
+  return a < b ? a : b;
+}
+
+__device__ __forceinline__ unsigned long long MaxU(unsigned long long a, unsigned long long b)
+{
+  return a > b ? a : b;
+}
+
+/* lanes of a warp whose equal keys form contiguous runs: on return the last
+   lane of each run holds the run's min (even j) and max (odd j) of v[0..nv);
+   returns whether this lane is the last of its run */
+template <int nv>
+__device__ __forceinline__ bool RunMinMax(long long key, unsigned long long *v)
+{
+  const int lane = threadIdx.x % 32;
+  for (int sh = 1; sh < 32; sh <<= 1) {
+    const long long kk = __shfl_up_sync(0xffffffffu, key, sh);
+    for (int j = 0; j < nv; j++) {
+      const unsigned long long u = __shfl_up_sync(0xffffffffu, v[j], sh);
+      if (lane >= sh && kk == key) v[j] = (j % 2) ? MaxU(v[j], u) : MinU(v[j], u);
+    }
+  }
+  const long long next = __shfl_down_sync(0xffffffffu, key, 1);
+  return lane == 31 || next != key;
+}
+
+/* min (even j) / max (odd j) of v[0..nv) over the threads of the block with
+   one key >= 0 (equal keys are contiguous; -1: nothing), applied to dst(key)
+   by atomics: one set per run of lanes, and one per run of warps that hold a
+   single key.  Atomics on one address queue (about a nanosecond each) and the
+   first rounds have a few segments of millions of points. */
+template <int nv, class Dst>
+__device__ __forceinline__ void BlockRunAtomics(long long key, unsigned long long *v, Dst dst)
+{
+  __shared__ long long          bkey[BS / 32];
+  __shared__ unsigned long long bv[BS / 32][nv];
+  const int                     lane = threadIdx.x % 32, wid = threadIdx.x / 32;
+  const bool                    uniform = __match_any_sync(0xffffffffu, key) == 0xffffffffu;
+  const bool                    last    = RunMinMax<nv>(key, v);
+
+  if (lane == 31) bkey[wid] = uniform ? key : -1;
+  if (uniform && lane == 31)
+    for (int j = 0; j < nv; j++) bv[wid][j] = v[j];
+  if (!uniform && last && key >= 0) {
+    unsigned long long *a = dst(key);
+    for (int j = 0; j < nv; j++) (j % 2) ? atomicMax(&a[j], v[j]) : atomicMin(&a[j], v[j]);
+  }
+  __syncthreads();
+  if (threadIdx.x) return;
+  for (int w0 = 0, w1; w0 < BS / 32; w0 = w1) {
+    for (w1 = w0 + 1; w1 < BS / 32 && bkey[w1] == bkey[w0]; w1++)
+      for (int j = 0; j < nv; j++) bv[w0][j] = (j % 2) ? MaxU(bv[w0][j], bv[w1][j]) : MinU(bv[w0][j], bv[w1][j]);
+    if (bkey[w0] < 0) continue;
+    unsigned long long *a = dst(bkey[w0]);
+    for (int j = 0; j < nv; j++) (j % 2) ? atomicMax(&a[j], bv[w0][j]) : atomicMin(&a[j], bv[w0][j]);
+  }
+}
+
+/* one thread per list position k, both lists: the other coordinate of rank
+   k - o goes to the segment's window, or to its lower or upper core (min and
+   max do not depend on the order of the atomics).  Threads k < wmax past the
+   last window also mark the unused window entries (key -1, zero extents) for
+   the scans. */
+__global__ void __launch_bounds__(BS) SplitCoreKernel(PetscInt U, PetscInt nseg, PetscInt wmax, const PetscInt *seg, const PetscInt *off, const PetscInt *X, const PetscInt *Y, const double *xy, const PetscInt *woff, unsigned long long *core, PetscInt *wkey, SplitExt *wval)
+{
+  const PetscInt     k    = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
+  long long          tag  = -1;           /* 2s (lower core) or 2s + 1 (upper core); -1: none */
+  unsigned long long v[4] = {0, 0, 0, 0}; /* ylo, yhi, xlo, xhi as order keys */
+
+  if (k < U) {
+    const PetscInt s = seg[k], o = off[s], n = off[s + 1] - o, h = n / 2, w = n / FMM_SPLIT_WINDOW, r = k - o;
+    const double   yv = xy[2 * X[k] + 1], xv = xy[2 * Y[k]];
+    if (r >= h - w && r < h + w) {
+      const PetscInt i = woff[s] + r - (h - w);
+      wkey[i]          = s;
+      wval[i]          = SplitExt{yv, yv, xv, xv};
+    } else {
+      tag  = 2 * (long long)s + (r < h - w ? 0 : 1);
+      v[0] = v[1] = OrderKey(yv);
+      v[2] = v[3] = OrderKey(xv);
+    }
+  }
+  if (k < wmax && k >= woff[nseg]) {
+    wkey[k] = -1;
+    wval[k] = SplitExt{0, 0, 0, 0};
+  }
+  BlockRunAtomics<4>(tag, v, [core](long long t) { return core + 8 * (t / 2) + 4 * (t % 2); });
+}
+
+/* the segment of candidate c: the last s with woff[s] + s <= c (the segments' candidates are 2w + 1) */
+__device__ __forceinline__ PetscInt CandidateSegment(PetscInt nseg, const PetscInt *woff, PetscInt c)
+{
+  PetscInt lo = 0, hi = nseg - 1;
+  while (lo < hi) {
+    const PetscInt mid = (lo + hi + 1) / 2;
+    if (woff[mid] + mid <= c) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+/* one thread per candidate c < ncand (an upper bound) and direction d =
+   blockIdx.y: the cost of the cut as Split() of src/plan.c computes it, then
+   the least cost of the segment (atomicMin on the bits: costs are >= 0) */
+__global__ void __launch_bounds__(BS) SplitCostKernel(PetscInt nseg, PetscInt ncand, const PetscInt *off, const PetscInt *X, const PetscInt *Y, const double *xy, const PetscInt *woff, const unsigned long long *core, const SplitExt *pre, const SplitExt *suf, double *cost, unsigned long long *best)
+{
+  const PetscInt     c   = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
+  const int          d   = blockIdx.y;
+  long long          key = -1; /* the segment, -1: no candidate */
+  unsigned long long v[2] = {~0ull, 0};
+
+  if (c < ncand && c < woff[nseg] + nseg) {
+    const PetscInt s = CandidateSegment(nseg, woff, c), o = off[s], n = off[s + 1] - o, h = n / 2, w = n / FMM_SPLIT_WINDOW, j = c - (woff[s] + s), k = o + h - w + j;
+    if (n >= 2) {
+      const PetscInt           *D  = d ? Y : X;
+      const unsigned long long *cs = core + 8 * s;
+      /* along the list: the ends of the two children */
+      const double al0 = xy[2 * D[o] + d], al1 = xy[2 * D[k - 1] + d], ar0 = xy[2 * D[k] + d], ar1 = xy[2 * D[o + n - 1] + d];
+      /* across it: the cores and the window's prefix / suffix */
+      double ol0 = OrderValue(cs[2 * d]), ol1 = OrderValue(cs[2 * d + 1]), or0 = OrderValue(cs[4 + 2 * d]), or1 = OrderValue(cs[5 + 2 * d]);
+      if (j > 0) {
+        const double *e = (const double *)&pre[woff[s] + j - 1] + 2 * d;
+        ol0             = fmin(ol0, e[0]);
+        ol1             = fmax(ol1, e[1]);
+      }
+      if (j < 2 * w) {
+        const double *e = (const double *)&suf[woff[s] + j] + 2 * d;
+        or0             = fmin(or0, e[0]);
+        or1             = fmax(or1, e[1]);
+      }
+      const double hl = d ? FMMHalfPerimeter(ol0, al0, ol1, al1) : FMMHalfPerimeter(al0, ol0, al1, ol1);
+      const double hr = d ? FMMHalfPerimeter(or0, ar0, or1, ar1) : FMMHalfPerimeter(ar0, or0, ar1, or1);
+      double       cc = __dadd_rn(hl, hr);
+      if (j != w) cc = __dmul_rn(cc, FMM_SPLIT_GAIN);
+      cost[d * ncand + c] = cc;
+      key                 = s;
+      v[0]                = (unsigned long long)__double_as_longlong(cc);
+    }
+  }
+  BlockRunAtomics<1>(key, v, [best](long long t) { return best + t; });
+}
+
+/* the first candidate of least cost in the CPU's order: x before y, then j */
+__global__ void SplitPickKernel(PetscInt nseg, PetscInt ncand, const PetscInt *off, const PetscInt *woff, const double *cost, const unsigned long long *best, PetscInt *rank)
+{
+  const PetscInt c = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
+  const int      d = blockIdx.y;
+  if (c >= ncand || c >= woff[nseg] + nseg) return;
+  const PetscInt s = CandidateSegment(nseg, woff, c), n = off[s + 1] - off[s], w = n / FMM_SPLIT_WINDOW;
+  if (n < 2) return;
+  if ((unsigned long long)__double_as_longlong(cost[d * ncand + c]) == best[s]) atomicMin(&rank[s], d * (2 * w + 1) + c - (woff[s] + s));
+}
+
+/* one thread per segment: its direction and cut (segments of fewer than 2 points keep SegmentKernel's) */
+__global__ void SplitDecideKernel(PetscInt nseg, const PetscInt *off, const PetscInt *rank, char *dir, PetscInt *noff)
+{
+  const PetscInt s = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
+  if (s >= nseg) return;
+  const PetscInt o = off[s], n = off[s + 1] - o, h = n / 2, w = n / FMM_SPLIT_WINDOW;
+  if (n < 2) return;
+  dir[s]          = (char)(rank[s] / (2 * w + 1));
+  noff[2 * s + 1] = o + h - w + rank[s] % (2 * w + 1);
 }
 
 /* ------------------------------------------------ points in tree order */
@@ -405,6 +628,79 @@ __global__ void ChunkKernel(PetscInt nchunks, PetscInt npairs, const PetscInt *p
 }
 
 #define LAUNCH_N(n) FMMCUDABlocks((PetscInt64)(n), BS), BS, 0, c->stream
+
+/* the work arrays of the compact split, sized for the last round */
+typedef struct {
+  PetscInt           wmax, ncand; /* window entries, candidates per direction: upper bounds for every round */
+  PetscInt          *wcnt, *woff, *wkey, *rank;
+  unsigned long long *core, *best;
+  SplitExt          *wval, *pre, *suf;
+  double            *cost;
+} SplitWork;
+
+static PetscErrorCode SplitWorkCreate(FMM_CUDA *c, PetscInt U, PetscInt nsegmax, SplitWork *w)
+{
+  const PetscInt wmax = U / (FMM_SPLIT_WINDOW / 2) + 1; /* sum of 2 floor(n/32) over the segments <= U/16 */
+
+  PetscFunctionBegin;
+  w->wmax  = wmax;
+  w->ncand = wmax + nsegmax;
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&w->wcnt, sizeof(PetscInt) * (3 * (size_t)(nsegmax + 1) + wmax), "the split windows"));
+  w->woff = w->wcnt + nsegmax + 1;
+  w->rank = w->woff + nsegmax + 1;
+  w->wkey = w->rank + nsegmax + 1;
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&w->core, sizeof(unsigned long long) * 9 * (size_t)nsegmax, "the split extents"));
+  w->best = w->core + 8 * nsegmax;
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&w->wval, sizeof(SplitExt) * 3 * (size_t)wmax, "the split windows"));
+  w->pre = w->wval + wmax;
+  w->suf = w->pre + wmax;
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&w->cost, sizeof(double) * 2 * (size_t)w->ncand, "the split costs"));
+  PetscFunctionReturn(0);
+}
+
+static PetscErrorCode SplitWorkDestroy(FMM_CUDA *c, SplitWork *w)
+{
+  PetscFunctionBegin;
+  PetscCall(FMMCUDAFree(c->stream, w->wcnt));
+  PetscCall(FMMCUDAFree(c->stream, w->core));
+  PetscCall(FMMCUDAFree(c->stream, w->wval));
+  PetscCall(FMMCUDAFree(c->stream, w->cost));
+  PetscFunctionReturn(0);
+}
+
+/* the compact split of every segment of a round: dir[s] and the cut noff[2s+1]
+   (SegmentKernel has set the rest of noff); no host synchronization: the
+   scans run over the upper bound of the windows (unused keys are -1), the
+   candidate kernels over that of the candidates */
+static PetscErrorCode CompactSplit(FMM_CUDA *c, Scratch *s, SplitWork *w, PetscInt nseg, PetscInt U, const PetscInt *off, const PetscInt *seg, const PetscInt *X, const PetscInt *Y, const double *xy, char *dir, PetscInt *noff)
+{
+  const PetscInt wmax = w->wmax;
+  size_t         need = 0;
+  const dim3     grid(FMMCUDABlocks((PetscInt64)w->ncand, BS), 2);
+  auto           rkey = thrust::make_reverse_iterator(w->wkey + wmax);
+  auto           rval = thrust::make_reverse_iterator(w->wval + wmax);
+  auto           rsuf = thrust::make_reverse_iterator(w->suf + wmax);
+
+  PetscFunctionBegin;
+  SplitInitKernel<<<LAUNCH_N(nseg + 1)>>>(nseg, off, w->wcnt, w->core, w->best, w->rank);
+  FMMCheckLaunch();
+  PetscCall(ExclusiveScan(c, s, w->wcnt, w->woff, nseg));
+  SplitCoreKernel<<<LAUNCH_N(U)>>>(U, nseg, wmax, seg, off, X, Y, xy, w->woff, w->core, w->wkey, w->wval);
+  FMMCheckLaunch();
+  FMMCallCUDA(cub::DeviceScan::InclusiveScanByKey(NULL, need, w->wkey, w->wval, w->pre, SplitExtOp(), (int)wmax, ::cuda::std::equal_to<>(), c->stream));
+  PetscCall(ScratchEnsure(c, s, need));
+  FMMCallCUDA(cub::DeviceScan::InclusiveScanByKey(s->tmp, need, w->wkey, w->wval, w->pre, SplitExtOp(), (int)wmax, ::cuda::std::equal_to<>(), c->stream));
+  FMMCallCUDA(cub::DeviceScan::InclusiveScanByKey(NULL, need, rkey, rval, rsuf, SplitExtOp(), (int)wmax, ::cuda::std::equal_to<>(), c->stream));
+  PetscCall(ScratchEnsure(c, s, need));
+  FMMCallCUDA(cub::DeviceScan::InclusiveScanByKey(s->tmp, need, rkey, rval, rsuf, SplitExtOp(), (int)wmax, ::cuda::std::equal_to<>(), c->stream));
+  SplitCostKernel<<<grid, BS, 0, c->stream>>>(nseg, w->ncand, off, X, Y, xy, w->woff, w->core, w->pre, w->suf, w->cost, w->best);
+  FMMCheckLaunch();
+  SplitPickKernel<<<grid, BS, 0, c->stream>>>(nseg, w->ncand, off, w->woff, w->cost, w->best, w->rank);
+  FMMCheckLaunch();
+  SplitDecideKernel<<<LAUNCH_N(nseg)>>>(nseg, off, w->rank, dir, noff);
+  FMMCheckLaunch();
+  PetscFunctionReturn(0);
+}
 
 /* with -info: the GPU time (events) and the host time of the stages of the tree build */
 #define NSTAGE 6
@@ -778,7 +1074,7 @@ PetscErrorCode FMMCUDANearSources(FMM_CUDA *c, const FMMPlan *P, PetscBool globa
   the device plan of c (sperm ... scale, faroff, far, nearoff, near, tleafof)
   and the counts and statistics of P (no host arrays).
 */
-PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal theta, PetscBool same, PetscInt t0, PetscReal alpha, PetscReal beta, const double *xy, const double *nrm, const double *wts, PetscInt U)
+PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal theta, PetscBool median, PetscBool same, PetscInt t0, PetscReal alpha, PetscReal beta, const double *xy, const double *nrm, const double *wts, PetscInt U)
 {
   const PetscInt      N = P->N, M = P->M;
   PetscInt            L = 0, nleaves, nboxes;
@@ -787,8 +1083,9 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
   PetscInt           *val, *X, *Y, *X2, *Y2, *seg, *f, *sc, *offbase, *off, *noff, *fs, *ss, *ft, *st;
   char               *dir, *left;
   double             *bb;
+  SplitWork           sp  = {0, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
   Stages              stg = {PETSC_FALSE, 0, {0}, {0}};
-  const char         *stgname[] = {"allocation and sort", "median splits", "leaves and scatter", "interaction lists", "frees"};
+  const char         *stgname[] = {"allocation and sort", "splits", "leaves and scatter", "interaction lists", "frees"};
 
   PetscFunctionBegin;
   PetscCall(PetscInfoEnabled(MAT_CLASSID, &stg.on));
@@ -822,6 +1119,7 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&dir, 2 * (size_t)PetscMax(U, nleaves) + 2, "the split flags"));
   left = dir + PetscMax(U, nleaves) + 1;
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&bb, sizeof(double) * 4 * (size_t)nboxes, "the bounding boxes"));
+  if (!median && L > 0 && U) PetscCall(SplitWorkCreate(c, U, nleaves / 2, &sp));
 
   /* the two sorted lists */
   if (U) {
@@ -846,13 +1144,14 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
     double        *lbb  = (r % 2 == 0) ? bb + 4 * FMMLevelStart(r / 2) : NULL;
     SegmentKernel<<<LAUNCH_N(nseg)>>>(nseg, off, X, Y, xy, noff, dir, lbb);
     FMMCheckLaunch();
+    if (U && !median) PetscCall(CompactSplit(c, &s, &sp, nseg, U, off, seg, X, Y, xy, dir, noff));
     if (U) {
-      FlagKernel<<<LAUNCH_N(U)>>>(U, seg, off, dir, X, Y, left);
+      FlagKernel<<<LAUNCH_N(U)>>>(U, seg, noff, dir, X, Y, left);
       FMMCheckLaunch();
       OtherFlagKernel<<<LAUNCH_N(U + 1)>>>(U, seg, dir, X, Y, left, f);
       FMMCheckLaunch();
       PetscCall(ExclusiveScan(c, &s, f, sc, U));
-      PartitionKernel<<<LAUNCH_N(U)>>>(U, seg, off, dir, X, Y, f, sc, X2, Y2);
+      PartitionKernel<<<LAUNCH_N(U)>>>(U, seg, off, noff, dir, X, Y, f, sc, X2, Y2);
       FMMCheckLaunch();
       { PetscInt *t = X; X = X2; X2 = t; t = Y; Y = Y2; Y2 = t; }
     }
@@ -957,6 +1256,7 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
   PetscCall(FMMCUDAFree(c->stream, offbase));
   PetscCall(FMMCUDAFree(c->stream, dir));
   PetscCall(FMMCUDAFree(c->stream, bb));
+  if (sp.wcnt) PetscCall(SplitWorkDestroy(c, &sp));
   if (s.tmp) PetscCall(FMMCUDAFree(c->stream, s.tmp));
   PetscCall(StageMark(c, &stg));
   FMMCallCUDA(cudaStreamSynchronize(c->stream));

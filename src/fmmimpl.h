@@ -60,6 +60,18 @@ typedef struct {
    under CPU contention each parallel region can wait a scheduler slice */
 #define FMM_OMP_MIN_POINTS 8192
 
+/* The compact split rule of the tree (-mat_fmm_tree_split compact, src/plan.c
+   and cuda/tree.cu): a box of n points may be cut after h - w .. h + w of its
+   points in x or in y order, h = n/2, w = n/FMM_SPLIT_WINDOW; the cost of a cut
+   is the sum of its two children's bounding-box half-perimeters (width +
+   height), and a cut off the median costs FMM_SPLIT_GAIN times more, so the
+   split moves only when that pays.  Both backends evaluate FMMSplitCost with
+   the same additions in the same order (no products: nothing to contract into
+   an FMA), so they pick bitwise the same cuts. */
+#define FMM_SPLIT_WINDOW 32
+#define FMM_SPLIT_GAIN   1.5
+#define FMMHalfPerimeter(x0, y0, x1, y1) (((x1) - (x0)) + ((y1) - (y0)))
+
 static inline PetscInt FMMLevelStart(PetscInt l)
 {
   return ((((PetscInt)1) << (2 * l)) - 1) / 3;
@@ -94,6 +106,7 @@ typedef struct {
   MatFMMDevice device, device_used;
   PetscReal    repetition_mb;
   PetscBool    ct_set;                      /* CT given by the user; else the device's default */
+  PetscBool    split_median;                /* the seed's split rule: median along the longer side (-mat_fmm_tree_split median) */
   PetscBool    cuda_m2l_tc, cuda_log_fast; /* CUDA kernel choices (-mat_fmm_cuda_m2l, -mat_fmm_cuda_log) */
   PetscBool    cuda_tree_gpu;              /* the CUDA backend builds the plan on the GPU (-mat_fmm_cuda_tree) */
   PetscBool    cuda_p2p_sym;               /* CUDA tiled P2P evaluates each unordered pair once when it can (-mat_fmm_cuda_p2p_symmetric) */

@@ -4,9 +4,9 @@
 
   Every rank builds the same tree from all points: the N sources and, when the
   targets are not the sources, the targets of all ranks.  Each box of a level
-  is split at the median of its points along the longer side of their
-  bounding box, then each half again, giving the four children, so boxes
-  adapt to where sources and targets are (targets away from the sources get
+  is split in two near the median of its points (Split() below), then each
+  half again, giving the four children, so boxes adapt to where sources and
+  targets are (targets away from the sources get
   boxes of their own instead of stretching the source boxes).  Medians are
   taken on the key (coordinate, index), so ties between equal coordinates are
   broken the same way on every rank and every backend.  The plan, and hence
@@ -84,19 +84,81 @@ static void Select(FMMPoint *pt, PetscInt n, PetscInt k, int dir)
   }
 }
 
-/* Split pt[0..n) at its median along the longer side of its bounding box:
-   the n/2 smallest keys first */
-static void Split(FMMPoint *pt, PetscInt n)
+typedef struct {
+  PetscReal x0, y0, x1, y1;
+} FMMBox;
+
+static inline void BoxAdd(FMMBox *b, const FMMPoint *p)
 {
-  PetscReal xmin = PETSC_MAX_REAL, xmax = -PETSC_MAX_REAL, ymin = PETSC_MAX_REAL, ymax = -PETSC_MAX_REAL;
-  if (n < 2) return;
-  for (PetscInt i = 0; i < n; i++) {
-    xmin = PetscMin(xmin, pt[i].x);
-    xmax = PetscMax(xmax, pt[i].x);
-    ymin = PetscMin(ymin, pt[i].y);
-    ymax = PetscMax(ymax, pt[i].y);
+  b->x0 = PetscMin(b->x0, p->x);
+  b->y0 = PetscMin(b->y0, p->y);
+  b->x1 = PetscMax(b->x1, p->x);
+  b->y1 = PetscMax(b->y1, p->y);
+}
+
+static inline FMMBox BoxOf(const FMMPoint *pt, PetscInt n)
+{
+  FMMBox b = {PETSC_MAX_REAL, PETSC_MAX_REAL, -PETSC_MAX_REAL, -PETSC_MAX_REAL};
+  for (PetscInt i = 0; i < n; i++) BoxAdd(&b, &pt[i]);
+  return b;
+}
+
+/* Split pt[0..n) in two: reorders it so that the first k points, k returned,
+   are the k smallest keys along the chosen direction.
+
+   median (the seed's rule): k = n/2 along the longer side of the bounding box.
+
+   compact (default): the cut of least cost among k = h - w .. h + w, h = n/2,
+   w = n/FMM_SPLIT_WINDOW, along x or y (see fmmimpl.h): points 0..h-w-1 and
+   h+w..n-1 are placed by selection, the 2w between them are sorted, and one
+   pass each way over them gives the bounding boxes of every cut.  Ties go to
+   x, then to the smaller k, as in cuda/tree.cu.  Why: with medians along the
+   longer side, a box where the curve turns back gives one child a few points
+   of the far arm; they stay with points of the near arm down to a leaf whose
+   radius is the distance between the arms, and such leaves and their boxes
+   carried half of the P2P pairs and a quarter of the M2L translations on the
+   star curve.  Moving the cut by a few points keeps the arms apart.
+   work[] holds 2w + 1 reals. */
+static PetscInt Split(FMMPoint *pt, PetscInt n, PetscBool median, PetscReal *work)
+{
+  PetscInt  h = n / 2, w = n / FMM_SPLIT_WINDOW, bestd = 0, bestk = h;
+  PetscReal best = PETSC_MAX_REAL;
+
+  if (n < 2) return h;
+  if (median) {
+    FMMBox b = BoxOf(pt, n);
+    Select(pt, n, h, (b.y1 - b.y0 > b.x1 - b.x0) ? 1 : 0);
+    return h;
   }
-  Select(pt, n, n / 2, (ymax - ymin > xmax - xmin) ? 1 : 0);
+  for (int d = 0; d < 2; d++) {
+    FMMBox l, r;
+    if (w) {
+      Select(pt, n, h - w, d);
+      Select(pt + h - w, n - h + w, 2 * w, d);
+      qsort(pt + h - w, (size_t)(2 * w), sizeof(FMMPoint), d ? CmpY : CmpX);
+    } else Select(pt, n, h, d);
+    /* work[j]: half-perimeter of the first child of cut k = h - w + j, then the cut's cost */
+    l = BoxOf(pt, h - w);
+    for (PetscInt j = 0; j <= 2 * w; j++) {
+      if (j) BoxAdd(&l, &pt[h - w + j - 1]);
+      work[j] = FMMHalfPerimeter(l.x0, l.y0, l.x1, l.y1);
+    }
+    r = BoxOf(pt + h + w, n - h - w);
+    for (PetscInt j = 2 * w; j >= 0; j--) {
+      if (j < 2 * w) BoxAdd(&r, &pt[h - w + j]);
+      work[j] = work[j] + FMMHalfPerimeter(r.x0, r.y0, r.x1, r.y1);
+      if (j != w) work[j] = work[j] * FMM_SPLIT_GAIN;
+    }
+    for (PetscInt j = 0; j <= 2 * w; j++)
+      if (work[j] < best) {
+        best  = work[j];
+        bestd = d;
+        bestk = h - w + j;
+      }
+  }
+  /* the points are now in the y arrangement, which serves any cut in y */
+  if (bestd == 0) Select(pt, n, bestk, 0);
+  return bestk;
 }
 
 /*
@@ -137,7 +199,7 @@ PetscErrorCode FMMPlanBuild(Mat A)
   PetscInt   t0, t1; /* this rank's targets: global indices [t0, t1) of the sources (same) or of the targets */
   FMMPoint  *pt;     /* all points: sources i < N, targets N + global index */
   PetscInt  *off, *noff, *scnt, *tcnt;
-  PetscReal *gtgt = fmm->gtgt, *bb, *rad; /* all targets (gathered at assembly); box bounding boxes (xmin,ymin,-xmax,-ymax), radii */
+  PetscReal *gtgt = fmm->gtgt, *bb, *rad, *work; /* all targets (gathered at assembly); box bounding boxes (xmin,ymin,-xmax,-ymax), radii */
   PetscInt  *stroff, *str, *far, nfar;
   PetscReal  twopi = 2.0 * PETSC_PI;
 
@@ -167,6 +229,7 @@ PetscErrorCode FMMPlanBuild(Mat A)
   /* sorting: split every box of level l into four; off[] holds the point
      ranges of the boxes of the current level */
   PetscCall(PetscMalloc1(2, &off));
+  PetscCall(PetscMalloc1(U + 1, &work)); /* a box's splits use work[] at its own points */
   off[0] = 0;
   off[1] = U;
   for (PetscInt l = 0; l < L; l++) {
@@ -174,19 +237,20 @@ PetscErrorCode FMMPlanBuild(Mat A)
     PetscCall(PetscMalloc1(4 * nb + 1, &noff));
 #pragma omp parallel for schedule(dynamic, 1) if (nb > 8)
     for (PetscInt b = 0; b < nb; b++) {
-      PetscInt u0 = off[b], n = off[b + 1] - u0, h = n / 2;
-      Split(pt + u0, n);
-      Split(pt + u0, h);
-      Split(pt + u0 + h, n - h);
+      PetscInt u0 = off[b], n = off[b + 1] - u0, h, h0, h1;
+      h               = Split(pt + u0, n, fmm->split_median, work + u0);
+      h0              = Split(pt + u0, h, fmm->split_median, work + u0);
+      h1              = Split(pt + u0 + h, n - h, fmm->split_median, work + u0 + h);
       noff[4 * b]     = u0;
-      noff[4 * b + 1] = u0 + h / 2;
+      noff[4 * b + 1] = u0 + h0;
       noff[4 * b + 2] = u0 + h;
-      noff[4 * b + 3] = u0 + h + (n - h) / 2;
+      noff[4 * b + 3] = u0 + h + h1;
     }
     noff[4 * nb] = U;
     PetscCall(PetscFree(off));
     off = noff;
   }
+  PetscCall(PetscFree(work));
 
   /* sources and this rank's targets of each leaf, in tree order */
   PetscCall(PetscCalloc2(nleaves + 1, &scnt, nleaves + 1, &tcnt));

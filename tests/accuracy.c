@@ -183,4 +183,7 @@ int main(int argc, char **argv)
   test:
     suffix: clusters
     args: -geometry clusters -kernel combined -mat_fmm_eps 1e-10 -malloc_dump
+  test:
+    suffix: curve_median
+    args: -geometry curve -kernel double -mat_fmm_eps 1e-10 -mat_fmm_tree_split median -malloc_dump
 TEST*/

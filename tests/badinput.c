@@ -571,6 +571,7 @@ static PetscErrorCode OptionErrorCases(void)
   PetscCall(OptionCase("-mat_fmm_method bogus", "mat_fmm_method", "bogus", PETSC_ERR_USER));
   PetscCall(OptionCase("-mat_fmm_device bogus", "mat_fmm_device", "bogus", PETSC_ERR_USER));
   PetscCall(OptionCase("-mat_fmm_kernel bogus", "mat_fmm_kernel", "bogus", PETSC_ERR_USER));
+  PetscCall(OptionCase("-mat_fmm_tree_split bogus", "mat_fmm_tree_split", "bogus", PETSC_ERR_USER));
   PetscCall(OptionCase("-mat_fmm_p abc", "mat_fmm_p", "abc", PETSC_ERR_ARG_OUTOFRANGE));
 
   PetscFunctionReturn(0);

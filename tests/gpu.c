@@ -367,6 +367,11 @@ int main(int argc, char **argv)
     args: -n 3000 -geometry curve -mat_fmm_ct 16
 
   test:
+    suffix: curve_median
+    requires: cuda
+    args: -n 3000 -geometry curve -mat_fmm_ct 16 -mat_fmm_tree_split median
+
+  test:
     suffix: curve_fma
     requires: cuda
     args: -n 3000 -geometry curve -mat_fmm_ct 16 -mat_fmm_cuda_m2l fma -mat_fmm_cuda_log libm
@@ -399,7 +404,7 @@ int main(int argc, char **argv)
   test:
     suffix: clusters_p48
     requires: cuda
-    args: -n 3000 -geometry clusters -mat_fmm_p 48 -mat_fmm_ct 24 -mat_fmm_repetition_mb 1
+    args: -n 3000 -geometry clusters -mat_fmm_p 48 -mat_fmm_ct 24 -mat_fmm_repetition_mb 2
 
   test:
     suffix: targets

@@ -626,6 +626,13 @@ static PetscErrorCode MatSetFromOptions_FMM(Mat A, PetscOptionItems *PetscOption
   if (set) PetscCall(MatFMMSetTolerance(A, rval));
   PetscCall(PetscOptionsReal("-mat_fmm_theta", "Theta of the separation criterion R + theta r <= theta d", "MatFMMSetTheta", fmm->theta, &rval, &set));
   if (set) PetscCall(MatFMMSetTheta(A, rval));
+  {
+    const char *split[] = {"compact", "median"};
+    PetscInt    i;
+    PetscCall(PetscOptionsEList("-mat_fmm_tree_split", "Tree split rule: the most compact cut near the median (x or y), or the seed's median along the longer side", "MATFMM", split, 2, split[fmm->split_median ? 1 : 0], &i, &set));
+    if (set && fmm->split_median != (i == 1)) PetscCall(MatFMMInvalidate(A));
+    if (set) fmm->split_median = i == 1 ? PETSC_TRUE : PETSC_FALSE;
+  }
   PetscCall(PetscOptionsEnum("-mat_fmm_layout", "Near-field (P2P) data layout", "MatFMMSetLayout", MatFMMLayouts, (PetscEnum)fmm->layout, &e, &set));
   if (set) PetscCall(MatFMMSetLayout(A, (MatFMMLayout)e));
   PetscCall(PetscOptionsReal("-mat_fmm_repetition_mb", "Memory budget of the repetition layout records (MB)", "MatFMMSetLayout", fmm->repetition_mb, &rval, &set));
@@ -1032,7 +1039,7 @@ static PetscErrorCode MatView_FMM(Mat A, PetscViewer viewer)
     PetscCallMPI(MPI_Allreduce(loc, sum, 4, MPIU_INT64, MPI_SUM, PetscObjectComm((PetscObject)A)));
     PetscCallMPI(MPI_Allreduce(loc, mx, 4, MPIU_INT64, MPI_MAX, PetscObjectComm((PetscObject)A)));
     PetscCallMPI(MPI_Comm_size(PetscObjectComm((PetscObject)A), &size));
-    PetscCall(PetscViewerASCIIPrintf(viewer, "  tree: %" PetscInt_FMT " sources, %" PetscInt64_FMT " targets, %" PetscInt_FMT " levels below the root, %" PetscInt_FMT " leaves, %" PetscInt_FMT " boxes\n", P->N, sum[0], P->L, P->nleaves, P->nboxes));
+    PetscCall(PetscViewerASCIIPrintf(viewer, "  tree: %" PetscInt_FMT " sources, %" PetscInt64_FMT " targets, %" PetscInt_FMT " levels below the root, %" PetscInt_FMT " leaves, %" PetscInt_FMT " boxes (%s splits)\n", P->N, sum[0], P->L, P->nleaves, P->nboxes, fmm->split_median ? "median" : "compact"));
     PetscCall(PetscViewerASCIIPrintf(viewer, "  leaf boxes: at most %" PetscInt_FMT " sources, %" PetscInt64_FMT " targets (mean %.1f sources)\n", P->maxleafsrc, mx[3], (double)P->N / (double)P->nleaves));
     PetscCall(PetscViewerASCIIPrintf(viewer, "  interactions per product: %" PetscInt64_FMT " M2L, %" PetscInt64_FMT " P2P pairs (%.1f per target)\n", sum[1], sum[2], sum[0] ? (double)sum[2] / (double)sum[0] : 0.0));
     if (size > 1) PetscCall(PetscViewerASCIIPrintf(viewer, "  MPI: all %" PetscInt_FMT " sources replicated on each of %d ranks; each rank evaluates its own targets\n", P->N, (int)size));
@@ -1081,6 +1088,7 @@ static PetscErrorCode MatDestroy_FMM(Mat A)
 .  -mat_fmm_p <p> - expansion order (default: from -mat_fmm_eps)
 .  -mat_fmm_eps <eps> - requested relative accuracy (default 1e-10)
 .  -mat_fmm_theta <theta> - separation parameter of the theta-criterion (default 0.5)
+.  -mat_fmm_tree_split <compact,median> - how a box is cut in two: at the cut within n/32 points of the median, in x or y, whose children have the least sum of bounding-box half-perimeters (default), or at the median along the longer side (the seed's rule)
 .  -mat_fmm_layout <tiled,indexing,repetition> - near-field layout (default tiled)
 .  -mat_fmm_repetition_mb <mb> - memory budget of the repetition layout (default 256)
 .  -mat_fmm_method <fmm,direct> - FMM or exact summation (default fmm)
@@ -1105,7 +1113,9 @@ static PetscErrorCode MatDestroy_FMM(Mat A)
 
    Notes:
    The tree is the adaptive median-split pyramid of Goude & Engblom (J.
-   Supercomput. 63, 2013), interaction lists follow the theta-criterion of
+   Supercomput. 63, 2013), with cuts moved off the median where that keeps the
+   children compact (-mat_fmm_tree_split: on curves that turn back, median cuts
+   leave leaves that straddle two arms), interaction lists follow the theta-criterion of
    Engblom (2011) and the translations are those of Greengard & Rokhlin
    (1987) in radius-scaled form.  Supported: `MatMult()`, `MatMultAdd()`,
    `MatScale()`, `MatShift()`, `MatDiagonalSet()`, `MatGetDiagonal()`,
