@@ -160,8 +160,9 @@ __global__ void PartitionKernel(PetscInt U, PetscInt *seg, const PetscInt *off, 
    (d = 1).  Along the list the children's extents are read off its sorted
    ends; across it they come from the extents of ranks below h - w and from
    h + w up (the cores: one pass, atomics on order keys) and from prefix and
-   suffix scans of the 2w ranks between (the windows, packed by a scan of the
-   segments' 2w).  Every candidate computes its cost as the CPU does; the
+   suffix scans of the 2w ranks between (the windows).  A scan of the
+   segments' 2w + 1 candidates places both: segment s's candidates start at
+   coff[s], its window at coff[s] - s.  Every candidate computes its cost as the CPU does; the
    least cost wins, ties to x, then to the smaller j (the CPU's order). */
 
 /* the other coordinate over a run of ranks: y over the X list, x over the Y list */
@@ -181,18 +182,18 @@ struct SplitExtOp {
   }
 };
 
-/* one thread per segment, and one more: window sizes 2w (for the scan),
+/* one thread per segment, and one more: candidate counts 2w + 1 (for the scan),
    starting values of the reductions (core: per segment ylo, yhi, xlo, xhi of
    the ranks below the window, then of those above it, as order keys) */
-__global__ void SplitInitKernel(PetscInt nseg, const PetscInt *off, PetscInt *wcnt, unsigned long long *core, unsigned long long *best, PetscInt *rank)
+__global__ void SplitInitKernel(PetscInt nseg, const PetscInt *off, PetscInt *ccnt, unsigned long long *core, unsigned long long *best, PetscInt *rank)
 {
   const PetscInt s = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   if (s > nseg) return;
   if (s == nseg) {
-    wcnt[nseg] = 0;
+    ccnt[nseg] = 0;
     return;
   }
-  wcnt[s] = 2 * ((off[s + 1] - off[s]) / FMM_SPLIT_WINDOW);
+  ccnt[s] = 2 * ((off[s + 1] - off[s]) / FMM_SPLIT_WINDOW) + 1;
   for (int j = 0; j < 8; j++) core[8 * s + j] = (j % 2) ? 0ull : ~0ull;
   best[s] = ~0ull;
   rank[s] = PETSC_MAX_INT;
@@ -263,7 +264,7 @@ __device__ __forceinline__ void BlockRunAtomics(long long key, unsigned long lon
    max do not depend on the order of the atomics).  Threads k < wmax past the
    last window also mark the unused window entries (key -1, zero extents) for
    the scans. */
-__global__ void __launch_bounds__(BS) SplitCoreKernel(PetscInt U, PetscInt nseg, PetscInt wmax, const PetscInt *seg, const PetscInt *off, const PetscInt *X, const PetscInt *Y, const double *xy, const PetscInt *woff, unsigned long long *core, PetscInt *wkey, SplitExt *wval)
+__global__ void __launch_bounds__(BS) SplitCoreKernel(PetscInt U, PetscInt nseg, PetscInt wmax, const PetscInt *seg, const PetscInt *off, const PetscInt *X, const PetscInt *Y, const double *xy, const PetscInt *coff, unsigned long long *core, PetscInt *wkey, SplitExt *wval)
 {
   const PetscInt     k    = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   long long          tag  = -1;           /* 2s (lower core) or 2s + 1 (upper core); -1: none */
@@ -273,7 +274,7 @@ __global__ void __launch_bounds__(BS) SplitCoreKernel(PetscInt U, PetscInt nseg,
     const PetscInt s = seg[k], o = off[s], n = off[s + 1] - o, h = n / 2, w = n / FMM_SPLIT_WINDOW, r = k - o;
     const double   yv = xy[2 * X[k] + 1], xv = xy[2 * Y[k]];
     if (r >= h - w && r < h + w) {
-      const PetscInt i = woff[s] + r - (h - w);
+      const PetscInt i = coff[s] - s + r - (h - w);
       wkey[i]          = s;
       wval[i]          = SplitExt{yv, yv, xv, xv};
     } else {
@@ -282,37 +283,25 @@ __global__ void __launch_bounds__(BS) SplitCoreKernel(PetscInt U, PetscInt nseg,
       v[2] = v[3] = OrderKey(xv);
     }
   }
-  if (k < wmax && k >= woff[nseg]) {
+  if (k < wmax && k >= coff[nseg] - nseg) {
     wkey[k] = -1;
     wval[k] = SplitExt{0, 0, 0, 0};
   }
   BlockRunAtomics<4>(tag, v, [core](long long t) { return core + 8 * (t / 2) + 4 * (t % 2); });
 }
 
-/* the segment of candidate c: the last s with woff[s] + s <= c (the segments' candidates are 2w + 1) */
-__device__ __forceinline__ PetscInt CandidateSegment(PetscInt nseg, const PetscInt *woff, PetscInt c)
-{
-  PetscInt lo = 0, hi = nseg - 1;
-  while (lo < hi) {
-    const PetscInt mid = (lo + hi + 1) / 2;
-    if (woff[mid] + mid <= c) lo = mid;
-    else hi = mid - 1;
-  }
-  return lo;
-}
-
 /* one thread per candidate c < ncand (an upper bound) and direction d =
    blockIdx.y: the cost of the cut as Split() of src/plan.c computes it, then
    the least cost of the segment (atomicMin on the bits: costs are >= 0) */
-__global__ void __launch_bounds__(BS) SplitCostKernel(PetscInt nseg, PetscInt ncand, const PetscInt *off, const PetscInt *X, const PetscInt *Y, const double *xy, const PetscInt *woff, const unsigned long long *core, const SplitExt *pre, const SplitExt *suf, double *cost, unsigned long long *best)
+__global__ void __launch_bounds__(BS) SplitCostKernel(PetscInt nseg, PetscInt ncand, const PetscInt *off, const PetscInt *X, const PetscInt *Y, const double *xy, const PetscInt *coff, const unsigned long long *core, const SplitExt *pre, const SplitExt *suf, double *cost, unsigned long long *best)
 {
   const PetscInt     c   = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   const int          d   = blockIdx.y;
   long long          key = -1; /* the segment, -1: no candidate */
   unsigned long long v[2] = {~0ull, 0};
 
-  if (c < ncand && c < woff[nseg] + nseg) {
-    const PetscInt s = CandidateSegment(nseg, woff, c), o = off[s], n = off[s + 1] - o, h = n / 2, w = n / FMM_SPLIT_WINDOW, j = c - (woff[s] + s), k = o + h - w + j;
+  if (c < ncand && c < coff[nseg]) {
+    const PetscInt s = FMMLastLE(coff, 0, nseg, c), o = off[s], n = off[s + 1] - o, h = n / 2, w = n / FMM_SPLIT_WINDOW, j = c - coff[s], k = o + h - w + j, wb = coff[s] - s;
     if (n >= 2) {
       const PetscInt           *D  = d ? Y : X;
       const unsigned long long *cs = core + 8 * s;
@@ -321,12 +310,12 @@ __global__ void __launch_bounds__(BS) SplitCostKernel(PetscInt nseg, PetscInt nc
       /* across it: the cores and the window's prefix / suffix */
       double ol0 = OrderValue(cs[2 * d]), ol1 = OrderValue(cs[2 * d + 1]), or0 = OrderValue(cs[4 + 2 * d]), or1 = OrderValue(cs[5 + 2 * d]);
       if (j > 0) {
-        const double *e = (const double *)&pre[woff[s] + j - 1] + 2 * d;
+        const double *e = (const double *)&pre[wb + j - 1] + 2 * d;
         ol0             = fmin(ol0, e[0]);
         ol1             = fmax(ol1, e[1]);
       }
       if (j < 2 * w) {
-        const double *e = (const double *)&suf[woff[s] + j] + 2 * d;
+        const double *e = (const double *)&suf[wb + j] + 2 * d;
         or0             = fmin(or0, e[0]);
         or1             = fmax(or1, e[1]);
       }
@@ -343,14 +332,14 @@ __global__ void __launch_bounds__(BS) SplitCostKernel(PetscInt nseg, PetscInt nc
 }
 
 /* the first candidate of least cost in the CPU's order: x before y, then j */
-__global__ void SplitPickKernel(PetscInt nseg, PetscInt ncand, const PetscInt *off, const PetscInt *woff, const double *cost, const unsigned long long *best, PetscInt *rank)
+__global__ void SplitPickKernel(PetscInt nseg, PetscInt ncand, const PetscInt *off, const PetscInt *coff, const double *cost, const unsigned long long *best, PetscInt *rank)
 {
   const PetscInt c = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   const int      d = blockIdx.y;
-  if (c >= ncand || c >= woff[nseg] + nseg) return;
-  const PetscInt s = CandidateSegment(nseg, woff, c), n = off[s + 1] - off[s], w = n / FMM_SPLIT_WINDOW;
+  if (c >= ncand || c >= coff[nseg]) return;
+  const PetscInt s = FMMLastLE(coff, 0, nseg, c), n = off[s + 1] - off[s], w = n / FMM_SPLIT_WINDOW;
   if (n < 2) return;
-  if ((unsigned long long)__double_as_longlong(cost[d * ncand + c]) == best[s]) atomicMin(&rank[s], d * (2 * w + 1) + c - (woff[s] + s));
+  if ((unsigned long long)__double_as_longlong(cost[d * ncand + c]) == best[s]) atomicMin(&rank[s], d * (2 * w + 1) + c - coff[s]);
 }
 
 /* one thread per segment: its direction and cut (segments of fewer than 2 points keep SegmentKernel's) */
@@ -632,7 +621,7 @@ __global__ void ChunkKernel(PetscInt nchunks, PetscInt npairs, const PetscInt *p
 /* the work arrays of the compact split, sized for the last round */
 typedef struct {
   PetscInt           wmax, ncand; /* window entries, candidates per direction: upper bounds for every round */
-  PetscInt          *wcnt, *woff, *wkey, *rank;
+  PetscInt          *ccnt, *coff, *wkey, *rank;
   unsigned long long *core, *best;
   SplitExt          *wval, *pre, *suf;
   double            *cost;
@@ -645,9 +634,9 @@ static PetscErrorCode SplitWorkCreate(FMM_CUDA *c, PetscInt U, PetscInt nsegmax,
   PetscFunctionBegin;
   w->wmax  = wmax;
   w->ncand = wmax + nsegmax;
-  PetscCall(FMMCUDAMalloc(c->stream, (void **)&w->wcnt, sizeof(PetscInt) * (3 * (size_t)(nsegmax + 1) + wmax), "the split windows"));
-  w->woff = w->wcnt + nsegmax + 1;
-  w->rank = w->woff + nsegmax + 1;
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&w->ccnt, sizeof(PetscInt) * (3 * (size_t)(nsegmax + 1) + wmax), "the split windows"));
+  w->coff = w->ccnt + nsegmax + 1;
+  w->rank = w->coff + nsegmax + 1;
   w->wkey = w->rank + nsegmax + 1;
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&w->core, sizeof(unsigned long long) * 9 * (size_t)nsegmax, "the split extents"));
   w->best = w->core + 8 * nsegmax;
@@ -661,7 +650,7 @@ static PetscErrorCode SplitWorkCreate(FMM_CUDA *c, PetscInt U, PetscInt nsegmax,
 static PetscErrorCode SplitWorkDestroy(FMM_CUDA *c, SplitWork *w)
 {
   PetscFunctionBegin;
-  PetscCall(FMMCUDAFree(c->stream, w->wcnt));
+  PetscCall(FMMCUDAFree(c->stream, w->ccnt));
   PetscCall(FMMCUDAFree(c->stream, w->core));
   PetscCall(FMMCUDAFree(c->stream, w->wval));
   PetscCall(FMMCUDAFree(c->stream, w->cost));
@@ -682,10 +671,10 @@ static PetscErrorCode CompactSplit(FMM_CUDA *c, Scratch *s, SplitWork *w, PetscI
   auto           rsuf = thrust::make_reverse_iterator(w->suf + wmax);
 
   PetscFunctionBegin;
-  SplitInitKernel<<<LAUNCH_N(nseg + 1)>>>(nseg, off, w->wcnt, w->core, w->best, w->rank);
+  SplitInitKernel<<<LAUNCH_N(nseg + 1)>>>(nseg, off, w->ccnt, w->core, w->best, w->rank);
   FMMCheckLaunch();
-  PetscCall(ExclusiveScan(c, s, w->wcnt, w->woff, nseg));
-  SplitCoreKernel<<<LAUNCH_N(U)>>>(U, nseg, wmax, seg, off, X, Y, xy, w->woff, w->core, w->wkey, w->wval);
+  PetscCall(ExclusiveScan(c, s, w->ccnt, w->coff, nseg));
+  SplitCoreKernel<<<LAUNCH_N(U)>>>(U, nseg, wmax, seg, off, X, Y, xy, w->coff, w->core, w->wkey, w->wval);
   FMMCheckLaunch();
   FMMCallCUDA(cub::DeviceScan::InclusiveScanByKey(NULL, need, w->wkey, w->wval, w->pre, SplitExtOp(), (int)wmax, ::cuda::std::equal_to<>(), c->stream));
   PetscCall(ScratchEnsure(c, s, need));
@@ -693,9 +682,9 @@ static PetscErrorCode CompactSplit(FMM_CUDA *c, Scratch *s, SplitWork *w, PetscI
   FMMCallCUDA(cub::DeviceScan::InclusiveScanByKey(NULL, need, rkey, rval, rsuf, SplitExtOp(), (int)wmax, ::cuda::std::equal_to<>(), c->stream));
   PetscCall(ScratchEnsure(c, s, need));
   FMMCallCUDA(cub::DeviceScan::InclusiveScanByKey(s->tmp, need, rkey, rval, rsuf, SplitExtOp(), (int)wmax, ::cuda::std::equal_to<>(), c->stream));
-  SplitCostKernel<<<grid, BS, 0, c->stream>>>(nseg, w->ncand, off, X, Y, xy, w->woff, w->core, w->pre, w->suf, w->cost, w->best);
+  SplitCostKernel<<<grid, BS, 0, c->stream>>>(nseg, w->ncand, off, X, Y, xy, w->coff, w->core, w->pre, w->suf, w->cost, w->best);
   FMMCheckLaunch();
-  SplitPickKernel<<<grid, BS, 0, c->stream>>>(nseg, w->ncand, off, w->woff, w->cost, w->best, w->rank);
+  SplitPickKernel<<<grid, BS, 0, c->stream>>>(nseg, w->ncand, off, w->coff, w->cost, w->best, w->rank);
   FMMCheckLaunch();
   SplitDecideKernel<<<LAUNCH_N(nseg)>>>(nseg, off, w->rank, dir, noff);
   FMMCheckLaunch();
@@ -1256,7 +1245,7 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
   PetscCall(FMMCUDAFree(c->stream, offbase));
   PetscCall(FMMCUDAFree(c->stream, dir));
   PetscCall(FMMCUDAFree(c->stream, bb));
-  if (sp.wcnt) PetscCall(SplitWorkDestroy(c, &sp));
+  if (sp.ccnt) PetscCall(SplitWorkDestroy(c, &sp));
   if (s.tmp) PetscCall(FMMCUDAFree(c->stream, s.tmp));
   PetscCall(StageMark(c, &stg));
   FMMCallCUDA(cudaStreamSynchronize(c->stream));

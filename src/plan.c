@@ -303,13 +303,11 @@ PetscErrorCode FMMPlanBuild(Mat A)
 #pragma omp parallel for schedule(static) if (U >= FMM_OMP_MIN_POINTS)
     for (PetscInt b = 0; b < nleaves; b++) {
       PetscReal *q = leafbb + 4 * b;
-      q[0] = q[1] = q[2] = q[3] = PETSC_MAX_REAL;
-      for (PetscInt k = off[b]; k < off[b + 1]; k++) {
-        q[0] = PetscMin(q[0], pt[k].x);
-        q[1] = PetscMin(q[1], pt[k].y);
-        q[2] = PetscMin(q[2], -pt[k].x);
-        q[3] = PetscMin(q[3], -pt[k].y);
-      }
+      FMMBox     e = BoxOf(pt + off[b], off[b + 1] - off[b]); /* empty: q[] = PETSC_MAX_REAL */
+      q[0]         = e.x0;
+      q[1]         = e.y0;
+      q[2]         = -e.x1;
+      q[3]         = -e.y1;
     }
     for (PetscInt l = L - 1; l >= 0; l--) {
       PetscReal *pb = bb + 4 * FMMLevelStart(l), *cb = bb + 4 * FMMLevelStart(l + 1);
