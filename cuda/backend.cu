@@ -74,23 +74,23 @@ static PetscBool Pageable(const void *a)
   return at.type == cudaMemoryTypeUnregistered ? PETSC_TRUE : PETSC_FALSE;
 }
 
-/* host h (n doubles) to device d; returns when h may be changed */
-static PetscErrorCode CopyIn(FMM_CUDA *c, double *d, const double *h, PetscInt n)
+/* host h (n doubles) to device d, in stream s; returns when h may be changed */
+static PetscErrorCode CopyIn(cudaStream_t s, double *d, const double *h, PetscInt n)
 {
   FMMCUDAStage *st = &FMMCUDAStaging;
 
   PetscFunctionBegin;
   if (!n) PetscFunctionReturn(0);
   if (!st->in || !Pageable(h)) {
-    FMMCallCUDA(cudaMemcpyAsync(d, h, sizeof(double) * n, cudaMemcpyDefault, c->stream));
+    FMMCallCUDA(cudaMemcpyAsync(d, h, sizeof(double) * n, cudaMemcpyDefault, s));
     PetscFunctionReturn(0);
   }
   for (PetscInt off = 0, k = 0; off < n; off += FMM_STAGE_SLOT, k++) { /* slot k % CHUNKS, free once its last copy is done */
     const PetscInt m = PetscMin(FMM_STAGE_SLOT, n - off), j = k % FMM_STAGE_CHUNKS;
     FMMCallCUDA(cudaEventSynchronize(st->evin[j]));
     FMMCopyReals(st->in + j * FMM_STAGE_SLOT, h + off, m);
-    FMMCallCUDA(cudaMemcpyAsync(d + off, st->in + j * FMM_STAGE_SLOT, sizeof(double) * m, cudaMemcpyHostToDevice, c->stream));
-    FMMCallCUDA(cudaEventRecord(st->evin[j], c->stream));
+    FMMCallCUDA(cudaMemcpyAsync(d + off, st->in + j * FMM_STAGE_SLOT, sizeof(double) * m, cudaMemcpyHostToDevice, s));
+    FMMCallCUDA(cudaEventRecord(st->evin[j], s));
   }
   PetscFunctionReturn(0);
 }
@@ -166,7 +166,7 @@ static PetscErrorCode SetupNearLists(Mat A, FMM_CUDA *c, const FMMPlan *P)
     PetscCall(FMMCUDANearSources(c, P, PETSC_TRUE, &c->nbr, NULL));
     if (!c->gxy) { /* the tree built on the GPU keeps the uploaded points: sources first */
       PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->gxy, sizeof(double) * 2 * P->N, "the sources in global order"));
-      PetscCall(CopyIn(c, c->gxy, fmm->gsrc, 2 * P->N));
+      PetscCall(CopyIn(c->stream, c->gxy, fmm->gsrc, 2 * P->N));
     }
     PetscCall(Upload(c, &c->gq, (PetscReal *)NULL, P->N, "the charges in global order"));
     PetscCall(Upload(c, &c->gdx, (PetscReal *)NULL, P->N, "the dipoles in global order"));
@@ -203,6 +203,34 @@ static PetscErrorCode Create(Mat A)
   PetscFunctionReturn(0);
 }
 
+/* the normals and weights go up on a second stream while the GPU splits the
+   tree: FMMCUDATreeBuild calls UploadLate once the splits are queued, and its
+   scatter, their first use, waits for them (ready: after their allocation) */
+typedef struct {
+  const Mat_FMM *fmm;
+  double        *nrm, *wts;
+  cudaEvent_t    ready;
+} LateUpload;
+
+static PetscErrorCode UploadLate(FMM_CUDA *c, void *ctx)
+{
+  LateUpload  *u = (LateUpload *)ctx;
+  cudaStream_t s;
+  cudaEvent_t  done;
+
+  PetscFunctionBegin;
+  FMMCallCUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  FMMCallCUDA(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  FMMCallCUDA(cudaStreamWaitEvent(s, u->ready, 0));
+  if (u->nrm) PetscCall(CopyIn(s, u->nrm, u->fmm->gnrm, 2 * u->fmm->plan.N));
+  if (u->wts) PetscCall(CopyIn(s, u->wts, u->fmm->gwts, u->fmm->plan.N));
+  FMMCallCUDA(cudaEventRecord(done, s));
+  FMMCallCUDA(cudaStreamWaitEvent(c->stream, done, 0));
+  FMMCallCUDA(cudaEventDestroy(done)); /* both released once their work is done */
+  FMMCallCUDA(cudaStreamDestroy(s));
+  PetscFunctionReturn(0);
+}
+
 /* plan(): the points to the GPU, the tree and lists built there (tree.cu) */
 static PetscErrorCode FMMCUDAPlan(Mat A)
 {
@@ -211,7 +239,8 @@ static PetscErrorCode FMMCUDAPlan(Mat A)
   PetscBool  same = fmm->ntgt < 0 ? PETSC_TRUE : PETSC_FALSE;
   PetscInt   N = A->cmap->N, Mg = same ? 0 : A->rmap->N, U = N + Mg;
   FMM_CUDA  *c;
-  double    *xy, *nrm = NULL, *wts = NULL;
+  double    *xy;
+  LateUpload late = {fmm, NULL, NULL, NULL};
   PetscLogDouble t0, t0b, t1, t2;
 
   PetscFunctionBegin;
@@ -223,23 +252,20 @@ static PetscErrorCode FMMCUDAPlan(Mat A)
   c = (FMM_CUDA *)fmm->backend;
   PetscCall(PetscTime(&t0b));
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&xy, sizeof(double) * 2 * PetscMax(U, 1), "the points"));
-  PetscCall(CopyIn(c, xy, fmm->gsrc, 2 * N));
-  if (!same) PetscCall(CopyIn(c, xy + 2 * N, fmm->gtgt, 2 * Mg));
-  if (fmm->gnrm) {
-    PetscCall(FMMCUDAMalloc(c->stream, (void **)&nrm, sizeof(double) * 2 * N, "the normals"));
-    PetscCall(CopyIn(c, nrm, fmm->gnrm, 2 * N));
-  }
-  if (fmm->gwts) {
-    PetscCall(FMMCUDAMalloc(c->stream, (void **)&wts, sizeof(double) * N, "the weights"));
-    PetscCall(CopyIn(c, wts, fmm->gwts, N));
-  }
+  if (fmm->gnrm) PetscCall(FMMCUDAMalloc(c->stream, (void **)&late.nrm, sizeof(double) * 2 * N, "the normals"));
+  if (fmm->gwts) PetscCall(FMMCUDAMalloc(c->stream, (void **)&late.wts, sizeof(double) * N, "the weights"));
+  FMMCallCUDA(cudaEventCreateWithFlags(&late.ready, cudaEventDisableTiming));
+  FMMCallCUDA(cudaEventRecord(late.ready, c->stream));
+  PetscCall(CopyIn(c->stream, xy, fmm->gsrc, 2 * N));
+  if (!same) PetscCall(CopyIn(c->stream, xy + 2 * N, fmm->gtgt, 2 * Mg));
   FMMCallCUDA(cudaStreamSynchronize(c->stream));
   PetscCall(PetscTime(&t1));
-  PetscCall(FMMCUDATreeBuild(c, P, fmm->ct, fmm->theta, fmm->split_median, same, same ? A->cmap->rstart : A->rmap->rstart, fmm->alpha, fmm->beta, xy, nrm, wts, U));
+  PetscCall(FMMCUDATreeBuild(c, P, fmm->ct, fmm->theta, fmm->split_median, same, same ? A->cmap->rstart : A->rmap->rstart, fmm->alpha, fmm->beta, xy, late.nrm, late.wts, (late.nrm || late.wts) ? UploadLate : NULL, &late, U));
   PetscCall(PetscTime(&t2));
-  PetscCall(PetscInfo(A, "GPU plan: context and staging %.2f ms, %" PetscInt_FMT " points up %.2f ms, tree and lists %.2f ms\n", 1e3 * (t0b - t0), U, 1e3 * (t1 - t0b), 1e3 * (t2 - t1)));
-  if (nrm) PetscCall(FMMCUDAFree(c->stream, nrm));
-  if (wts) PetscCall(FMMCUDAFree(c->stream, wts));
+  PetscCall(PetscInfo(A, "GPU plan: context and staging %.2f ms, %" PetscInt_FMT " points up %.2f ms, tree and lists (with the normals and weights up) %.2f ms\n", 1e3 * (t0b - t0), U, 1e3 * (t1 - t0b), 1e3 * (t2 - t1)));
+  FMMCallCUDA(cudaEventDestroy(late.ready));
+  if (late.nrm) PetscCall(FMMCUDAFree(c->stream, late.nrm));
+  if (late.wts) PetscCall(FMMCUDAFree(c->stream, late.wts));
   if (fmm->layout == MATFMM_LAYOUT_INDEXING && c->fmm) c->gxy = xy; /* the sources in global order, first 2N */
   else PetscCall(FMMCUDAFree(c->stream, xy));
   c->treebuilt = PETSC_TRUE;
@@ -366,7 +392,7 @@ static PetscErrorCode Begin(Mat A, FMM_CUDA *c, const PetscScalar *sigma)
   PetscFunctionBegin;
   FMMCallCUDA(cudaSetDevice(c->dev));
   PetscCall(PetscLogIsActive(&c->sync));
-  PetscCall(CopyIn(c, c->sigma, sigma, fmm->plan.N));
+  PetscCall(CopyIn(c->stream, c->sigma, sigma, fmm->plan.N));
   PetscCall(FMMCUDAStrengths(c, &fmm->plan));
   PetscFunctionReturn(0);
 }

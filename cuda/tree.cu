@@ -11,8 +11,10 @@
   bounding box is read off the ends of its two ranges.  Its split direction d
   and cut (the longer side and the median with -mat_fmm_tree_split median,
   else the compact split below) take the first points of its d-list as they
-  are; the other list is split by a stable partition (a flag per point and one
-  exclusive scan over all boxes at once).  Both lists stay sorted within every
+  are; the other list is split by a stable partition (a flag per point, from
+  comparing its key with the cut's, and one exclusive scan over all boxes at
+  once).  Each list carries the other coordinate of its points, so a round
+  reads its lists in order.  Both lists stay sorted within every
   box, so a level costs O(N), and the boxes are those of src/plan.c: the same
   keys and the same cost sums give the same cuts.  Points in a leaf are in x order (the CPU
   leaves them in selection order; only rounding of sums depends on it).
@@ -26,7 +28,6 @@
 */
 #include "fmmcuda.h"
 #include <cub/cub.cuh>
-#include <thrust/iterator/reverse_iterator.h>
 
 #define BS 256
 
@@ -49,8 +50,8 @@ static PetscErrorCode ScratchEnsure(FMM_CUDA *c, Scratch *s, size_t need)
 }
 
 /* out[0..n] = exclusive prefix sums of in[0..n] (in[n] is 0: out[n] is the total) */
-template <class T>
-static PetscErrorCode ExclusiveScan(FMM_CUDA *c, Scratch *s, const T *in, T *out, PetscInt n)
+template <class In, class T>
+static PetscErrorCode ExclusiveScan(FMM_CUDA *c, Scratch *s, In in, T *out, PetscInt n)
 {
   size_t need = 0;
 
@@ -86,11 +87,51 @@ __global__ void KeysKernel(PetscInt U, const double *xy, unsigned long long *kx,
   val[i] = i;
 }
 
-/* one thread per segment (box or half box) of a round: its bounding box from
-   the ends of its X and Y ranges, the split direction (the longer side, as in
-   src/plan.c) and the offsets of its two halves; bb (when not NULL) receives
-   (xmin, ymin, -xmax, -ymax), or PETSC_MAX_REAL for an empty box */
-__global__ void SegmentKernel(PetscInt nseg, const PetscInt *off, const PetscInt *X, const PetscInt *Y, const double *xy, PetscInt *noff, char *dir, double *bb)
+/* the other coordinate along each sorted list: XO[k] = y of point X[k], YO[k] =
+   x of point Y[k]; the splits carry them with the lists, so that the kernels
+   of a round read them in order instead of gathering from xy */
+__global__ void OtherKernel(PetscInt U, const PetscInt *X, const PetscInt *Y, const double *xy, double *XO, double *YO)
+{
+  const PetscInt k = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
+  if (k >= U) return;
+  XO[k] = xy[2 * X[k] + 1];
+  YO[k] = xy[2 * Y[k]];
+}
+
+/* the other coordinate over a run of ranks: y over the X list, x over the Y list */
+typedef struct {
+  double ylo, yhi, xlo, xhi;
+} SplitExt;
+
+__device__ __forceinline__ SplitExt SplitExtJoin(const SplitExt &a, const SplitExt &b)
+{
+  return SplitExt{fmin(a.ylo, b.ylo), fmax(a.yhi, b.yhi), fmin(a.xlo, b.xlo), fmax(a.xhi, b.xhi)};
+}
+
+struct SplitExtOp {
+  __device__ __forceinline__ SplitExt operator()(const SplitExt &a, const SplitExt &b) const { return SplitExtJoin(a, b); }
+};
+
+#define SPLIT_EXT_NONE SplitExt{PETSC_MAX_REAL, -PETSC_MAX_REAL, PETSC_MAX_REAL, -PETSC_MAX_REAL}
+
+/* the first of segment s's slots for candidates, from its offset: the ranges
+   floor(o / 16) + s are disjoint and hold the 2 floor(n/32) + 1 candidates
+   (floor(a/16) - floor(b/16) >= floor((a - b)/16) >= 2 floor((a - b)/32)),
+   and all segments of a round take floor(U/16) + nseg slots */
+__device__ __forceinline__ PetscInt SplitStart(const PetscInt *off, PetscInt s)
+{
+  return off[s] / (FMM_SPLIT_WINDOW / 2) + s;
+}
+
+/* one thread per segment (box or half box) of a round: its
+   bounding box from the ends of its X and Y ranges, the split direction (the
+   longer side, as in src/plan.c) and the offsets of its two halves; bb (when
+   not NULL) receives (xmin, ymin, -xmax, -ymax), or PETSC_MAX_REAL for an
+   empty box.  With the compact split (core not NULL) also the starting
+   values of the segment's reductions (core: ylo, yhi, xlo, xhi of the ranks
+   below the window, then of those above it, as order keys) and the key -1
+   (no candidate) in the slots of its range past its candidates. */
+__global__ void SegmentKernel(PetscInt nseg, const PetscInt *off, const PetscInt *X, const PetscInt *Y, const double *xy, PetscInt *noff, char *dir, double *bb, unsigned long long *core, unsigned long long *best, PetscInt *rank, PetscInt *wkey, SplitExt *wval)
 {
   const PetscInt s = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   if (s >= nseg) return;
@@ -117,39 +158,84 @@ __global__ void SegmentKernel(PetscInt nseg, const PetscInt *off, const PetscInt
       q[3] = -ymax;
     } else q[0] = q[1] = q[2] = q[3] = PETSC_MAX_REAL;
   }
+  if (core) {
+    for (PetscInt c = SplitStart(off, s) + (n >= 2 ? 2 * (n / FMM_SPLIT_WINDOW) + 1 : 0); c < SplitStart(off, s + 1); c++) {
+      wkey[c] = -1;
+      wval[c] = SPLIT_EXT_NONE;
+    }
+    for (int j = 0; j < 8; j++) core[8 * s + j] = (j % 2) ? 0ull : ~0ull;
+    best[s] = ~0ull;
+    rank[s] = PETSC_MAX_INT;
+  }
 }
 
-/* one thread per list position: left[point] = 1 when the point is in the first
-   child of its segment (before the cut noff[2s+1] of its list in the split direction) */
-__global__ void FlagKernel(PetscInt U, const PetscInt *seg, const PetscInt *noff, const char *dir, const PetscInt *X, const PetscInt *Y, char *left)
+/* the direction d and the cut of segment s: the compact split's pick (rank
+   given, two points or more), else SegmentKernel's median */
+__device__ __forceinline__ void SplitOf(PetscInt s, const PetscInt *off, const PetscInt *noff, const char *dir, const PetscInt *rank, int *d, PetscInt *cut)
 {
-  const PetscInt k = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
-  if (k >= U) return;
-  const PetscInt s = seg[k];
-  left[(dir[s] ? Y : X)[k]] = (k < noff[2 * s + 1]) ? 1 : 0;
+  const PetscInt o = off[s], n = off[s + 1] - o;
+  if (rank && n >= 2) {
+    const PetscInt w = n / FMM_SPLIT_WINDOW, r = rank[s];
+    *d   = (int)(r / (2 * w + 1));
+    *cut = o + n / 2 - w + r % (2 * w + 1);
+  } else {
+    *d   = dir[s];
+    *cut = noff[2 * s + 1];
+  }
 }
 
-/* f[k] = the flag of the point at position k of the other list; f[U] = 0 */
-__global__ void OtherFlagKernel(PetscInt U, const PetscInt *seg, const char *dir, const PetscInt *X, const PetscInt *Y, const char *left, PetscInt *f)
+/* whether position k of the list other than d goes to the first child: its
+   point comes before the cut's point in the sort order (coordinate d, then
+   index) of the d-list.  The other list carries coordinate d (YO, XO). */
+__device__ __forceinline__ int LeftOfCut(PetscInt k, int d, PetscInt cut, const PetscInt *X, const PetscInt *Y, const double *XO, const double *YO, const double *xy)
+{
+  const PetscInt p = d ? X[k] : Y[k], q = d ? Y[cut] : X[cut];
+  const double   v = d ? XO[k] : YO[k], cv = xy[2 * q + d];
+  return (v < cv || (v == cv && p < q)) ? 1 : 0;
+}
+
+/* f[k]: LeftOfCut for position k of the list other than its segment's d; f[U] = 0 */
+__global__ void FlagKernel(PetscInt U, const PetscInt *seg, const PetscInt *off, const PetscInt *noff, const char *dir, const PetscInt *rank, const PetscInt *X, const PetscInt *Y, const double *XO, const double *YO, const double *xy, PetscInt *f)
 {
   const PetscInt k = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
+  int            d;
+  PetscInt       cut;
   if (k > U) return;
-  f[k] = k < U ? (PetscInt)left[(dir[seg[k]] ? X : Y)[k]] : 0;
+  if (k == U) {
+    f[k] = 0;
+    return;
+  }
+  SplitOf(seg[k], off, noff, dir, rank, &d, &cut);
+  f[k] = LeftOfCut(k, d, cut, X, Y, XO, YO, xy);
 }
 
 /* the split: the d-list stays, the other list is partitioned stably (first
-   child: flagged points in order, then the rest in order); seg[k] becomes the
-   child that position k falls in */
-__global__ void PartitionKernel(PetscInt U, PetscInt *seg, const PetscInt *off, const PetscInt *noff, const char *dir, const PetscInt *X, const PetscInt *Y, const PetscInt *f, const PetscInt *sc, PetscInt *X2, PetscInt *Y2)
+   child: flagged points in order, then the rest in order; sc: the exclusive
+   scan of the flags f); seg[k] becomes the child that position k falls in,
+   and the compact split's cut goes to noff for the next round */
+__global__ void PartitionKernel(PetscInt U, PetscInt *seg, const PetscInt *off, PetscInt *noff, const char *dir, const PetscInt *rank, const PetscInt *X, const PetscInt *Y, const double *XO, const double *YO, const PetscInt *f, const PetscInt *sc, PetscInt *X2, PetscInt *Y2, double *XO2, double *YO2)
 {
   const PetscInt k = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
+  int            d;
+  PetscInt       cut;
   if (k >= U) return;
-  const PetscInt s = seg[k], o = off[s], h = noff[2 * s + 1] - o, lb = sc[k] - sc[o];
-  const int      d = dir[s];
+  const PetscInt s = seg[k], o = off[s];
+  SplitOf(s, off, noff, dir, rank, &d, &cut);
+  const PetscInt h = cut - o, lb = sc[k] - sc[o];
   const PetscInt np = f[k] ? o + lb : o + h + (k - o - lb);
-  (d ? X2 : Y2)[np] = (d ? X : Y)[k];
-  (d ? Y2 : X2)[k]  = (d ? Y : X)[k];
-  seg[k]            = 2 * s + (k - o >= h ? 1 : 0);
+  if (d) {
+    X2[np]  = X[k];
+    XO2[np] = XO[k];
+    Y2[k]   = Y[k];
+    YO2[k]  = YO[k];
+  } else {
+    Y2[np]  = Y[k];
+    YO2[np] = YO[k];
+    X2[k]   = X[k];
+    XO2[k]  = XO[k];
+  }
+  seg[k] = 2 * s + (k - o >= h ? 1 : 0);
+  if (rank && k == o && off[s + 1] - o >= 2) noff[2 * s + 1] = cut;
 }
 
 /* ------------------------------------------------ the compact split
@@ -160,44 +246,28 @@ __global__ void PartitionKernel(PetscInt U, PetscInt *seg, const PetscInt *off, 
    (d = 1).  Along the list the children's extents are read off its sorted
    ends; across it they come from the extents of ranks below h - w and from
    h + w up (the cores: one pass, atomics on order keys) and from prefix and
-   suffix scans of the 2w ranks between (the windows).  A scan of the
-   segments' 2w + 1 candidates places both: segment s's candidates start at
-   coff[s], its window at coff[s] - s.  Every candidate computes its cost as the CPU does; the
-   least cost wins, ties to x, then to the smaller j (the CPU's order). */
+   suffix scans of the 2w ranks between (the window).  Segment s's candidates
+   take slots SplitStart(off, s) + j.  Candidate j's scans hold window ranks
+   below j and from j up.
+   Every candidate computes its cost as the CPU does; the least cost wins,
+   ties to x, then to the smaller j (the CPU's order). */
 
-/* the other coordinate over a run of ranks: y over the X list, x over the Y list */
+/* extents of the candidates of one segment (key; -1: none): the segmented
+   scan's operator (keys ascend or descend in runs) */
 typedef struct {
-  double ylo, yhi, xlo, xhi;
-} SplitExt;
+  long long key;
+  SplitExt  e;
+} SplitRun;
 
-struct SplitExtOp {
-  __device__ __forceinline__ SplitExt operator()(const SplitExt &a, const SplitExt &b) const
-  {
-    SplitExt e;
-    e.ylo = fmin(a.ylo, b.ylo);
-    e.yhi = fmax(a.yhi, b.yhi);
-    e.xlo = fmin(a.xlo, b.xlo);
-    e.xhi = fmax(a.xhi, b.xhi);
-    return e;
-  }
+struct SplitRunOp {
+  __device__ __forceinline__ SplitRun operator()(const SplitRun &a, const SplitRun &b) const { return b.key == a.key ? SplitRun{b.key, SplitExtJoin(a.e, b.e)} : b; }
 };
 
-/* one thread per segment, and one more: candidate counts 2w + 1 (for the scan),
-   starting values of the reductions (core: per segment ylo, yhi, xlo, xhi of
-   the ranks below the window, then of those above it, as order keys) */
-__global__ void SplitInitKernel(PetscInt nseg, const PetscInt *off, PetscInt *ccnt, unsigned long long *core, unsigned long long *best, PetscInt *rank)
-{
-  const PetscInt s = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
-  if (s > nseg) return;
-  if (s == nseg) {
-    ccnt[nseg] = 0;
-    return;
-  }
-  ccnt[s] = 2 * ((off[s + 1] - off[s]) / FMM_SPLIT_WINDOW) + 1;
-  for (int j = 0; j < 8; j++) core[8 * s + j] = (j % 2) ? 0ull : ~0ull;
-  best[s] = ~0ull;
-  rank[s] = PETSC_MAX_INT;
-}
+/* the carry of a block's scan, from the tiles before (or after) it */
+struct SplitCarry {
+  SplitRun run;
+  __device__ __forceinline__ SplitRun operator()(const SplitRun &) const { return run; }
+};
 
 __device__ __forceinline__ unsigned long long MinU(unsigned long long a, unsigned long long b)
 {
@@ -227,16 +297,16 @@ __device__ __forceinline__ bool RunMinMax(long long key, unsigned long long *v)
   return lane == 31 || next != key;
 }
 
-/* min (even j) / max (odd j) of v[0..nv) over the threads of the block with
+/* min (even j) / max (odd j) of v[0..nv) over the nt threads of the block with
    one key >= 0 (equal keys are contiguous; -1: nothing), applied to dst(key)
    by atomics: one set per run of lanes, and one per run of warps that hold a
    single key.  Atomics on one address queue (about a nanosecond each) and the
    first rounds have a few segments of millions of points. */
-template <int nv, class Dst>
+template <int nv, int nt, class Dst>
 __device__ __forceinline__ void BlockRunAtomics(long long key, unsigned long long *v, Dst dst)
 {
-  __shared__ long long          bkey[BS / 32];
-  __shared__ unsigned long long bv[BS / 32][nv];
+  __shared__ long long          bkey[nt / 32];
+  __shared__ unsigned long long bv[nt / 32][nv];
   const int                     lane = threadIdx.x % 32, wid = threadIdx.x / 32;
   const bool                    uniform = __match_any_sync(0xffffffffu, key) == 0xffffffffu;
   const bool                    last    = RunMinMax<nv>(key, v);
@@ -250,8 +320,8 @@ __device__ __forceinline__ void BlockRunAtomics(long long key, unsigned long lon
   }
   __syncthreads();
   if (threadIdx.x) return;
-  for (int w0 = 0, w1; w0 < BS / 32; w0 = w1) {
-    for (w1 = w0 + 1; w1 < BS / 32 && bkey[w1] == bkey[w0]; w1++)
+  for (int w0 = 0, w1; w0 < nt / 32; w0 = w1) {
+    for (w1 = w0 + 1; w1 < nt / 32 && bkey[w1] == bkey[w0]; w1++)
       for (int j = 0; j < nv; j++) bv[w0][j] = (j % 2) ? MaxU(bv[w0][j], bv[w1][j]) : MinU(bv[w0][j], bv[w1][j]);
     if (bkey[w0] < 0) continue;
     unsigned long long *a = dst(bkey[w0]);
@@ -260,11 +330,10 @@ __device__ __forceinline__ void BlockRunAtomics(long long key, unsigned long lon
 }
 
 /* one thread per list position k, both lists: the other coordinate of rank
-   k - o goes to the segment's window, or to its lower or upper core (min and
-   max do not depend on the order of the atomics).  Threads k < wmax past the
-   last window also mark the unused window entries (key -1, zero extents) for
-   the scans. */
-__global__ void __launch_bounds__(BS) SplitCoreKernel(PetscInt U, PetscInt nseg, PetscInt wmax, const PetscInt *seg, const PetscInt *off, const PetscInt *X, const PetscInt *Y, const double *xy, const PetscInt *coff, unsigned long long *core, PetscInt *wkey, SplitExt *wval)
+   r = k - o goes to the segment's window (candidate j = r - (h - w) holds rank
+   r; j = 2w holds none), or to its lower or upper core (min and max do not
+   depend on the order of the atomics) */
+__global__ void __launch_bounds__(BS) SplitCoreKernel(PetscInt U, const PetscInt *seg, const PetscInt *off, const double *XO, const double *YO, unsigned long long *core, PetscInt *wkey, SplitExt *wval)
 {
   const PetscInt     k    = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   long long          tag  = -1;           /* 2s (lower core) or 2s + 1 (upper core); -1: none */
@@ -272,85 +341,136 @@ __global__ void __launch_bounds__(BS) SplitCoreKernel(PetscInt U, PetscInt nseg,
 
   if (k < U) {
     const PetscInt s = seg[k], o = off[s], n = off[s + 1] - o, h = n / 2, w = n / FMM_SPLIT_WINDOW, r = k - o;
-    const double   yv = xy[2 * X[k] + 1], xv = xy[2 * Y[k]];
-    if (r >= h - w && r < h + w) {
-      const PetscInt i = coff[s] - s + r - (h - w);
-      wkey[i]          = s;
-      wval[i]          = SplitExt{yv, yv, xv, xv};
-    } else {
+    const double   yv = XO[k], xv = YO[k];
+    if (n >= 2 && r >= h - w && r <= h + w) {
+      const PetscInt c = SplitStart(off, s) + r - (h - w);
+      wkey[c]          = s;
+      wval[c]          = r < h + w ? SplitExt{yv, yv, xv, xv} : SPLIT_EXT_NONE;
+    }
+    if (r < h - w || r >= h + w) {
       tag  = 2 * (long long)s + (r < h - w ? 0 : 1);
       v[0] = v[1] = OrderKey(yv);
       v[2] = v[3] = OrderKey(xv);
     }
   }
-  if (k < wmax && k >= coff[nseg] - nseg) {
-    wkey[k] = -1;
-    wval[k] = SplitExt{0, 0, 0, 0};
-  }
-  BlockRunAtomics<4>(tag, v, [core](long long t) { return core + 8 * (t / 2) + 4 * (t % 2); });
+  BlockRunAtomics<4, BS>(tag, v, [core](long long t) { return core + 8 * (t / 2) + 4 * (t % 2); });
 }
 
-/* one thread per candidate c < ncand (an upper bound) and direction d =
-   blockIdx.y: the cost of the cut as Split() of src/plan.c computes it, then
-   the least cost of the segment (atomicMin on the bits: costs are >= 0) */
-__global__ void __launch_bounds__(BS) SplitCostKernel(PetscInt nseg, PetscInt ncand, const PetscInt *off, const PetscInt *X, const PetscInt *Y, const double *xy, const PetscInt *coff, const unsigned long long *core, const SplitExt *pre, const SplitExt *suf, double *cost, unsigned long long *best)
+/* the window scans and the costs, a tile of WTILE candidates per block (WIT
+   consecutive ones per thread, so the block-wide steps run once per WIT).
+   The first launch (costs false) leaves in tile[2t] the extent of the last
+   segment's candidates in tile t and in tile[2t + 1] that of the first's; the
+   second scans each tile forward (exclusive: window ranks below j) and
+   backward (inclusive: ranks from j up), starting from those of the tiles of
+   the same segment before and after it, then computes the costs as Split() of
+   src/plan.c (x, then y), and the least cost of each segment (atomicMin on
+   the bits: costs are >= 0). */
+#define WNT   256
+#define WIT   4
+#define WTILE (WNT * WIT)
+template <bool costs>
+__global__ void __launch_bounds__(WNT) SplitWindowKernel(PetscInt total, PetscInt ncand, const PetscInt *off, const PetscInt *X, const PetscInt *Y, const double *xy, const PetscInt *wkey, const SplitExt *wval, const unsigned long long *core, SplitExt *tile, double *cost, unsigned long long *best)
 {
-  const PetscInt     c   = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
-  const int          d   = blockIdx.y;
-  long long          key = -1; /* the segment, -1: no candidate */
-  unsigned long long v[2] = {~0ull, 0};
+  typedef cub::BlockScan<SplitRun, WNT, cub::BLOCK_SCAN_WARP_SCANS> Scan;
+  typedef cub::BlockReduce<SplitRun, WNT>                           RunReduce;
+  typedef cub::BlockReduce<SplitExt, WNT>                           ExtReduce;
+  __shared__ union {
+    typename Scan::TempStorage      scan;
+    typename RunReduce::TempStorage run;
+    typename ExtReduce::TempStorage ext;
+  } tmp;
+  __shared__ SplitExt suffix[WTILE]; /* the backward scan, in candidate order */
+  __shared__ SplitRun carry[2];
+  const PetscInt      t = blockIdx.x, c0 = t * WTILE;
+  SplitRun            fwd[WIT], bwd[WIT], pre[WIT], suf[WIT];
 
-  if (c < ncand && c < coff[nseg]) {
-    const PetscInt s = FMMLastLE(coff, 0, nseg, c), o = off[s], n = off[s + 1] - o, h = n / 2, w = n / FMM_SPLIT_WINDOW, j = c - coff[s], k = o + h - w + j, wb = coff[s] - s;
-    if (n >= 2) {
-      const PetscInt           *D  = d ? Y : X;
-      const unsigned long long *cs = core + 8 * s;
+  if (c0 >= total) return;
+  const PetscInt nin = PetscMin((PetscInt)WTILE, total - c0);
+  for (int i = 0; i < WIT; i++) { /* candidate a forward, b backward */
+    const PetscInt a = threadIdx.x * WIT + i, b = WTILE - 1 - a;
+    fwd[i]           = a < nin ? SplitRun{wkey[c0 + a], wval[c0 + a]} : SplitRun{-1, SPLIT_EXT_NONE};
+    bwd[i]           = b < nin ? SplitRun{wkey[c0 + b], wval[c0 + b]} : SplitRun{-1, SPLIT_EXT_NONE};
+  }
+  if (!costs) { /* the last segment's (a full tile: only those are read) and the first's */
+    const SplitRun last = RunReduce(tmp.run).Reduce(fwd, SplitRunOp());
+    __syncthreads();
+    const SplitRun first = RunReduce(tmp.run).Reduce(bwd, SplitRunOp());
+    if (!threadIdx.x) {
+      tile[2 * t]     = last.e;
+      tile[2 * t + 1] = first.e;
+    }
+    return;
+  }
+  { /* the carries: the same segment's tiles before this one, and after it (its last candidate: slot 2w) */
+    const PetscInt s0 = wkey[c0], s1 = wkey[c0 + nin - 1];
+    const PetscInt u0 = s0 < 0 ? t : SplitStart(off, s0) / WTILE, u1 = s1 < 0 ? t : (SplitStart(off, s1) + 2 * ((off[s1 + 1] - off[s1]) / FMM_SPLIT_WINDOW)) / WTILE;
+    SplitExt       a  = SPLIT_EXT_NONE;
+    for (PetscInt u = u0 + threadIdx.x; u < t; u += WNT) a = SplitExtJoin(a, tile[2 * u]);
+    if (u0 < t) a = ExtReduce(tmp.ext).Reduce(a, SplitExtOp());
+    if (!threadIdx.x) carry[0] = SplitRun{u0 < t ? s0 : -1, a};
+    __syncthreads();
+    a = SPLIT_EXT_NONE;
+    for (PetscInt u = t + 1 + threadIdx.x; u <= u1; u += WNT) a = SplitExtJoin(a, tile[2 * u + 1]);
+    if (u1 > t) a = ExtReduce(tmp.ext).Reduce(a, SplitExtOp());
+    if (!threadIdx.x) carry[1] = SplitRun{u1 > t ? s1 : -1, a};
+    __syncthreads();
+  }
+  SplitCarry before = {carry[0]}, after = {carry[1]};
+  Scan(tmp.scan).ExclusiveScan(fwd, pre, SplitRunOp(), before);
+  __syncthreads();
+  Scan(tmp.scan).InclusiveScan(bwd, suf, SplitRunOp(), after);
+  for (int i = 0; i < WIT; i++) {
+    const PetscInt b = WTILE - 1 - (threadIdx.x * WIT + i);
+    if (b < nin) suffix[b] = suf[i].e;
+  }
+  __syncthreads();
+
+  long long          key  = -1; /* the segment of this thread's last candidates, -1: none */
+  unsigned long long v[1] = {~0ull};
+  for (int i = 0; i < WIT; i++) {
+    const PetscInt a = threadIdx.x * WIT + i, c = c0 + a;
+    if (a >= nin) break;
+    if (fwd[i].key < 0) continue; /* a slot past its segment's candidates */
+    const PetscInt            s = fwd[i].key, o = off[s], n = off[s + 1] - o, h = n / 2, w = n / FMM_SPLIT_WINDOW, j = c - SplitStart(off, s), k = o + h - w + j;
+    const unsigned long long *cs = core + 8 * s;
+    if (s != key) { /* a segment ends within this thread's candidates */
+      if (key >= 0) atomicMin(&best[key], v[0]);
+      key  = s;
+      v[0] = ~0ull;
+    }
+    for (int d = 0; d < 2; d++) {
+      const PetscInt *D = d ? Y : X;
       /* along the list: the ends of the two children */
       const double al0 = xy[2 * D[o] + d], al1 = xy[2 * D[k - 1] + d], ar0 = xy[2 * D[k] + d], ar1 = xy[2 * D[o + n - 1] + d];
       /* across it: the cores and the window's prefix / suffix */
       double ol0 = OrderValue(cs[2 * d]), ol1 = OrderValue(cs[2 * d + 1]), or0 = OrderValue(cs[4 + 2 * d]), or1 = OrderValue(cs[5 + 2 * d]);
       if (j > 0) {
-        const double *e = (const double *)&pre[wb + j - 1] + 2 * d;
-        ol0             = fmin(ol0, e[0]);
-        ol1             = fmax(ol1, e[1]);
+        ol0 = fmin(ol0, d ? pre[i].e.xlo : pre[i].e.ylo);
+        ol1 = fmax(ol1, d ? pre[i].e.xhi : pre[i].e.yhi);
       }
       if (j < 2 * w) {
-        const double *e = (const double *)&suf[wb + j] + 2 * d;
-        or0             = fmin(or0, e[0]);
-        or1             = fmax(or1, e[1]);
+        or0 = fmin(or0, d ? suffix[a].xlo : suffix[a].ylo);
+        or1 = fmax(or1, d ? suffix[a].xhi : suffix[a].yhi);
       }
       const double hl = d ? FMMHalfPerimeter(ol0, al0, ol1, al1) : FMMHalfPerimeter(al0, ol0, al1, ol1);
       const double hr = d ? FMMHalfPerimeter(or0, ar0, or1, ar1) : FMMHalfPerimeter(ar0, or0, ar1, or1);
       double       cc = __dadd_rn(hl, hr);
       if (j != w) cc = __dmul_rn(cc, FMM_SPLIT_GAIN);
       cost[d * ncand + c] = cc;
-      key                 = s;
-      v[0]                = (unsigned long long)__double_as_longlong(cc);
+      v[0]                = MinU(v[0], (unsigned long long)__double_as_longlong(cc));
     }
   }
-  BlockRunAtomics<1>(key, v, [best](long long t) { return best + t; });
+  BlockRunAtomics<1, WNT>(key, v, [best](long long q) { return best + q; });
 }
 
 /* the first candidate of least cost in the CPU's order: x before y, then j */
-__global__ void SplitPickKernel(PetscInt nseg, PetscInt ncand, const PetscInt *off, const PetscInt *coff, const double *cost, const unsigned long long *best, PetscInt *rank)
+__global__ void SplitPickKernel(PetscInt total, PetscInt ncand, const PetscInt *off, const PetscInt *wkey, const double *cost, const unsigned long long *best, PetscInt *rank)
 {
   const PetscInt c = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   const int      d = blockIdx.y;
-  if (c >= ncand || c >= coff[nseg]) return;
-  const PetscInt s = FMMLastLE(coff, 0, nseg, c), n = off[s + 1] - off[s], w = n / FMM_SPLIT_WINDOW;
-  if (n < 2) return;
-  if ((unsigned long long)__double_as_longlong(cost[d * ncand + c]) == best[s]) atomicMin(&rank[s], d * (2 * w + 1) + c - coff[s]);
-}
-
-/* one thread per segment: its direction and cut (segments of fewer than 2 points keep SegmentKernel's) */
-__global__ void SplitDecideKernel(PetscInt nseg, const PetscInt *off, const PetscInt *rank, char *dir, PetscInt *noff)
-{
-  const PetscInt s = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
-  if (s >= nseg) return;
-  const PetscInt o = off[s], n = off[s + 1] - o, h = n / 2, w = n / FMM_SPLIT_WINDOW;
-  if (n < 2) return;
-  dir[s]          = (char)(rank[s] / (2 * w + 1));
-  noff[2 * s + 1] = o + h - w + rank[s] % (2 * w + 1);
+  if (c >= total || wkey[c] < 0) return;
+  const PetscInt s = wkey[c], w = (off[s + 1] - off[s]) / FMM_SPLIT_WINDOW;
+  if ((unsigned long long)__double_as_longlong(cost[d * ncand + c]) == best[s]) atomicMin(&rank[s], d * (2 * w + 1) + c - SplitStart(off, s));
 }
 
 /* ------------------------------------------------ points in tree order */
@@ -620,29 +740,29 @@ __global__ void ChunkKernel(PetscInt nchunks, PetscInt npairs, const PetscInt *p
 
 /* the work arrays of the compact split, sized for the last round */
 typedef struct {
-  PetscInt           wmax, ncand; /* window entries, candidates per direction: upper bounds for every round */
-  PetscInt          *ccnt, *coff, *wkey, *rank;
+  PetscInt            ncand; /* candidates: an upper bound for every round */
+  PetscInt           *rank, *wkey;
   unsigned long long *core, *best;
-  SplitExt          *wval, *pre, *suf;
-  double            *cost;
+  SplitExt           *wval, *tile;
+  double             *cost;
 } SplitWork;
+
+/* the candidate slots of a round of nseg segments (SplitStart of segment nseg) */
+static PetscInt SplitCandidates(PetscInt U, PetscInt nseg)
+{
+  return U / (FMM_SPLIT_WINDOW / 2) + nseg;
+}
 
 static PetscErrorCode SplitWorkCreate(FMM_CUDA *c, PetscInt U, PetscInt nsegmax, SplitWork *w)
 {
-  const PetscInt wmax = U / (FMM_SPLIT_WINDOW / 2) + 1; /* sum of 2 floor(n/32) over the segments <= U/16 */
-
   PetscFunctionBegin;
-  w->wmax  = wmax;
-  w->ncand = wmax + nsegmax;
-  PetscCall(FMMCUDAMalloc(c->stream, (void **)&w->ccnt, sizeof(PetscInt) * (3 * (size_t)(nsegmax + 1) + wmax), "the split windows"));
-  w->coff = w->ccnt + nsegmax + 1;
-  w->rank = w->coff + nsegmax + 1;
-  w->wkey = w->rank + nsegmax + 1;
+  w->ncand = SplitCandidates(U, nsegmax);
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&w->rank, sizeof(PetscInt) * ((size_t)nsegmax + w->ncand), "the split candidates"));
+  w->wkey = w->rank + nsegmax;
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&w->core, sizeof(unsigned long long) * 9 * (size_t)nsegmax, "the split extents"));
   w->best = w->core + 8 * nsegmax;
-  PetscCall(FMMCUDAMalloc(c->stream, (void **)&w->wval, sizeof(SplitExt) * 3 * (size_t)wmax, "the split windows"));
-  w->pre = w->wval + wmax;
-  w->suf = w->pre + wmax;
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&w->wval, sizeof(SplitExt) * (w->ncand + 2 * (size_t)FMMCUDABlocks(w->ncand, WTILE)), "the split windows"));
+  w->tile = w->wval + w->ncand;
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&w->cost, sizeof(double) * 2 * (size_t)w->ncand, "the split costs"));
   PetscFunctionReturn(0);
 }
@@ -650,43 +770,30 @@ static PetscErrorCode SplitWorkCreate(FMM_CUDA *c, PetscInt U, PetscInt nsegmax,
 static PetscErrorCode SplitWorkDestroy(FMM_CUDA *c, SplitWork *w)
 {
   PetscFunctionBegin;
-  PetscCall(FMMCUDAFree(c->stream, w->ccnt));
+  PetscCall(FMMCUDAFree(c->stream, w->rank));
   PetscCall(FMMCUDAFree(c->stream, w->core));
   PetscCall(FMMCUDAFree(c->stream, w->wval));
   PetscCall(FMMCUDAFree(c->stream, w->cost));
   PetscFunctionReturn(0);
 }
 
-/* the compact split of every segment of a round: dir[s] and the cut noff[2s+1]
-   (SegmentKernel has set the rest of noff); no host synchronization: the
-   scans run over the upper bound of the windows (unused keys are -1), the
-   candidate kernels over that of the candidates */
-static PetscErrorCode CompactSplit(FMM_CUDA *c, Scratch *s, SplitWork *w, PetscInt nseg, PetscInt U, const PetscInt *off, const PetscInt *seg, const PetscInt *X, const PetscInt *Y, const double *xy, char *dir, PetscInt *noff)
+/* the compact split of every segment of a round: rank[s], the candidate
+   picked (SegmentKernel has set the starting values and the unused slots) */
+static PetscErrorCode CompactSplit(FMM_CUDA *c, SplitWork *w, PetscInt nseg, PetscInt U, const PetscInt *off, const PetscInt *seg, const PetscInt *X, const PetscInt *Y, const double *XO, const double *YO, const double *xy)
 {
-  const PetscInt wmax = w->wmax;
-  size_t         need = 0;
-  const dim3     grid(FMMCUDABlocks((PetscInt64)w->ncand, BS), 2);
-  auto           rkey = thrust::make_reverse_iterator(w->wkey + wmax);
-  auto           rval = thrust::make_reverse_iterator(w->wval + wmax);
-  auto           rsuf = thrust::make_reverse_iterator(w->suf + wmax);
+  const PetscInt nc = SplitCandidates(U, nseg);
+  const unsigned nt = FMMCUDABlocks(nc, WTILE);
 
   PetscFunctionBegin;
-  SplitInitKernel<<<LAUNCH_N(nseg + 1)>>>(nseg, off, w->ccnt, w->core, w->best, w->rank);
+  SplitCoreKernel<<<LAUNCH_N(U)>>>(U, seg, off, XO, YO, w->core, w->wkey, w->wval);
   FMMCheckLaunch();
-  PetscCall(ExclusiveScan(c, s, w->ccnt, w->coff, nseg));
-  SplitCoreKernel<<<LAUNCH_N(U)>>>(U, nseg, wmax, seg, off, X, Y, xy, w->coff, w->core, w->wkey, w->wval);
+  if (nt > 1) { /* the tiles' extents, for the carries between tiles */
+    SplitWindowKernel<false><<<nt, WNT, 0, c->stream>>>(nc, w->ncand, off, X, Y, xy, w->wkey, w->wval, w->core, w->tile, w->cost, w->best);
+    FMMCheckLaunch();
+  }
+  SplitWindowKernel<true><<<nt, WNT, 0, c->stream>>>(nc, w->ncand, off, X, Y, xy, w->wkey, w->wval, w->core, w->tile, w->cost, w->best);
   FMMCheckLaunch();
-  FMMCallCUDA(cub::DeviceScan::InclusiveScanByKey(NULL, need, w->wkey, w->wval, w->pre, SplitExtOp(), (int)wmax, ::cuda::std::equal_to<>(), c->stream));
-  PetscCall(ScratchEnsure(c, s, need));
-  FMMCallCUDA(cub::DeviceScan::InclusiveScanByKey(s->tmp, need, w->wkey, w->wval, w->pre, SplitExtOp(), (int)wmax, ::cuda::std::equal_to<>(), c->stream));
-  FMMCallCUDA(cub::DeviceScan::InclusiveScanByKey(NULL, need, rkey, rval, rsuf, SplitExtOp(), (int)wmax, ::cuda::std::equal_to<>(), c->stream));
-  PetscCall(ScratchEnsure(c, s, need));
-  FMMCallCUDA(cub::DeviceScan::InclusiveScanByKey(s->tmp, need, rkey, rval, rsuf, SplitExtOp(), (int)wmax, ::cuda::std::equal_to<>(), c->stream));
-  SplitCostKernel<<<grid, BS, 0, c->stream>>>(nseg, w->ncand, off, X, Y, xy, w->coff, w->core, w->pre, w->suf, w->cost, w->best);
-  FMMCheckLaunch();
-  SplitPickKernel<<<grid, BS, 0, c->stream>>>(nseg, w->ncand, off, w->coff, w->cost, w->best, w->rank);
-  FMMCheckLaunch();
-  SplitDecideKernel<<<LAUNCH_N(nseg)>>>(nseg, off, w->rank, dir, noff);
+  SplitPickKernel<<<dim3(FMMCUDABlocks(nc, BS), 2), BS, 0, c->stream>>>(nc, w->ncand, off, w->wkey, w->cost, w->best, w->rank);
   FMMCheckLaunch();
   PetscFunctionReturn(0);
 }
@@ -1059,22 +1166,24 @@ PetscErrorCode FMMCUDANearSources(FMM_CUDA *c, const FMMPlan *P, PetscBool globa
 
   Input: xy, the U = N + Mg points of all ranks on the device (sources in
   global order, then, when the targets are not the sources, the targets in
-  global order), nrm (2N, or NULL) and wts (N, or NULL) on the device.  Fills
+  global order), nrm (2N, or NULL) and wts (N, or NULL) on the device, where
+  late(c, lctx) (when not NULL), called once the splits are queued, makes
+  c->stream wait for their upload.  Fills
   the device plan of c (sperm ... scale, faroff, far, nearoff, near, tleafof)
   and the counts and statistics of P (no host arrays).
 */
-PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal theta, PetscBool median, PetscBool same, PetscInt t0, PetscReal alpha, PetscReal beta, const double *xy, const double *nrm, const double *wts, PetscInt U)
+PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal theta, PetscBool median, PetscBool same, PetscInt t0, PetscReal alpha, PetscReal beta, const double *xy, const double *nrm, const double *wts, PetscErrorCode (*late)(FMM_CUDA *, void *), void *lctx, PetscInt U)
 {
   const PetscInt      N = P->N, M = P->M;
   PetscInt            L = 0, nleaves, nboxes;
   Scratch             s = {NULL, 0};
   unsigned long long *kx, *ky, *kt;
   PetscInt           *val, *X, *Y, *X2, *Y2, *seg, *f, *sc, *offbase, *off, *noff, *fs, *ss, *ft, *st;
-  char               *dir, *left;
-  double             *bb;
-  SplitWork           sp  = {0, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+  char               *dir;
+  double             *bb, *XO, *YO, *XO2, *YO2;
+  SplitWork           sp  = {0, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
   Stages              stg = {PETSC_FALSE, 0, {0}, {0}};
-  const char         *stgname[] = {"allocation and sort", "splits", "leaves and scatter", "interaction lists", "frees"};
+  const char         *stgname[] = {"allocation and sort", "splits", "leaves and scatter (after the normals and weights)", "interaction lists", "frees"};
 
   PetscFunctionBegin;
   PetscCall(PetscInfoEnabled(MAT_CLASSID, &stg.on));
@@ -1086,10 +1195,14 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
   P->nleaves = nleaves;
   P->nboxes  = nboxes;
 
-  /* work arrays of the tree (freed at the end) */
-  PetscCall(FMMCUDAMalloc(c->stream, (void **)&kx, sizeof(unsigned long long) * 3 * (size_t)PetscMax(U, 1), "the sort keys"));
-  ky = kx + PetscMax(U, 1);
-  kt = ky + PetscMax(U, 1);
+  /* work arrays of the tree (freed at the end); the sort keys' space then holds the other coordinates */
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&kx, sizeof(unsigned long long) * 4 * (size_t)PetscMax(U, 1), "the sort keys"));
+  ky  = kx + PetscMax(U, 1);
+  kt  = ky + PetscMax(U, 1);
+  XO  = (double *)kx;
+  YO  = (double *)ky;
+  XO2 = (double *)kt;
+  YO2 = (double *)(kt + PetscMax(U, 1));
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&val, sizeof(PetscInt) * (12 * (size_t)(U + 1)), "the point lists"));
   X   = val + (U + 1);
   Y   = X + (U + 1);
@@ -1105,8 +1218,7 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&offbase, sizeof(PetscInt) * 2 * ((size_t)nleaves + 1), "the box offsets"));
   off  = offbase;
   noff = off + nleaves + 1;
-  PetscCall(FMMCUDAMalloc(c->stream, (void **)&dir, 2 * (size_t)PetscMax(U, nleaves) + 2, "the split flags"));
-  left = dir + PetscMax(U, nleaves) + 1;
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&dir, (size_t)nleaves, "the split directions"));
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&bb, sizeof(double) * 4 * (size_t)nboxes, "the bounding boxes"));
   if (!median && L > 0 && U) PetscCall(SplitWorkCreate(c, U, nleaves / 2, &sp));
 
@@ -1119,6 +1231,8 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
     PetscCall(ScratchEnsure(c, &s, need));
     FMMCallCUDA(cub::DeviceRadixSort::SortPairs(s.tmp, need, kx, kt, val, X, (int)U, 0, 64, c->stream));
     FMMCallCUDA(cub::DeviceRadixSort::SortPairs(s.tmp, need, ky, kt, val, Y, (int)U, 0, 64, c->stream));
+    OtherKernel<<<LAUNCH_N(U)>>>(U, X, Y, xy, XO, YO);
+    FMMCheckLaunch();
   }
   FMMCallCUDA(cudaMemsetAsync(seg, 0, sizeof(PetscInt) * (U + 1), c->stream));
   {
@@ -1131,26 +1245,26 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
   for (PetscInt r = 0; r < 2 * L; r++) {
     const PetscInt nseg = (PetscInt)1 << r;
     double        *lbb  = (r % 2 == 0) ? bb + 4 * FMMLevelStart(r / 2) : NULL;
-    SegmentKernel<<<LAUNCH_N(nseg)>>>(nseg, off, X, Y, xy, noff, dir, lbb);
+    SegmentKernel<<<LAUNCH_N(nseg)>>>(nseg, off, X, Y, xy, noff, dir, lbb, sp.core, sp.best, sp.rank, sp.wkey, sp.wval);
     FMMCheckLaunch();
-    if (U && !median) PetscCall(CompactSplit(c, &s, &sp, nseg, U, off, seg, X, Y, xy, dir, noff));
+    if (U && sp.core) PetscCall(CompactSplit(c, &sp, nseg, U, off, seg, X, Y, XO, YO, xy));
     if (U) {
-      FlagKernel<<<LAUNCH_N(U)>>>(U, seg, noff, dir, X, Y, left);
-      FMMCheckLaunch();
-      OtherFlagKernel<<<LAUNCH_N(U + 1)>>>(U, seg, dir, X, Y, left, f);
+      FlagKernel<<<LAUNCH_N(U + 1)>>>(U, seg, off, noff, dir, sp.rank, X, Y, XO, YO, xy, f);
       FMMCheckLaunch();
       PetscCall(ExclusiveScan(c, &s, f, sc, U));
-      PartitionKernel<<<LAUNCH_N(U)>>>(U, seg, off, noff, dir, X, Y, f, sc, X2, Y2);
+      PartitionKernel<<<LAUNCH_N(U)>>>(U, seg, off, noff, dir, sp.rank, X, Y, XO, YO, f, sc, X2, Y2, XO2, YO2);
       FMMCheckLaunch();
       { PetscInt *t = X; X = X2; X2 = t; t = Y; Y = Y2; Y2 = t; }
+      { double *t = XO; XO = XO2; XO2 = t; t = YO; YO = YO2; YO2 = t; }
     }
     { PetscInt *t = off; off = noff; noff = t; }
   }
   /* the leaves' bounding boxes */
-  SegmentKernel<<<LAUNCH_N(nleaves)>>>(nleaves, off, X, Y, xy, NULL, NULL, bb + 4 * FMMLevelStart(L));
+  SegmentKernel<<<LAUNCH_N(nleaves)>>>(nleaves, off, X, Y, xy, NULL, NULL, bb + 4 * FMMLevelStart(L), NULL, NULL, NULL, NULL, NULL);
   FMMCheckLaunch();
 
   PetscCall(StageMark(c, &stg));
+  if (late) PetscCall(late(c, lctx)); /* the GPU is busy with the splits */
   /* sources and this rank's targets in tree order */
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->sperm, sizeof(PetscInt) * N, "the source permutation"));
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->sx, sizeof(double) * N, "the source coordinates"));
@@ -1245,7 +1359,7 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
   PetscCall(FMMCUDAFree(c->stream, offbase));
   PetscCall(FMMCUDAFree(c->stream, dir));
   PetscCall(FMMCUDAFree(c->stream, bb));
-  if (sp.ccnt) PetscCall(SplitWorkDestroy(c, &sp));
+  if (sp.core) PetscCall(SplitWorkDestroy(c, &sp));
   if (s.tmp) PetscCall(FMMCUDAFree(c->stream, s.tmp));
   PetscCall(StageMark(c, &stg));
   FMMCallCUDA(cudaStreamSynchronize(c->stream));

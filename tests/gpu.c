@@ -10,6 +10,7 @@ For the single layer in the tiled layout it prints the P2P kernel the GPU runs\n
   -geometry <square,curve,clusters>  point distribution (default curve)\n\
   -targets <bool>                    separate targets (N/2, some on sources) instead of the sources\n\
   -oom <bool>                        only check that a GPU allocation failure is a PETSC_ERR_MEM error\n\
+  -tree_only <bool>                  only check the tree and lists (large N)\n\
 First it checks the tree and lists built on the GPU against those built on the CPU (-mat_fmm_cuda_tree).\n\
 Every -mat_fmm_ option applies to both devices; -mat_fmm_cuda_m2l <tc,fma> and -mat_fmm_cuda_log <fast,libm> pick GPU kernels.\n\n";
 
@@ -261,7 +262,7 @@ int main(int argc, char **argv)
 {
   PetscInt    N = 3000, n, rstart, nfail = 0, ndev;
   Geometry    g       = GEOM_CURVE;
-  PetscBool   targets = PETSC_FALSE, oom = PETSC_FALSE;
+  PetscBool   targets = PETSC_FALSE, oom = PETSC_FALSE, treeonly = PETSC_FALSE;
   PetscReal  *xy, *nrm, *w, *txy = NULL;
   Problem     pb;
   Vec         x, yg, yd;
@@ -276,6 +277,7 @@ int main(int argc, char **argv)
   PetscCall(PetscOptionsEnum("-geometry", "Point distribution", NULL, Geometries, (PetscEnum)g, (PetscEnum *)&g, NULL));
   PetscCall(PetscOptionsBool("-targets", "Separate targets", NULL, targets, &targets, NULL));
   PetscCall(PetscOptionsBool("-oom", "Check the out-of-memory error only", NULL, oom, &oom, NULL));
+  PetscCall(PetscOptionsBool("-tree_only", "Check the tree and lists only", NULL, treeonly, &treeonly, NULL));
   PetscOptionsEnd();
   PetscCall(PetscFMMCUDAGetDeviceCount(&ndev));
   PetscCheck(ndev > 0, comm, PETSC_ERR_SUP, "this test needs a CUDA GPU and petscfmm built with CUDA");
@@ -326,26 +328,28 @@ int main(int argc, char **argv)
   PetscCall(PetscRandomSeed(rnd));
   PetscCall(VecSetRandom(x, rnd));
   PetscCall(CheckTree(comm, &pb, x, &nfail));
-  for (int k = MATFMM_KERNEL_SINGLE; k <= MATFMM_KERNEL_COMBINED; k++) {
-    for (int l = MATFMM_LAYOUT_TILED; l <= MATFMM_LAYOUT_REPETITION; l++) PetscCall(CheckCase(comm, &pb, (MatFMMKernel)k, (MatFMMLayout)l, MATFMM_METHOD_FMM, x, yg, &nfail));
-    PetscCall(CheckCase(comm, &pb, (MatFMMKernel)k, MATFMM_LAYOUT_TILED, MATFMM_METHOD_DIRECT, x, yd, &nfail));
-  }
-  { /* the GPU FMM approximates the GPU direct sum (last kernel: combined) within theta^p,
-       ten times the error model behind -mat_fmm_eps (0.1 theta^p) */
-    PetscReal rel, theta = 0.5, tol;
-    PetscBool bit;
-    PetscInt  p;
-    Mat       A;
-    PetscCall(CreateFMM(comm, &pb, MATFMM_KERNEL_COMBINED, MATFMM_LAYOUT_TILED, MATFMM_METHOD_FMM, MATFMM_DEVICE_CUDA, &A));
-    PetscCall(MatFMMGetExpansionOrder(A, &p));
-    PetscCall(MatDestroy(&A));
-    PetscCall(PetscOptionsGetReal(NULL, NULL, "-mat_fmm_theta", &theta, NULL));
-    tol = PetscMax(PetscPowReal(theta, (PetscReal)p), 1e-12);
-    PetscCall(Compare(yg, yd, &rel, &bit));
-    if (rel <= tol) PetscCall(PetscPrintf(comm, "combined fmm vs direct on the GPU within theta^p: ok\n"));
-    else {
-      PetscCall(PetscPrintf(comm, "combined fmm vs direct on the GPU: FAILED %.3e > %.3e\n", (double)rel, (double)tol));
-      nfail++;
+  if (!treeonly) {
+    for (int k = MATFMM_KERNEL_SINGLE; k <= MATFMM_KERNEL_COMBINED; k++) {
+      for (int l = MATFMM_LAYOUT_TILED; l <= MATFMM_LAYOUT_REPETITION; l++) PetscCall(CheckCase(comm, &pb, (MatFMMKernel)k, (MatFMMLayout)l, MATFMM_METHOD_FMM, x, yg, &nfail));
+      PetscCall(CheckCase(comm, &pb, (MatFMMKernel)k, MATFMM_LAYOUT_TILED, MATFMM_METHOD_DIRECT, x, yd, &nfail));
+    }
+    { /* the GPU FMM approximates the GPU direct sum (last kernel: combined) within theta^p,
+         ten times the error model behind -mat_fmm_eps (0.1 theta^p) */
+      PetscReal rel, theta = 0.5, tol;
+      PetscBool bit;
+      PetscInt  p;
+      Mat       A;
+      PetscCall(CreateFMM(comm, &pb, MATFMM_KERNEL_COMBINED, MATFMM_LAYOUT_TILED, MATFMM_METHOD_FMM, MATFMM_DEVICE_CUDA, &A));
+      PetscCall(MatFMMGetExpansionOrder(A, &p));
+      PetscCall(MatDestroy(&A));
+      PetscCall(PetscOptionsGetReal(NULL, NULL, "-mat_fmm_theta", &theta, NULL));
+      tol = PetscMax(PetscPowReal(theta, (PetscReal)p), 1e-12);
+      PetscCall(Compare(yg, yd, &rel, &bit));
+      if (rel <= tol) PetscCall(PetscPrintf(comm, "combined fmm vs direct on the GPU within theta^p: ok\n"));
+      else {
+        PetscCall(PetscPrintf(comm, "combined fmm vs direct on the GPU: FAILED %.3e > %.3e\n", (double)rel, (double)tol));
+        nfail++;
+      }
     }
   }
   PetscCall(PetscPrintf(comm, "%s\n", nfail ? "FAILED" : "all cases agree"));
@@ -370,6 +374,16 @@ int main(int argc, char **argv)
     suffix: curve_median
     requires: cuda
     args: -n 3000 -geometry curve -mat_fmm_ct 16 -mat_fmm_tree_split median
+
+  test:
+    suffix: tree_curve
+    requires: cuda
+    args: -n 200000 -geometry curve -mat_fmm_ct 64 -tree_only
+
+  test:
+    suffix: tree_clusters
+    requires: cuda
+    args: -n 200000 -geometry clusters -mat_fmm_ct 64 -tree_only
 
   test:
     suffix: curve_fma
