@@ -96,6 +96,7 @@ typedef struct {
   PetscInt     nsrc, ntgt; /* local counts; ntgt < 0: targets are the sources */
   PetscReal   *src, *nrm, *wts, *tgt;
   PetscBool    hasnrm, haswts;
+  PetscInt     badsrc, badnrm, badwts, badtgt; /* first NaN/Inf entry of each copy, -1: none (found while copying) */
   MatFMMKernel kernel;
   PetscReal    alpha, beta; /* operator = alpha D + beta S */
   /* parameters */

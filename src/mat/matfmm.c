@@ -44,6 +44,28 @@ void FMMCopyReals(PetscReal *d, const PetscReal *s, PetscInt n)
   for (PetscInt i0 = 0; i0 < n; i0 += 4096) memcpy(d + i0, s + i0, sizeof(PetscReal) * (size_t)PetscMin(4096, n - i0));
 }
 
+/* FMMCopyReals, returning the index of the first NaN/Inf (-1: none): the
+   check of MatAssemblyEnd() made in the same pass over the data.  Blocks are
+   tested in parallel without branches (vectorised), the first bad block is
+   then searched. */
+static PetscInt CopyRealsFinite(PetscReal *d, const PetscReal *s, PetscInt n)
+{
+  const PetscInt B = 4096, nb = (n + B - 1) / B;
+  PetscInt       first = nb;
+
+#pragma omp parallel for schedule(static) reduction(min : first) if (n >= 2 * FMM_OMP_MIN_POINTS)
+  for (PetscInt b = 0; b < nb; b++) {
+    const PetscInt i0 = b * B, m = PetscMin(B, n - i0);
+    int            bad = 0;
+    memcpy(d + i0, s + i0, sizeof(PetscReal) * (size_t)m);
+    for (PetscInt i = i0; i < i0 + m; i++) bad |= !(PetscAbsReal(d[i]) <= PETSC_MAX_REAL); /* false for NaN and Inf */
+    if (bad && b < first) first = b;
+  }
+  for (PetscInt i = first * B; i < n; i++)
+    if (PetscIsInfOrNanReal(d[i])) return i;
+  return -1;
+}
+
 static PetscErrorCode MatFMMSetSources_FMM(Mat A, PetscInt n, const PetscReal xy[], const PetscReal nrm[], const PetscReal w[])
 {
   Mat_FMM *fmm = (Mat_FMM *)A->data;
@@ -57,9 +79,9 @@ static PetscErrorCode MatFMMSetSources_FMM(Mat A, PetscInt n, const PetscReal xy
     PetscCall(PetscFree3(fmm->src, fmm->nrm, fmm->wts));
     PetscCall(PetscMalloc3(2 * n, &fmm->src, nrm ? 2 * n : 0, &fmm->nrm, w ? n : 0, &fmm->wts));
   }
-  FMMCopyReals(fmm->src, xy, 2 * n);
-  if (nrm) FMMCopyReals(fmm->nrm, nrm, 2 * n);
-  if (w) FMMCopyReals(fmm->wts, w, n);
+  fmm->badsrc = CopyRealsFinite(fmm->src, xy, 2 * n);
+  fmm->badnrm = nrm ? CopyRealsFinite(fmm->nrm, nrm, 2 * n) : -1;
+  fmm->badwts = w ? CopyRealsFinite(fmm->wts, w, n) : -1;
   fmm->hasnrm = nrm ? PETSC_TRUE : PETSC_FALSE;
   fmm->haswts = w ? PETSC_TRUE : PETSC_FALSE;
   fmm->nsrc   = n;
@@ -125,7 +147,7 @@ static PetscErrorCode MatFMMSetTargets_FMM(Mat A, PetscInt m, const PetscReal xy
   }
   PetscCheck(A->rmap->n < 0 || A->rmap->n == m, PETSC_COMM_SELF, PETSC_ERR_ARG_SIZ, "Number of local targets %" PetscInt_FMT " differs from the local row size %" PetscInt_FMT " of the matrix", m, A->rmap->n);
   PetscCall(PetscMalloc1(2 * m, &fmm->tgt));
-  FMMCopyReals(fmm->tgt, xy, 2 * m);
+  fmm->badtgt = CopyRealsFinite(fmm->tgt, xy, 2 * m);
   fmm->ntgt = m;
   if (A->rmap->n < 0) A->rmap->n = m;
   PetscFunctionReturn(0);
@@ -682,24 +704,6 @@ static PetscErrorCode MatSetUp_FMM(Mat A)
   PetscFunctionReturn(0);
 }
 
-/* index of the first NaN/Inf in a[0..n), or -1; blocks are tested in parallel
-   without branches (vectorised), the first bad block is then searched */
-static PetscInt FirstNonFinite(const PetscReal *a, PetscInt n)
-{
-  const PetscInt B = 4096, nb = (n + B - 1) / B;
-  PetscInt       first = nb;
-
-#pragma omp parallel for schedule(static) reduction(min : first) if (n >= FMM_OMP_MIN_POINTS)
-  for (PetscInt b = 0; b < nb; b++) {
-    int bad = 0;
-    for (PetscInt i = b * B; i < PetscMin(n, (b + 1) * B); i++) bad |= !(PetscAbsReal(a[i]) <= PETSC_MAX_REAL); /* false for NaN and Inf */
-    if (bad && b < first) first = b;
-  }
-  for (PetscInt i = first * B; i < n; i++)
-    if (PetscIsInfOrNanReal(a[i])) return i;
-  return -1;
-}
-
 /* collective check of a condition that may fail on some ranks only */
 #define FMMCheckCollective(comm, bad, ...) \
   do { \
@@ -750,13 +754,13 @@ static PetscErrorCode MatAssemblyEnd_FMM(Mat A, MatAssemblyType type)
   FMMCheckCollective(comm, fmm->nsrc != A->cmap->n, PETSC_ERR_ARG_SIZ, "MATFMM: %" PetscInt_FMT " local sources but local column size %" PetscInt_FMT, fmm->nsrc, A->cmap->n);
   FMMCheckCollective(comm, M != A->rmap->n, PETSC_ERR_ARG_SIZ, "MATFMM: %" PetscInt_FMT " local targets%s but local row size %" PetscInt_FMT, M, fmm->ntgt < 0 ? " (the sources)" : "", A->rmap->n);
   /* bad numbers */
-  bad = FirstNonFinite(fmm->src, 2 * fmm->nsrc);
+  bad = fmm->badsrc;
   FMMCheckCollective(comm, bad >= 0, PETSC_ERR_ARG_OUTOFRANGE, "MATFMM: source %" PetscInt_FMT " (local) has a non-finite coordinate %g", bad / 2, bad >= 0 ? (double)fmm->src[bad] : 0.0);
-  bad = fmm->hasnrm ? FirstNonFinite(fmm->nrm, 2 * fmm->nsrc) : -1;
+  bad = fmm->hasnrm ? fmm->badnrm : -1;
   FMMCheckCollective(comm, bad >= 0, PETSC_ERR_ARG_OUTOFRANGE, "MATFMM: normal of source %" PetscInt_FMT " (local) has a non-finite component %g", bad / 2, bad >= 0 ? (double)fmm->nrm[bad] : 0.0);
-  bad = fmm->haswts ? FirstNonFinite(fmm->wts, fmm->nsrc) : -1;
+  bad = fmm->haswts ? fmm->badwts : -1;
   FMMCheckCollective(comm, bad >= 0, PETSC_ERR_ARG_OUTOFRANGE, "MATFMM: weight of source %" PetscInt_FMT " (local) is not finite: %g", bad, bad >= 0 ? (double)fmm->wts[bad] : 0.0);
-  bad = fmm->ntgt > 0 ? FirstNonFinite(fmm->tgt, 2 * fmm->ntgt) : -1;
+  bad = fmm->ntgt > 0 ? fmm->badtgt : -1;
   FMMCheckCollective(comm, bad >= 0, PETSC_ERR_ARG_OUTOFRANGE, "MATFMM: target %" PetscInt_FMT " (local) has a non-finite coordinate %g", bad / 2, bad >= 0 ? (double)fmm->tgt[bad] : 0.0);
   FMMCheckCollective(comm, fmm->alpha != 0.0 && !fmm->hasnrm && fmm->nsrc > 0, PETSC_ERR_ARG_WRONGSTATE, "MATFMM: the %s kernel has a double layer (alpha = %g) but no normals were given to MatFMMSetSources()", MatFMMKernels[fmm->kernel], (double)fmm->alpha);
 
@@ -1136,6 +1140,7 @@ PETSC_EXTERN PetscErrorCode MatCreate_FMM(Mat A)
   PetscCall(PetscNew(&fmm));
   A->data            = (void *)fmm;
   fmm->ntgt          = -1;
+  fmm->badsrc        = fmm->badnrm = fmm->badwts = fmm->badtgt = -1;
   fmm->nsrc          = -1; /* MatFMMSetSources() not called yet */
   fmm->kernel        = MATFMM_KERNEL_SINGLE;
   fmm->alpha         = 0.0;
