@@ -129,9 +129,8 @@ __device__ __forceinline__ PetscInt SplitStart(const PetscInt *off, PetscInt s)
    not NULL) receives (xmin, ymin, -xmax, -ymax), or PETSC_MAX_REAL for an
    empty box.  With the compact split (core not NULL) also the starting
    values of the segment's reductions (core: ylo, yhi, xlo, xhi of the ranks
-   below the window, then of those above it, as order keys) and the key -1
-   (no candidate) in the slots of its range past its candidates. */
-__global__ void SegmentKernel(PetscInt nseg, const PetscInt *off, const PetscInt *X, const PetscInt *Y, const double *xy, PetscInt *noff, char *dir, double *bb, unsigned long long *core, unsigned long long *best, PetscInt *rank, PetscInt *wkey, SplitExt *wval)
+   below the window, then of those above it, as order keys). */
+__global__ void SegmentKernel(PetscInt nseg, const PetscInt *off, const PetscInt *X, const PetscInt *Y, const double *xy, PetscInt *noff, char *dir, double *bb, unsigned long long *core, unsigned long long *best, PetscInt *rank)
 {
   const PetscInt s = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   if (s >= nseg) return;
@@ -159,10 +158,6 @@ __global__ void SegmentKernel(PetscInt nseg, const PetscInt *off, const PetscInt
     } else q[0] = q[1] = q[2] = q[3] = PETSC_MAX_REAL;
   }
   if (core) {
-    for (PetscInt c = SplitStart(off, s) + (n >= 2 ? 2 * (n / FMM_SPLIT_WINDOW) + 1 : 0); c < SplitStart(off, s + 1); c++) {
-      wkey[c] = -1;
-      wval[c] = SPLIT_EXT_NONE;
-    }
     for (int j = 0; j < 8; j++) core[8 * s + j] = (j % 2) ? 0ull : ~0ull;
     best[s] = ~0ull;
     rank[s] = PETSC_MAX_INT;
@@ -263,6 +258,39 @@ struct SplitRunOp {
   __device__ __forceinline__ SplitRun operator()(const SplitRun &a, const SplitRun &b) const { return b.key == a.key ? SplitRun{b.key, SplitExtJoin(a.e, b.e)} : b; }
 };
 
+/* the segment whose range holds slot c, the last s with SplitStart(off, s)
+   <= c: from g, the owner of slot c - 1 or c + 1 (every range holds a slot,
+   so it is g or g +- 1), or by bisection (g < 0) */
+__device__ __forceinline__ PetscInt SplitOwner(PetscInt c, PetscInt nseg, const PetscInt *off, PetscInt g)
+{
+  PetscInt lo = 0, hi = nseg;
+  if (g >= 0) return (g + 1 < nseg && SplitStart(off, g + 1) <= c) ? g + 1 : (SplitStart(off, g) > c ? g - 1 : g);
+  while (hi - lo > 1) {
+    const PetscInt mid = lo + (hi - lo) / 2;
+    if (SplitStart(off, mid) <= c) lo = mid;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/* slot c of segment s (its owner) holds candidate j, or none (false) past the segment's candidates */
+__device__ __forceinline__ bool SplitSlotCandidate(PetscInt c, PetscInt s, const PetscInt *off, PetscInt *j)
+{
+  const PetscInt n = off[s + 1] - off[s];
+  *j               = c - SplitStart(off, s);
+  return n >= 2 && *j <= 2 * (n / FMM_SPLIT_WINDOW);
+}
+
+/* slot c of segment s (its owner): the candidate j, and the key s with the
+   other coordinates of window rank j (none for j = 2w), or key -1 */
+__device__ __forceinline__ SplitRun SplitSlot(PetscInt c, PetscInt s, const PetscInt *off, const double *XO, const double *YO, PetscInt *j)
+{
+  if (!SplitSlotCandidate(c, s, off, j)) return SplitRun{-1, SPLIT_EXT_NONE};
+  const PetscInt o = off[s], n = off[s + 1] - o, w = n / FMM_SPLIT_WINDOW, k = o + n / 2 - w + *j;
+  if (*j == 2 * w) return SplitRun{s, SPLIT_EXT_NONE};
+  return SplitRun{s, SplitExt{XO[k], XO[k], YO[k], YO[k]}};
+}
+
 /* the carry of a block's scan, from the tiles before (or after) it */
 struct SplitCarry {
   SplitRun run;
@@ -329,24 +357,45 @@ __device__ __forceinline__ void BlockRunAtomics(long long key, unsigned long lon
   }
 }
 
-/* one thread per list position k, both lists: the other coordinate of rank
-   r = k - o goes to the segment's window (candidate j = r - (h - w) holds rank
-   r; j = 2w holds none), or to its lower or upper core (min and max do not
-   depend on the order of the atomics) */
-__global__ void __launch_bounds__(BS) SplitCoreKernel(PetscInt U, const PetscInt *seg, const PetscInt *off, const double *XO, const double *YO, unsigned long long *core, PetscInt *wkey, SplitExt *wval)
+#define WNT   256 /* threads of a window block */
+#define WIT   4   /* consecutive slots per thread */
+#define WTILE (WNT * WIT)
+
+/* blocks t < nt (first: their chains of loads are the longest): the window
+   extents of slot tile t, for the carries of SplitWindowKernel: tile[2t] of
+   its last segment (read for full tiles only) and tile[2t + 1] of its first.
+   The others: one thread per list position k, both lists: the other
+   coordinate of rank k - o goes to the segment's lower or upper core unless it
+   is in the window (min and max do not depend on the order of the atomics). */
+__global__ void __launch_bounds__(BS) SplitCoreKernel(PetscInt U, PetscInt nt, PetscInt nseg, PetscInt nslot, const PetscInt *seg, const PetscInt *off, const double *XO, const double *YO, unsigned long long *core, SplitExt *tile)
 {
-  const PetscInt     k    = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
+  const PetscInt     k    = ((PetscInt)blockIdx.x - nt) * blockDim.x + threadIdx.x;
   long long          tag  = -1;           /* 2s (lower core) or 2s + 1 (upper core); -1: none */
   unsigned long long v[4] = {0, 0, 0, 0}; /* ylo, yhi, xlo, xhi as order keys */
 
+  if (blockIdx.x < nt) {
+    typedef cub::BlockReduce<SplitRun, BS> Reduce;
+    __shared__ typename Reduce::TempStorage tmp;
+    const PetscInt                          t = blockIdx.x;
+    SplitRun                                fwd = {-1, SPLIT_EXT_NONE}, bwd = {-1, SPLIT_EXT_NONE}; /* this thread's slots, in order */
+    PetscInt                                j, ga = -1, gb = -1; /* owners of the last slots */
+    for (int i = 0; i < WTILE / BS; i++) {
+      const PetscInt a = t * WTILE + threadIdx.x * (WTILE / BS) + i, b = (2 * t + 1) * WTILE - 1 - a; /* forward, backward */
+      if (a < nslot) fwd = SplitRunOp()(fwd, SplitSlot(a, ga = SplitOwner(a, nseg, off, ga), off, XO, YO, &j));
+      if (b < nslot) bwd = SplitRunOp()(bwd, SplitSlot(b, gb = SplitOwner(b, nseg, off, gb), off, XO, YO, &j));
+    }
+    const SplitRun last = Reduce(tmp).Reduce(fwd, SplitRunOp());
+    __syncthreads();
+    const SplitRun first = Reduce(tmp).Reduce(bwd, SplitRunOp());
+    if (!threadIdx.x) {
+      tile[2 * t]     = last.e;
+      tile[2 * t + 1] = first.e;
+    }
+    return;
+  }
   if (k < U) {
     const PetscInt s = seg[k], o = off[s], n = off[s + 1] - o, h = n / 2, w = n / FMM_SPLIT_WINDOW, r = k - o;
     const double   yv = XO[k], xv = YO[k];
-    if (n >= 2 && r >= h - w && r <= h + w) {
-      const PetscInt c = SplitStart(off, s) + r - (h - w);
-      wkey[c]          = s;
-      wval[c]          = r < h + w ? SplitExt{yv, yv, xv, xv} : SPLIT_EXT_NONE;
-    }
     if (r < h - w || r >= h + w) {
       tag  = 2 * (long long)s + (r < h - w ? 0 : 1);
       v[0] = v[1] = OrderKey(yv);
@@ -356,63 +405,51 @@ __global__ void __launch_bounds__(BS) SplitCoreKernel(PetscInt U, const PetscInt
   BlockRunAtomics<4, BS>(tag, v, [core](long long t) { return core + 8 * (t / 2) + 4 * (t % 2); });
 }
 
-/* the window scans and the costs, a tile of WTILE candidates per block (WIT
-   consecutive ones per thread, so the block-wide steps run once per WIT).
-   The first launch (costs false) leaves in tile[2t] the extent of the last
-   segment's candidates in tile t and in tile[2t + 1] that of the first's; the
-   second scans each tile forward (exclusive: window ranks below j) and
-   backward (inclusive: ranks from j up), starting from those of the tiles of
-   the same segment before and after it, then computes the costs as Split() of
-   src/plan.c (x, then y), and the least cost of each segment (atomicMin on
-   the bits: costs are >= 0). */
-#define WNT   256
-#define WIT   4
-#define WTILE (WNT * WIT)
-template <bool costs>
-__global__ void __launch_bounds__(WNT) SplitWindowKernel(PetscInt total, PetscInt ncand, const PetscInt *off, const PetscInt *X, const PetscInt *Y, const double *xy, const PetscInt *wkey, const SplitExt *wval, const unsigned long long *core, SplitExt *tile, double *cost, unsigned long long *best)
+/* the window scans and the costs, a tile of WTILE slots per block (WIT
+   consecutive ones per thread, so the block-wide steps run once per WIT):
+   each tile is scanned forward (exclusive: window ranks below j) and backward
+   (inclusive: ranks from j up), starting from the extents of the same
+   segment's tiles before and after it (SplitCoreKernel), then every candidate
+   computes its costs as Split() of src/plan.c (x, then y), and each segment
+   its least cost (atomicMin on the bits: costs are >= 0). */
+__global__ void __launch_bounds__(WNT) SplitWindowKernel(PetscInt nslot, PetscInt nseg, PetscInt ncand, const PetscInt *off, const PetscInt *X, const PetscInt *Y, const double *XO, const double *YO, const double *xy, const unsigned long long *core, const SplitExt *tile, double *cost, unsigned long long *best)
 {
-  typedef cub::BlockScan<SplitRun, WNT, cub::BLOCK_SCAN_WARP_SCANS> Scan;
-  typedef cub::BlockReduce<SplitRun, WNT>                           RunReduce;
-  typedef cub::BlockReduce<SplitExt, WNT>                           ExtReduce;
+  typedef cub::BlockScan<SplitRun, WNT, cub::BLOCK_SCAN_WARP_SCANS> Scan; /* raking: bank conflicts on 40-byte items */
+  typedef cub::BlockReduce<SplitExt, WNT>                           Reduce;
   __shared__ union {
-    typename Scan::TempStorage      scan;
-    typename RunReduce::TempStorage run;
-    typename ExtReduce::TempStorage ext;
+    typename Scan::TempStorage   scan;
+    typename Reduce::TempStorage reduce;
   } tmp;
-  __shared__ SplitExt suffix[WTILE]; /* the backward scan, in candidate order */
+  __shared__ SplitExt suffix[WTILE]; /* the backward scan, in slot order */
   __shared__ SplitRun carry[2];
   const PetscInt      t = blockIdx.x, c0 = t * WTILE;
+  __shared__ PetscInt ends[4]; /* key and candidate of the tile's first and last slots */
   SplitRun            fwd[WIT], bwd[WIT], pre[WIT], suf[WIT];
+  PetscInt            jf[WIT], jb, ga = -1, gb = -1; /* ga, gb: owners of the last slots */
+  double              cc[WIT][2];
 
-  if (c0 >= total) return;
-  const PetscInt nin = PetscMin((PetscInt)WTILE, total - c0);
-  for (int i = 0; i < WIT; i++) { /* candidate a forward, b backward */
+  if (c0 >= nslot) return;
+  const PetscInt nin = PetscMin((PetscInt)WTILE, nslot - c0);
+  for (int i = 0; i < WIT; i++) { /* slot a forward, b backward */
     const PetscInt a = threadIdx.x * WIT + i, b = WTILE - 1 - a;
-    fwd[i]           = a < nin ? SplitRun{wkey[c0 + a], wval[c0 + a]} : SplitRun{-1, SPLIT_EXT_NONE};
-    bwd[i]           = b < nin ? SplitRun{wkey[c0 + b], wval[c0 + b]} : SplitRun{-1, SPLIT_EXT_NONE};
+    fwd[i]           = a < nin ? SplitSlot(c0 + a, ga = SplitOwner(c0 + a, nseg, off, ga), off, XO, YO, &jf[i]) : SplitRun{-1, SPLIT_EXT_NONE};
+    bwd[i]           = b < nin ? SplitSlot(c0 + b, gb = SplitOwner(c0 + b, nseg, off, gb), off, XO, YO, &jb) : SplitRun{-1, SPLIT_EXT_NONE};
+    if (a == 0) ends[0] = (PetscInt)fwd[i].key, ends[1] = jf[i];
+    if (a == nin - 1) ends[2] = (PetscInt)fwd[i].key, ends[3] = jf[i];
   }
-  if (!costs) { /* the last segment's (a full tile: only those are read) and the first's */
-    const SplitRun last = RunReduce(tmp.run).Reduce(fwd, SplitRunOp());
+  __syncthreads();
+  { /* the carries: the same segment's tiles before this one, and after it (up to its candidate 2w) */
+    const PetscInt s0 = ends[0], j0 = ends[1], s1 = ends[2], j1 = ends[3];
+    const PetscInt u0 = s0 < 0 ? t : (c0 - j0) / WTILE, u1 = s1 < 0 ? t : (c0 + nin - 1 - j1 + 2 * ((off[s1 + 1] - off[s1]) / FMM_SPLIT_WINDOW)) / WTILE;
+    SplitExt       e  = SPLIT_EXT_NONE;
+    for (PetscInt u = u0 + threadIdx.x; u < t; u += WNT) e = SplitExtJoin(e, tile[2 * u]);
+    if (u0 < t) e = Reduce(tmp.reduce).Reduce(e, SplitExtOp());
+    if (!threadIdx.x) carry[0] = SplitRun{u0 < t ? s0 : -1, e};
     __syncthreads();
-    const SplitRun first = RunReduce(tmp.run).Reduce(bwd, SplitRunOp());
-    if (!threadIdx.x) {
-      tile[2 * t]     = last.e;
-      tile[2 * t + 1] = first.e;
-    }
-    return;
-  }
-  { /* the carries: the same segment's tiles before this one, and after it (its last candidate: slot 2w) */
-    const PetscInt s0 = wkey[c0], s1 = wkey[c0 + nin - 1];
-    const PetscInt u0 = s0 < 0 ? t : SplitStart(off, s0) / WTILE, u1 = s1 < 0 ? t : (SplitStart(off, s1) + 2 * ((off[s1 + 1] - off[s1]) / FMM_SPLIT_WINDOW)) / WTILE;
-    SplitExt       a  = SPLIT_EXT_NONE;
-    for (PetscInt u = u0 + threadIdx.x; u < t; u += WNT) a = SplitExtJoin(a, tile[2 * u]);
-    if (u0 < t) a = ExtReduce(tmp.ext).Reduce(a, SplitExtOp());
-    if (!threadIdx.x) carry[0] = SplitRun{u0 < t ? s0 : -1, a};
-    __syncthreads();
-    a = SPLIT_EXT_NONE;
-    for (PetscInt u = t + 1 + threadIdx.x; u <= u1; u += WNT) a = SplitExtJoin(a, tile[2 * u + 1]);
-    if (u1 > t) a = ExtReduce(tmp.ext).Reduce(a, SplitExtOp());
-    if (!threadIdx.x) carry[1] = SplitRun{u1 > t ? s1 : -1, a};
+    e = SPLIT_EXT_NONE;
+    for (PetscInt u = t + 1 + threadIdx.x; u <= u1; u += WNT) e = SplitExtJoin(e, tile[2 * u + 1]);
+    if (u1 > t) e = Reduce(tmp.reduce).Reduce(e, SplitExtOp());
+    if (!threadIdx.x) carry[1] = SplitRun{u1 > t ? s1 : -1, e};
     __syncthreads();
   }
   SplitCarry before = {carry[0]}, after = {carry[1]};
@@ -425,19 +462,11 @@ __global__ void __launch_bounds__(WNT) SplitWindowKernel(PetscInt total, PetscIn
   }
   __syncthreads();
 
-  long long          key  = -1; /* the segment of this thread's last candidates, -1: none */
-  unsigned long long v[1] = {~0ull};
-  for (int i = 0; i < WIT; i++) {
-    const PetscInt a = threadIdx.x * WIT + i, c = c0 + a;
-    if (a >= nin) break;
-    if (fwd[i].key < 0) continue; /* a slot past its segment's candidates */
-    const PetscInt            s = fwd[i].key, o = off[s], n = off[s + 1] - o, h = n / 2, w = n / FMM_SPLIT_WINDOW, j = c - SplitStart(off, s), k = o + h - w + j;
+  for (int i = 0; i < WIT; i++) { /* the costs (independent: their loads overlap) */
+    const PetscInt a = threadIdx.x * WIT + i, s = fwd[i].key, j = jf[i];
+    if (s < 0) continue; /* past the slots, or past its segment's candidates */
+    const PetscInt            o = off[s], n = off[s + 1] - o, w = n / FMM_SPLIT_WINDOW, k = o + n / 2 - w + j;
     const unsigned long long *cs = core + 8 * s;
-    if (s != key) { /* a segment ends within this thread's candidates */
-      if (key >= 0) atomicMin(&best[key], v[0]);
-      key  = s;
-      v[0] = ~0ull;
-    }
     for (int d = 0; d < 2; d++) {
       const PetscInt *D = d ? Y : X;
       /* along the list: the ends of the two children */
@@ -454,23 +483,34 @@ __global__ void __launch_bounds__(WNT) SplitWindowKernel(PetscInt total, PetscIn
       }
       const double hl = d ? FMMHalfPerimeter(ol0, al0, ol1, al1) : FMMHalfPerimeter(al0, ol0, al1, ol1);
       const double hr = d ? FMMHalfPerimeter(or0, ar0, or1, ar1) : FMMHalfPerimeter(ar0, or0, ar1, or1);
-      double       cc = __dadd_rn(hl, hr);
-      if (j != w) cc = __dmul_rn(cc, FMM_SPLIT_GAIN);
-      cost[d * ncand + c] = cc;
-      v[0]                = MinU(v[0], (unsigned long long)__double_as_longlong(cc));
+      cc[i][d]        = __dadd_rn(hl, hr);
+      if (j != w) cc[i][d] = __dmul_rn(cc[i][d], FMM_SPLIT_GAIN);
+      cost[d * ncand + c0 + a] = cc[i][d];
     }
+  }
+  long long          key  = -1; /* the segment of this thread's last candidates, -1: none */
+  unsigned long long v[1] = {~0ull};
+  for (int i = 0; i < WIT; i++) {
+    const long long s = fwd[i].key;
+    if (s < 0) continue;
+    if (s != key) { /* a segment ends within this thread's candidates */
+      if (key >= 0) atomicMin(&best[key], v[0]);
+      key  = s;
+      v[0] = ~0ull;
+    }
+    v[0] = MinU(v[0], MinU((unsigned long long)__double_as_longlong(cc[i][0]), (unsigned long long)__double_as_longlong(cc[i][1])));
   }
   BlockRunAtomics<1, WNT>(key, v, [best](long long q) { return best + q; });
 }
 
 /* the first candidate of least cost in the CPU's order: x before y, then j */
-__global__ void SplitPickKernel(PetscInt total, PetscInt ncand, const PetscInt *off, const PetscInt *wkey, const double *cost, const unsigned long long *best, PetscInt *rank)
+__global__ void SplitPickKernel(PetscInt nslot, PetscInt nseg, PetscInt ncand, const PetscInt *off, const double *cost, const unsigned long long *best, PetscInt *rank)
 {
   const PetscInt c = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   const int      d = blockIdx.y;
-  if (c >= total || wkey[c] < 0) return;
-  const PetscInt s = wkey[c], w = (off[s + 1] - off[s]) / FMM_SPLIT_WINDOW;
-  if ((unsigned long long)__double_as_longlong(cost[d * ncand + c]) == best[s]) atomicMin(&rank[s], d * (2 * w + 1) + c - SplitStart(off, s));
+  PetscInt       j, s;
+  if (c >= nslot || !SplitSlotCandidate(c, s = SplitOwner(c, nseg, off, -1), off, &j)) return;
+  if ((unsigned long long)__double_as_longlong(cost[d * ncand + c]) == best[s]) atomicMin(&rank[s], d * (2 * ((off[s + 1] - off[s]) / FMM_SPLIT_WINDOW) + 1) + j);
 }
 
 /* ------------------------------------------------ points in tree order */
@@ -741,9 +781,9 @@ __global__ void ChunkKernel(PetscInt nchunks, PetscInt npairs, const PetscInt *p
 /* the work arrays of the compact split, sized for the last round */
 typedef struct {
   PetscInt            ncand; /* candidates: an upper bound for every round */
-  PetscInt           *rank, *wkey;
+  PetscInt           *rank;
   unsigned long long *core, *best;
-  SplitExt           *wval, *tile;
+  SplitExt           *tile;
   double             *cost;
 } SplitWork;
 
@@ -757,12 +797,10 @@ static PetscErrorCode SplitWorkCreate(FMM_CUDA *c, PetscInt U, PetscInt nsegmax,
 {
   PetscFunctionBegin;
   w->ncand = SplitCandidates(U, nsegmax);
-  PetscCall(FMMCUDAMalloc(c->stream, (void **)&w->rank, sizeof(PetscInt) * ((size_t)nsegmax + w->ncand), "the split candidates"));
-  w->wkey = w->rank + nsegmax;
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&w->rank, sizeof(PetscInt) * (size_t)nsegmax, "the split picks"));
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&w->core, sizeof(unsigned long long) * 9 * (size_t)nsegmax, "the split extents"));
   w->best = w->core + 8 * nsegmax;
-  PetscCall(FMMCUDAMalloc(c->stream, (void **)&w->wval, sizeof(SplitExt) * (w->ncand + 2 * (size_t)FMMCUDABlocks(w->ncand, WTILE)), "the split windows"));
-  w->tile = w->wval + w->ncand;
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&w->tile, sizeof(SplitExt) * 2 * (size_t)FMMCUDABlocks(w->ncand, WTILE), "the split windows"));
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&w->cost, sizeof(double) * 2 * (size_t)w->ncand, "the split costs"));
   PetscFunctionReturn(0);
 }
@@ -772,28 +810,25 @@ static PetscErrorCode SplitWorkDestroy(FMM_CUDA *c, SplitWork *w)
   PetscFunctionBegin;
   PetscCall(FMMCUDAFree(c->stream, w->rank));
   PetscCall(FMMCUDAFree(c->stream, w->core));
-  PetscCall(FMMCUDAFree(c->stream, w->wval));
+  PetscCall(FMMCUDAFree(c->stream, w->tile));
   PetscCall(FMMCUDAFree(c->stream, w->cost));
   PetscFunctionReturn(0);
 }
 
 /* the compact split of every segment of a round: rank[s], the candidate
-   picked (SegmentKernel has set the starting values and the unused slots) */
+   picked (SegmentKernel has set the starting values); the window's carries
+   between tiles only where a round has several */
 static PetscErrorCode CompactSplit(FMM_CUDA *c, SplitWork *w, PetscInt nseg, PetscInt U, const PetscInt *off, const PetscInt *seg, const PetscInt *X, const PetscInt *Y, const double *XO, const double *YO, const double *xy)
 {
   const PetscInt nc = SplitCandidates(U, nseg);
-  const unsigned nt = FMMCUDABlocks(nc, WTILE);
+  const unsigned nt = FMMCUDABlocks(nc, WTILE), ntc = nt > 1 ? nt : 0;
 
   PetscFunctionBegin;
-  SplitCoreKernel<<<LAUNCH_N(U)>>>(U, seg, off, XO, YO, w->core, w->wkey, w->wval);
+  SplitCoreKernel<<<ntc + FMMCUDABlocks(U, BS), BS, 0, c->stream>>>(U, ntc, nseg, nc, seg, off, XO, YO, w->core, w->tile);
   FMMCheckLaunch();
-  if (nt > 1) { /* the tiles' extents, for the carries between tiles */
-    SplitWindowKernel<false><<<nt, WNT, 0, c->stream>>>(nc, w->ncand, off, X, Y, xy, w->wkey, w->wval, w->core, w->tile, w->cost, w->best);
-    FMMCheckLaunch();
-  }
-  SplitWindowKernel<true><<<nt, WNT, 0, c->stream>>>(nc, w->ncand, off, X, Y, xy, w->wkey, w->wval, w->core, w->tile, w->cost, w->best);
+  SplitWindowKernel<<<nt, WNT, 0, c->stream>>>(nc, nseg, w->ncand, off, X, Y, XO, YO, xy, w->core, w->tile, w->cost, w->best);
   FMMCheckLaunch();
-  SplitPickKernel<<<dim3(FMMCUDABlocks(nc, BS), 2), BS, 0, c->stream>>>(nc, w->ncand, off, w->wkey, w->cost, w->best, w->rank);
+  SplitPickKernel<<<dim3(FMMCUDABlocks(nc, BS), 2), BS, 0, c->stream>>>(nc, nseg, w->ncand, off, w->cost, w->best, w->rank);
   FMMCheckLaunch();
   PetscFunctionReturn(0);
 }
@@ -1181,7 +1216,7 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
   PetscInt           *val, *X, *Y, *X2, *Y2, *seg, *f, *sc, *offbase, *off, *noff, *fs, *ss, *ft, *st;
   char               *dir;
   double             *bb, *XO, *YO, *XO2, *YO2;
-  SplitWork           sp  = {0, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+  SplitWork           sp  = {0, NULL, NULL, NULL, NULL, NULL};
   Stages              stg = {PETSC_FALSE, 0, {0}, {0}};
   const char         *stgname[] = {"allocation and sort", "splits", "leaves and scatter (after the normals and weights)", "interaction lists", "frees"};
 
@@ -1245,7 +1280,7 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
   for (PetscInt r = 0; r < 2 * L; r++) {
     const PetscInt nseg = (PetscInt)1 << r;
     double        *lbb  = (r % 2 == 0) ? bb + 4 * FMMLevelStart(r / 2) : NULL;
-    SegmentKernel<<<LAUNCH_N(nseg)>>>(nseg, off, X, Y, xy, noff, dir, lbb, sp.core, sp.best, sp.rank, sp.wkey, sp.wval);
+    SegmentKernel<<<LAUNCH_N(nseg)>>>(nseg, off, X, Y, xy, noff, dir, lbb, sp.core, sp.best, sp.rank);
     FMMCheckLaunch();
     if (U && sp.core) PetscCall(CompactSplit(c, &sp, nseg, U, off, seg, X, Y, XO, YO, xy));
     if (U) {
@@ -1260,7 +1295,7 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
     { PetscInt *t = off; off = noff; noff = t; }
   }
   /* the leaves' bounding boxes */
-  SegmentKernel<<<LAUNCH_N(nleaves)>>>(nleaves, off, X, Y, xy, NULL, NULL, bb + 4 * FMMLevelStart(L), NULL, NULL, NULL, NULL, NULL);
+  SegmentKernel<<<LAUNCH_N(nleaves)>>>(nleaves, off, X, Y, xy, NULL, NULL, bb + 4 * FMMLevelStart(L), NULL, NULL, NULL);
   FMMCheckLaunch();
 
   PetscCall(StageMark(c, &stg));
