@@ -50,8 +50,8 @@ static PetscErrorCode ScratchEnsure(FMM_CUDA *c, Scratch *s, size_t need)
 }
 
 /* out[0..n] = exclusive prefix sums of in[0..n] (in[n] is 0: out[n] is the total) */
-template <class In, class T>
-static PetscErrorCode ExclusiveScan(FMM_CUDA *c, Scratch *s, In in, T *out, PetscInt n)
+template <class T>
+static PetscErrorCode ExclusiveScan(FMM_CUDA *c, Scratch *s, const T *in, T *out, PetscInt n)
 {
   size_t need = 0;
 
@@ -412,7 +412,7 @@ __global__ void __launch_bounds__(BS) SplitCoreKernel(PetscInt U, PetscInt nt, P
    segment's tiles before and after it (SplitCoreKernel), then every candidate
    computes its costs as Split() of src/plan.c (x, then y), and each segment
    its least cost (atomicMin on the bits: costs are >= 0). */
-__global__ void __launch_bounds__(WNT) SplitWindowKernel(PetscInt nslot, PetscInt nseg, PetscInt ncand, const PetscInt *off, const PetscInt *X, const PetscInt *Y, const double *XO, const double *YO, const double *xy, const unsigned long long *core, const SplitExt *tile, double *cost, unsigned long long *best)
+__global__ void __launch_bounds__(WNT) SplitWindowKernel(PetscInt nslot, PetscInt nseg, PetscInt stride, const PetscInt *off, const PetscInt *X, const PetscInt *Y, const double *XO, const double *YO, const double *xy, const unsigned long long *core, const SplitExt *tile, double *cost, unsigned long long *best)
 {
   typedef cub::BlockScan<SplitRun, WNT, cub::BLOCK_SCAN_WARP_SCANS> Scan; /* raking: bank conflicts on 40-byte items */
   typedef cub::BlockReduce<SplitExt, WNT>                           Reduce;
@@ -485,7 +485,7 @@ __global__ void __launch_bounds__(WNT) SplitWindowKernel(PetscInt nslot, PetscIn
       const double hr = d ? FMMHalfPerimeter(or0, ar0, or1, ar1) : FMMHalfPerimeter(ar0, or0, ar1, or1);
       cc[i][d]        = __dadd_rn(hl, hr);
       if (j != w) cc[i][d] = __dmul_rn(cc[i][d], FMM_SPLIT_GAIN);
-      cost[d * ncand + c0 + a] = cc[i][d];
+      cost[d * stride + c0 + a] = cc[i][d];
     }
   }
   long long          key  = -1; /* the segment of this thread's last candidates, -1: none */
@@ -504,13 +504,13 @@ __global__ void __launch_bounds__(WNT) SplitWindowKernel(PetscInt nslot, PetscIn
 }
 
 /* the first candidate of least cost in the CPU's order: x before y, then j */
-__global__ void SplitPickKernel(PetscInt nslot, PetscInt nseg, PetscInt ncand, const PetscInt *off, const double *cost, const unsigned long long *best, PetscInt *rank)
+__global__ void SplitPickKernel(PetscInt nslot, PetscInt nseg, PetscInt stride, const PetscInt *off, const double *cost, const unsigned long long *best, PetscInt *rank)
 {
   const PetscInt c = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   const int      d = blockIdx.y;
   PetscInt       j, s;
   if (c >= nslot || !SplitSlotCandidate(c, s = SplitOwner(c, nseg, off, -1), off, &j)) return;
-  if ((unsigned long long)__double_as_longlong(cost[d * ncand + c]) == best[s]) atomicMin(&rank[s], d * (2 * ((off[s + 1] - off[s]) / FMM_SPLIT_WINDOW) + 1) + j);
+  if ((unsigned long long)__double_as_longlong(cost[d * stride + c]) == best[s]) atomicMin(&rank[s], d * (2 * ((off[s + 1] - off[s]) / FMM_SPLIT_WINDOW) + 1) + j);
 }
 
 /* ------------------------------------------------ points in tree order */
@@ -780,7 +780,7 @@ __global__ void ChunkKernel(PetscInt nchunks, PetscInt npairs, const PetscInt *p
 
 /* the work arrays of the compact split, sized for the last round */
 typedef struct {
-  PetscInt            ncand; /* candidates: an upper bound for every round */
+  PetscInt            nslot; /* slots of the last round, the most of any round (the stride of cost) */
   PetscInt           *rank;
   unsigned long long *core, *best;
   SplitExt           *tile;
@@ -788,7 +788,7 @@ typedef struct {
 } SplitWork;
 
 /* the candidate slots of a round of nseg segments (SplitStart of segment nseg) */
-static PetscInt SplitCandidates(PetscInt U, PetscInt nseg)
+static PetscInt SplitSlots(PetscInt U, PetscInt nseg)
 {
   return U / (FMM_SPLIT_WINDOW / 2) + nseg;
 }
@@ -796,12 +796,12 @@ static PetscInt SplitCandidates(PetscInt U, PetscInt nseg)
 static PetscErrorCode SplitWorkCreate(FMM_CUDA *c, PetscInt U, PetscInt nsegmax, SplitWork *w)
 {
   PetscFunctionBegin;
-  w->ncand = SplitCandidates(U, nsegmax);
+  w->nslot = SplitSlots(U, nsegmax);
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&w->rank, sizeof(PetscInt) * (size_t)nsegmax, "the split picks"));
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&w->core, sizeof(unsigned long long) * 9 * (size_t)nsegmax, "the split extents"));
   w->best = w->core + 8 * nsegmax;
-  PetscCall(FMMCUDAMalloc(c->stream, (void **)&w->tile, sizeof(SplitExt) * 2 * (size_t)FMMCUDABlocks(w->ncand, WTILE), "the split windows"));
-  PetscCall(FMMCUDAMalloc(c->stream, (void **)&w->cost, sizeof(double) * 2 * (size_t)w->ncand, "the split costs"));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&w->tile, sizeof(SplitExt) * 2 * (size_t)FMMCUDABlocks(w->nslot, WTILE), "the split windows"));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&w->cost, sizeof(double) * 2 * (size_t)w->nslot, "the split costs"));
   PetscFunctionReturn(0);
 }
 
@@ -820,15 +820,15 @@ static PetscErrorCode SplitWorkDestroy(FMM_CUDA *c, SplitWork *w)
    between tiles only where a round has several */
 static PetscErrorCode CompactSplit(FMM_CUDA *c, SplitWork *w, PetscInt nseg, PetscInt U, const PetscInt *off, const PetscInt *seg, const PetscInt *X, const PetscInt *Y, const double *XO, const double *YO, const double *xy)
 {
-  const PetscInt nc = SplitCandidates(U, nseg);
+  const PetscInt nc = SplitSlots(U, nseg);
   const unsigned nt = FMMCUDABlocks(nc, WTILE), ntc = nt > 1 ? nt : 0;
 
   PetscFunctionBegin;
   SplitCoreKernel<<<ntc + FMMCUDABlocks(U, BS), BS, 0, c->stream>>>(U, ntc, nseg, nc, seg, off, XO, YO, w->core, w->tile);
   FMMCheckLaunch();
-  SplitWindowKernel<<<nt, WNT, 0, c->stream>>>(nc, nseg, w->ncand, off, X, Y, XO, YO, xy, w->core, w->tile, w->cost, w->best);
+  SplitWindowKernel<<<nt, WNT, 0, c->stream>>>(nc, nseg, w->nslot, off, X, Y, XO, YO, xy, w->core, w->tile, w->cost, w->best);
   FMMCheckLaunch();
-  SplitPickKernel<<<dim3(FMMCUDABlocks(nc, BS), 2), BS, 0, c->stream>>>(nc, nseg, w->ncand, off, w->cost, w->best, w->rank);
+  SplitPickKernel<<<dim3(FMMCUDABlocks(nc, BS), 2), BS, 0, c->stream>>>(nc, nseg, w->nslot, off, w->cost, w->best, w->rank);
   FMMCheckLaunch();
   PetscFunctionReturn(0);
 }

@@ -756,9 +756,9 @@ static PetscErrorCode MatAssemblyEnd_FMM(Mat A, MatAssemblyType type)
   /* bad numbers */
   bad = fmm->badsrc;
   FMMCheckCollective(comm, bad >= 0, PETSC_ERR_ARG_OUTOFRANGE, "MATFMM: source %" PetscInt_FMT " (local) has a non-finite coordinate %g", bad / 2, bad >= 0 ? (double)fmm->src[bad] : 0.0);
-  bad = fmm->hasnrm ? fmm->badnrm : -1;
+  bad = fmm->badnrm;
   FMMCheckCollective(comm, bad >= 0, PETSC_ERR_ARG_OUTOFRANGE, "MATFMM: normal of source %" PetscInt_FMT " (local) has a non-finite component %g", bad / 2, bad >= 0 ? (double)fmm->nrm[bad] : 0.0);
-  bad = fmm->haswts ? fmm->badwts : -1;
+  bad = fmm->badwts;
   FMMCheckCollective(comm, bad >= 0, PETSC_ERR_ARG_OUTOFRANGE, "MATFMM: weight of source %" PetscInt_FMT " (local) is not finite: %g", bad, bad >= 0 ? (double)fmm->wts[bad] : 0.0);
   bad = fmm->ntgt > 0 ? fmm->badtgt : -1;
   FMMCheckCollective(comm, bad >= 0, PETSC_ERR_ARG_OUTOFRANGE, "MATFMM: target %" PetscInt_FMT " (local) has a non-finite coordinate %g", bad / 2, bad >= 0 ? (double)fmm->tgt[bad] : 0.0);
