@@ -149,15 +149,22 @@ PETSC_INTERN PetscErrorCode FMMCUDAP2PIndexing(FMM_CUDA *, const FMMPlan *);
 PETSC_INTERN PetscErrorCode FMMCUDAP2PRepetition(FMM_CUDA *, const FMMPlan *);
 PETSC_INTERN PetscErrorCode FMMCUDADirect(FMM_CUDA *, const FMMPlan *);
 
-/* the largest k in [lo, hi) with a[k] <= v, for a nondecreasing and a[lo] <= v */
-__device__ __forceinline__ PetscInt FMMLastLE(const PetscInt *a, PetscInt lo, PetscInt hi, PetscInt v)
+/* the largest k in [lo, hi) with a(k) <= v, for a nondecreasing and a(lo) <= v */
+template <class A>
+__device__ __forceinline__ PetscInt FMMLastLEBy(A a, PetscInt lo, PetscInt hi, PetscInt v)
 {
   while (hi - lo > 1) {
     const PetscInt mid = lo + (hi - lo) / 2;
-    if (a[mid] <= v) lo = mid;
+    if (a(mid) <= v) lo = mid;
     else hi = mid;
   }
   return lo;
+}
+
+/* the same for an array a[] */
+__device__ __forceinline__ PetscInt FMMLastLE(const PetscInt *a, PetscInt lo, PetscInt hi, PetscInt v)
+{
+  return FMMLastLEBy([a](PetscInt k) { return a[k]; }, lo, hi, v);
 }
 
 /* grid size for n threads in blocks of bs */

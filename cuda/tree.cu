@@ -123,13 +123,13 @@ __device__ __forceinline__ PetscInt SplitStart(const PetscInt *off, PetscInt s)
   return off[s] / (FMM_SPLIT_WINDOW / 2) + s;
 }
 
-/* one thread per segment (box or half box) of a round: its
-   bounding box from the ends of its X and Y ranges, the split direction (the
-   longer side, as in src/plan.c) and the offsets of its two halves; bb (when
-   not NULL) receives (xmin, ymin, -xmax, -ymax), or PETSC_MAX_REAL for an
-   empty box.  With the compact split (core not NULL) also the starting
-   values of the segment's reductions (core: ylo, yhi, xlo, xhi of the ranks
-   below the window, then of those above it, as order keys). */
+/* one thread per segment (box or half box) of a round: its bounding box from
+   the ends of its X and Y ranges, the split direction (the longer side, as in
+   src/plan.c) and the offsets of its two halves; bb (when not NULL) receives
+   (xmin, ymin, -xmax, -ymax), or PETSC_MAX_REAL for an empty box.  With the
+   compact split (core not NULL) also the starting values of the segment's
+   reductions (core: ylo, yhi, xlo, xhi of the ranks below the window, then of
+   those above it, as order keys). */
 __global__ void SegmentKernel(PetscInt nseg, const PetscInt *off, const PetscInt *X, const PetscInt *Y, const double *xy, PetscInt *noff, char *dir, double *bb, unsigned long long *core, unsigned long long *best, PetscInt *rank)
 {
   const PetscInt s = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
@@ -263,14 +263,8 @@ struct SplitRunOp {
    so it is g or g +- 1), or by bisection (g < 0) */
 __device__ __forceinline__ PetscInt SplitOwner(PetscInt c, PetscInt nseg, const PetscInt *off, PetscInt g)
 {
-  PetscInt lo = 0, hi = nseg;
   if (g >= 0) return (g + 1 < nseg && SplitStart(off, g + 1) <= c) ? g + 1 : (SplitStart(off, g) > c ? g - 1 : g);
-  while (hi - lo > 1) {
-    const PetscInt mid = lo + (hi - lo) / 2;
-    if (SplitStart(off, mid) <= c) lo = mid;
-    else hi = mid;
-  }
-  return lo;
+  return FMMLastLEBy([off](PetscInt s) { return SplitStart(off, s); }, 0, nseg, c);
 }
 
 /* slot c of segment s (its owner) holds candidate j, or none (false) past the segment's candidates */
