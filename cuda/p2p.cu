@@ -293,10 +293,23 @@ __global__ void __launch_bounds__(TL_THREADS, 4) P2PTiledKernel(PetscInt nitems,
   0 .. nB-1: every (row, column) pair once.  With nB >= a the lanes of a group
   hold distinct columns at each step, so the column sums live in shared
   memory, one copy per group, and pass from lane l to lane l - 1 between steps
-  (__syncwarp of the group).  B = A is evaluated whole, rows only (the
-  zero-distance pair drops out as r^2 = 0): a walk of its pairs (i, i + d)
-  with the column sums read and written per pair measured slower on an H100
-  (P2P 0.62 against 0.55 ms at 10^6 points).
+  (__syncwarp).
+
+  B = A (the diagonal block, a third of the pairs on a curve) also takes
+  each pair once.  Lane l's rows l + m a (m < R) form a lane block; the
+  pairs of two lane blocks l and l + s (mod a) are an R x R block that lane
+  l evaluates with the partner's rows as columns (their sums in the group's
+  shared copy, read and written once per column).  Unit s = 1 .. a/2 - 1
+  takes the partner l + s; unit 0 takes the lane's own pairs m < m' (column
+  m' from its registers, its sum into the row's accumulator) and in the
+  same R x R steps the partner l + a/2, whose pair of equal rows m = m' goes
+  to the lower lane of the two.  Every unit has R^2 pair slots and the same
+  instructions (the operands of unit 0 by selects), so the groups, which
+  share a warp, take a/(2G) units each and do not diverge: R^2 a/(2G) slots
+  a lane instead of R^2 a/G for the rows only (the scheme before; a walk of
+  the pairs (i, i + d) with column sums read and written per pair measured
+  slower than that, 0.62 against 0.55 ms at 10^6 points).  The units' column
+  sums are added to the rows at the end of the block.
 
   No global load waits on another: an item is described by one coalesced
   load of its descriptor (symitem, lane j holding word j), made an item
@@ -347,18 +360,27 @@ static size_t SymShmem(int a, int R)
    h^5/80 + h^6/6 = 3.6e-16 absolute (against 1e-17 for degree 5; measured
    3.65e-16 on 4001 points of [-h, h] in 40-digit arithmetic), below 1e-15 of
    log r^2 for any |log r^2| >= 0.4, and far below what -mat_fmm_eps can ask.
-   P2P 2.72 -> 2.64 ms at 10^7 points, 0.50 -> 0.48 ms at 10^6 (H100). */
+   P2P 2.72 -> 2.64 ms at 10^7 points, 0.50 -> 0.48 ms at 10^6 (H100).
+
+   The FP64 constants that are not short immediates (c3, c1, 2^52 + 1023, log 2)
+   come from the constant bank (SymC): as literals the compiler rebuilt them at
+   every column step of the symmetric kernel (eight uniform-register moves and
+   two register moves), from SymC it loads them with three ULDC.  With the
+   full-warp __syncwarp of the column steps, P2P 0.182 -> 0.178 ms at 10^6
+   points (H100); unchanged at 10^7. */
+__constant__ double SymC[4] = {1.0 / 3 + 0x1p-20, 1.0 - 0x1p-40, 4503599627371519.0, FMM_LN2};
+
 __device__ __forceinline__ double SymLog(double r2, const char *ltc, bool *ok)
 {
   const int     hi = __double2hiint(r2);
   const double  m  = __hiloint2double((hi & 0x000fffff) | 0x3ff00000, __double2loint(r2));
   const double2 rl = *(const double2 *)(ltc + ((hi >> 5) & 0x7f80));
   const double  t  = fma(m, rl.x, -1.0);
-  double        pl = fma(-0.25, t, 1.0 / 3 + 0x1p-20);
+  double        pl = fma(-0.25, t, SymC[0]);
   pl               = fma(pl, t, -0.5);
-  pl               = fma(pl, t, 1.0 - 0x1p-40);
+  pl               = fma(pl, t, SymC[1]);
   *ok              = (unsigned)hi >= 0x00100000u;
-  return fma(__hiloint2double(0x43300000, hi >> 20) - 4503599627371519.0, FMM_LN2, fma(t, pl, rl.y));
+  return fma(__hiloint2double(0x43300000, hi >> 20) - SymC[2], SymC[3], fma(t, pl, rl.y));
 }
 
 /* the warp's asynchronous copy of n points (x, y, q) from b0 into a buffer */
@@ -391,7 +413,6 @@ __global__ void __launch_bounds__(SY_THREADS, 2) P2PSymmetricKernel(PetscInt nit
 {
   extern __shared__ double2 sysh[];
   const int      lane = threadIdx.x & 31, G = 32 / a, g = lane / a, l = lane % a, nmax = R * a;
-  const unsigned gmask = a == 32 ? 0xffffffffu : ((1u << a) - 1) << (g * a);
   for (int k = threadIdx.x; k < FMM_LOGTAB * FMM_LOGCOPY; k += SY_THREADS) sysh[k] = logtab[k / FMM_LOGCOPY];
   __syncthreads();
   const char *ltc = (const char *)(sysh + (lane & (FMM_LOGCOPY - 1)));
@@ -450,24 +471,49 @@ __global__ void __launch_bounds__(SY_THREADS, 2) P2PSymmetricKernel(PetscInt nit
       __syncwarp();
       const double2 *cxy = SYM_BXY(u);
       const double  *cq  = SYM_BQ(u);
-      if (ws < 0) { /* B = A: rows only; the zero-distance pair drops out as r^2 = 0 */
-        for (int t = k0; t < k1; t++) {
-          const int     c  = l + t - (l + t >= nB ? nB : 0);
-          const double2 p  = cxy[c];
-          const double  qc = cq[c];
+      if (ws < 0) { /* B = A: each pair once, by units of lane blocks (see above) */
+        const int h = a >> 1, u1 = (g + 1) * h / G;
+        for (int k = g * h / G; k < u1; k++) {
+          const bool u0 = k == 0;
+          const int  p  = (l + (u0 ? h : k)) & (a - 1); /* the partner lane */
+          const bool eq = !u0 || l < h;                 /* rows m = m' with the partner */
 #pragma unroll
-          for (int m = 0; m < R; m++) {
-            bool         ok;
-            const double rx = zx[m] - p.x, ry = zy[m] - p.y, L = SymLog(fma(rx, rx, ry * ry), ltc, &ok);
-            if (ok) acc[m] = fma(qc, L, acc[m]);
+          for (int mp = 0; mp < R; mp++) { /* column: the partner's row mp (rows m < mp in unit 0: the lane's own) */
+            const int     c = p + mp * a, cc = c < nA ? c : 0;
+            const double2 pt = cxy[cc];
+            const double  qc = c < nA ? cq[cc] : 0.0, qo = 2.0 * qr[mp];
+            double        cs = 0.0, cw = 0.0; /* column sums from rows m >= mp, m < mp */
+#pragma unroll
+            for (int m = 0; m < R; m++) {
+              const bool   own = u0 && m < mp;
+              const double px = own ? zx[mp] : pt.x, py = own ? zy[mp] : pt.y, pq = own ? qo : qc;
+              bool         ok;
+              const double rx = zx[m] - px, ry = zy[m] - py, L = SymLog(fma(rx, rx, ry * ry), ltc, &ok);
+              if (ok && (m != mp || eq)) {
+                acc[m] = fma(pq, L, acc[m]);
+                if (m < mp) cw = fma(qr[m], L, cw);
+                else cs = fma(qr[m], L, cs);
+              }
+            }
+            acc[mp] = fma(u0 ? 2.0 : 0.0, cw, acc[mp]); /* own column: its sum is row mp's (q L, not q/2 L) */
+            gacc[c] += cs + (u0 ? 0.0 : cw);
           }
+          __syncwarp(); /* the next unit's partner is another lane (every group takes a/(2G) units) */
         }
+        __syncwarp();
+#pragma unroll
+        for (int m = 0; m < R; m++) acc[m] = fma(2.0, gacc[l + m * a], acc[m]);
       } else {
-        for (int t = k0; t < k1; t++) {
-          const int     c  = l + t - (l + t >= nB ? nB : 0);
-          const double2 p  = cxy[c];
-          const double  qc = cq[c];
-          double        cs = gacc[c];
+        /* every group takes nT steps, so the whole warp meets each __syncwarp
+           (with a group mask the compiler checked for divergence at every
+           step); a group with one column fewer adds nothing at its last step */
+        const int nT = (nB + G - 1) / G;
+        int       c  = l + k0 - (l + k0 >= nB ? nB : 0);
+        for (int t = 0; t < nT; t++) {
+          const bool    live = k0 + t < k1;
+          const double2 p    = cxy[c];
+          const double  qc   = live ? cq[c] : 0.0;
+          double        cs   = gacc[c];
 #pragma unroll
           for (int m = 0; m < R; m++) {
             bool         ok;
@@ -477,8 +523,9 @@ __global__ void __launch_bounds__(SY_THREADS, 2) P2PSymmetricKernel(PetscInt nit
               cs     = fma(qr[m], L, cs);
             }
           }
-          gacc[c] = cs;
-          __syncwarp(gmask); /* lane l - 1 takes column c next */
+          if (live) gacc[c] = cs;
+          __syncwarp(); /* lane l - 1 takes column c next */
+          c = c + 1 == nB ? 0 : c + 1;
         }
         __syncwarp();
         double *out = colpart + ws;
