@@ -413,6 +413,7 @@ __global__ void __launch_bounds__(SY_THREADS, 2) P2PSymmetricKernel(PetscInt nit
 {
   extern __shared__ double2 sysh[];
   const int      lane = threadIdx.x & 31, G = 32 / a, g = lane / a, l = lane % a, nmax = R * a;
+  const int      gs = 6 - __ffs(a), nu = (a * a) >> 6; /* a is 8, 16 or 32: G = 2^gs; diagonal units a group, a/(2G) */
   for (int k = threadIdx.x; k < FMM_LOGTAB * FMM_LOGCOPY; k += SY_THREADS) sysh[k] = logtab[k / FMM_LOGCOPY];
   __syncthreads();
   const char *ltc = (const char *)(sysh + (lane & (FMM_LOGCOPY - 1)));
@@ -454,7 +455,7 @@ __global__ void __launch_bounds__(SY_THREADS, 2) P2PSymmetricKernel(PetscInt nit
     }
     __syncwarp(); /* the row buffer is free */
     for (int e = 0; e < ne; e++, u ^= 1) {
-      const int      nB = (int)SymWord(d, 5 + 3 * e), k0 = g * nB / G, k1 = (g + 1) * nB / G;
+      const int      nB = (int)SymWord(d, 5 + 3 * e);
       const PetscInt ws = SymWord(d, 6 + 3 * e);
       if (e + 1 < ne) { /* the next block's columns load while this one runs */
         SymFetch(SYM_BXY(u ^ 1), SYM_BQ(u ^ 1), sx, sy, q, SymWord(d, 7 + 3 * e), (int)SymWord(d, 8 + 3 * e), lane);
@@ -472,8 +473,8 @@ __global__ void __launch_bounds__(SY_THREADS, 2) P2PSymmetricKernel(PetscInt nit
       const double2 *cxy = SYM_BXY(u);
       const double  *cq  = SYM_BQ(u);
       if (ws < 0) { /* B = A: each pair once, by units of lane blocks (see above) */
-        const int h = a >> 1, u1 = (g + 1) * h / G;
-        for (int k = g * h / G; k < u1; k++) {
+        const int h = a >> 1;
+        for (int k = g * nu; k < (g + 1) * nu; k++) {
           const bool u0 = k == 0;
           const int  p  = (l + (u0 ? h : k)) & (a - 1); /* the partner lane */
           const bool eq = !u0 || l < h;                 /* rows m = m' with the partner */
@@ -498,16 +499,15 @@ __global__ void __launch_bounds__(SY_THREADS, 2) P2PSymmetricKernel(PetscInt nit
             acc[mp] = fma(u0 ? 2.0 : 0.0, cw, acc[mp]); /* own column: its sum is row mp's (q L, not q/2 L) */
             gacc[c] += cs + (u0 ? 0.0 : cw);
           }
-          __syncwarp(); /* the next unit's partner is another lane (every group takes a/(2G) units) */
+          __syncwarp(); /* the next unit's partner is another lane; after the last, the sums are in place */
         }
-        __syncwarp();
 #pragma unroll
         for (int m = 0; m < R; m++) acc[m] = fma(2.0, gacc[l + m * a], acc[m]);
       } else {
         /* every group takes nT steps, so the whole warp meets each __syncwarp
            (with a group mask the compiler checked for divergence at every
            step); a group with one column fewer adds nothing at its last step */
-        const int nT = (nB + G - 1) / G;
+        const int k0 = (g * nB) >> gs, k1 = ((g + 1) * nB) >> gs, nT = (nB + G - 1) >> gs;
         int       c  = l + k0 - (l + k0 >= nB ? nB : 0);
         for (int t = 0; t < nT; t++) {
           const bool    live = k0 + t < k1;
