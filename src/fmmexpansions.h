@@ -15,6 +15,7 @@
 */
 #pragma once
 #include <math.h>
+#include <stdbool.h>
 
 #if defined(__CUDACC__)
   #define FMM_HD static inline __host__ __device__
@@ -48,23 +49,34 @@ FMM_HD double FMMPairKernel(double rx, double ry, double q, double dx, double dy
   return r2 == 0.0 ? 0.0 : 0.5 * q * log(r2) + (dx * rx + dy * ry) / r2;
 }
 
-/* P2M: add one source (charge q, dipole d) at w = (y - c)/s to a multipole */
-FMM_HD void FMMP2MAdd(int p, double s, double wx, double wy, double q, double dx, double dy, double *A)
+/* 1/k for k = 1..p (inv[0] = 0): P2M multiplies by these instead of dividing
+   per source and term (a division costs ten or more instructions) */
+static inline void FMMInverses(int p, double *inv)
+{
+  inv[0] = 0.0;
+  for (int k = 1; k <= p; k++) inv[k] = 1.0 / k;
+}
+
+/* P2M: add one source (charge q, dipole d) at w = (y - c)/s to a multipole:
+   A_0 += q, A_k += d/s w^(k-1) - q w^k/k (Greengard & Rokhlin, Lemma 2.1, scaled).
+   is = 1/s, inv from FMMInverses(); dip false: d = 0 (no dipole terms) */
+FMM_HD void FMMP2MAdd(int p, double is, double wx, double wy, double q, double dx, double dy, bool dip, const double *inv, double *A)
 {
   double *Ar = A, *Ai = A + p + 1;
   double  pr = 1.0, pi = 0.0; /* w^(k-1) */
-  dx /= s;
-  dy /= s;
+  dx *= is;
+  dy *= is;
   Ar[0] += q;
   for (int k = 1; k <= p; k++) {
-    /* d w^(k-1) */
-    Ar[k] += dx * pr - dy * pi;
-    Ai[k] += dx * pi + dy * pr;
-    double t = pr * wx - pi * wy; /* w^k */
-    pi       = pr * wy + pi * wx;
-    pr       = t;
-    Ar[k] -= q * pr / k;
-    Ai[k] -= q * pi / k;
+    if (dip) { /* d w^(k-1) */
+      Ar[k] += dx * pr - dy * pi;
+      Ai[k] += dx * pi + dy * pr;
+    }
+    const double t = pr * wx - pi * wy, qk = q * inv[k]; /* w^k */
+    pi             = pr * wy + pi * wx;
+    pr             = t;
+    Ar[k] -= qk * pr;
+    Ai[k] -= qk * pi;
   }
 }
 

@@ -200,8 +200,10 @@ static PetscReal CoefDiff(PetscInt p, const PetscReal *a, const PetscReal *b)
 
 static void P2MCloud(PetscInt p, const Cloud *c, PetscReal cx, PetscReal cy, PetscReal s, PetscReal *A)
 {
+  PetscReal inv[PMAX + 1];
+  FMMInverses((int)p, inv);
   for (PetscInt k = 0; k < 2 * (p + 1); k++) A[k] = 0.0;
-  for (PetscInt j = 0; j < c->n; j++) FMMP2MAdd((int)p, s, (c->x[j] - cx) / s, (c->y[j] - cy) / s, c->q[j], c->dx[j], c->dy[j], A);
+  for (PetscInt j = 0; j < c->n; j++) FMMP2MAdd((int)p, 1.0 / s, (c->x[j] - cx) / s, (c->y[j] - cy) / s, c->q[j], c->dx[j], c->dy[j], true, inv, A);
 }
 
 /* the pair kernel used by P2P and the direct sum */

@@ -22,6 +22,7 @@ extern double log(double);
 typedef struct {
   PetscInt   p, ne;          /* order, reals per expansion 2(p+1) */
   PetscReal *binom, *m2l;    /* tables, see fmmexpansions.h */
+  PetscReal *inv;            /* [p+1] 1/k (FMMInverses) */
   PetscReal *mpole, *local;  /* [nboxes * ne] */
   PetscReal *q, *dx, *dy;    /* [N] strengths in tree order */
   PetscReal *pot;            /* [M] potentials in tree order */
@@ -44,7 +45,7 @@ static PetscErrorCode FMMCPUDestroy(Mat A)
 
   PetscFunctionBegin;
   if (!c) PetscFunctionReturn(0);
-  PetscCall(PetscFree2(c->binom, c->m2l));
+  PetscCall(PetscFree3(c->binom, c->m2l, c->inv));
   PetscCall(PetscFree2(c->mpole, c->local));
   PetscCall(PetscFree4(c->q, c->dx, c->dy, c->pot));
   PetscCall(PetscFree2(c->nbr, c->nbroff));
@@ -84,8 +85,9 @@ static PetscErrorCode FMMCPUSetup(Mat A)
   c->hasq      = fmm->beta != 0.0 ? PETSC_TRUE : PETSC_FALSE;
   c->hasd      = (fmm->alpha != 0.0 && fmm->gnrm) ? PETSC_TRUE : PETSC_FALSE;
   c->par       = (P->N + P->M >= FMM_OMP_MIN_POINTS) ? PETSC_TRUE : PETSC_FALSE;
-  PetscCall(PetscCalloc2((2 * c->p + 1) * (2 * c->p + 1), &c->binom, c->p * c->p, &c->m2l));
+  PetscCall(PetscCalloc3((2 * c->p + 1) * (2 * c->p + 1), &c->binom, c->p * c->p, &c->m2l, c->p + 1, &c->inv));
   FMMTables((int)c->p, c->binom, c->m2l);
+  FMMInverses((int)c->p, c->inv);
   PetscCall(PetscMalloc2(P->nboxes * c->ne, &c->mpole, P->nboxes * c->ne, &c->local));
   PetscCall(PetscMalloc4(P->N, &c->q, P->N, &c->dx, P->N, &c->dy, P->M, &c->pot));
   if (fmm->layout == MATFMM_LAYOUT_INDEXING) {
@@ -150,9 +152,9 @@ static PetscErrorCode Upward(const FMMPlan *P, FMM_CPU *c)
   PetscCall(PetscLogEventBegin(MATFMM_P2M, 0, 0, 0, 0));
 #pragma omp parallel for schedule(dynamic, 16) if (c->par)
   for (PetscInt b = 0; b < P->nleaves; b++) {
-    PetscReal *A = c->mpole + (l0 + b) * ne, cx = P->cx[l0 + b], cy = P->cy[l0 + b], s = P->scale[l0 + b];
+    PetscReal *A = c->mpole + (l0 + b) * ne, cx = P->cx[l0 + b], cy = P->cy[l0 + b], is = 1.0 / P->scale[l0 + b];
     for (PetscInt k = 0; k < ne; k++) A[k] = 0.0;
-    for (PetscInt i = P->sleaf[b]; i < P->sleaf[b + 1]; i++) FMMP2MAdd((int)p, s, (P->sx[i] - cx) / s, (P->sy[i] - cy) / s, c->q[i], c->dx[i], c->dy[i], A);
+    for (PetscInt i = P->sleaf[b]; i < P->sleaf[b + 1]; i++) FMMP2MAdd((int)p, is, (P->sx[i] - cx) * is, (P->sy[i] - cy) * is, c->q[i], c->dx[i], c->dy[i], c->hasd, c->inv, A);
   }
   PetscCall(PetscLogFlops(20.0 * p * P->N));
   PetscCall(PetscLogEventEnd(MATFMM_P2M, 0, 0, 0, 0));
