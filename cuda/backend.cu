@@ -344,7 +344,6 @@ static PetscErrorCode FMMCUDASetup(Mat A)
     PetscCall(PetscFree2(binom, m2l));
     PetscCall(FMMCUDAM2LPlan(c, P));
     PetscCall(FMMCUDAM2LSetup(c));
-    PetscCall(FMMCUDAP2MSetup());
   }
   PetscCall(PetscInfoEnabled(MAT_CLASSID, &info));
   if (info) FMMCallCUDA(cudaStreamSynchronize(c->stream)); /* for the -info times only */

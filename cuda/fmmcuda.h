@@ -133,7 +133,6 @@ PETSC_INTERN PetscErrorCode FMMCUDAP2PSymmetricPlan(FMM_CUDA *, const FMMPlan *)
 PETSC_INTERN PetscErrorCode FMMCUDANearSources(FMM_CUDA *, const FMMPlan *, PetscBool, PetscInt **, PetscInt *);
 /* upward.cu */
 PETSC_INTERN PetscErrorCode FMMCUDAStrengths(FMM_CUDA *, const FMMPlan *);
-PETSC_INTERN PetscErrorCode FMMCUDAP2MSetup(void);
 PETSC_INTERN PetscErrorCode FMMCUDAP2M(FMM_CUDA *, const FMMPlan *);
 PETSC_INTERN PetscErrorCode FMMCUDAM2M(FMM_CUDA *, const FMMPlan *);
 /* m2l.cu */

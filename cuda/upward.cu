@@ -8,9 +8,10 @@
   and add their four expansions in a fixed order.  Higher orders: a warp per leaf, a lane
   per source expanding into its own shared-memory row, rows then summed
   column by column in source order.  The 1/k of the terms come from the
-  constant bank (cP2MInv) and the leaf's 1/s is taken once: with a division
-  per source and term P2M took 1.9 ms at 10^7 points (p 30), more than the
-  near field.  Without dipoles (single layer) their terms are compiled out.
+  constant bank (cP2MInv, fixed at compile time) and the leaf's 1/s is
+  taken once: with a division per source and term P2M took 1.9 ms at 10^7
+  points (p 30, H100), more than the near field; now 0.32 ms.  Without
+  dipoles (single layer) their terms are compiled out.
   M2M: a thread per (parent box, coefficient l), so a level has (p+1) times
   more threads than boxes and the upper levels do not serialise.  The sum
   over k of FMMM2M is evaluated by Horner's rule in u; children in order 0..3.
@@ -20,17 +21,18 @@
 
 #define P2M_WARPS 2
 
-__constant__ double cP2MInv[FMMCUDA_PMAX + 1]; /* 1/k (FMMInverses) */
-
-PetscErrorCode FMMCUDAP2MSetup(void)
+/* 1/k, k <= FMMCUDA_PMAX, the values of FMMInverses (1.0/k correctly rounded),
+   fixed at compile time so no assembly has to upload them */
+struct P2MInvTable {
+  double v[FMMCUDA_PMAX + 1];
+};
+static constexpr P2MInvTable P2MInvMake()
 {
-  double inv[FMMCUDA_PMAX + 1];
-
-  PetscFunctionBegin;
-  FMMInverses(FMMCUDA_PMAX, inv);
-  FMMCallCUDA(cudaMemcpyToSymbol(cP2MInv, inv, sizeof(inv)));
-  PetscFunctionReturn(0);
+  P2MInvTable t{};
+  for (int k = 1; k <= FMMCUDA_PMAX; k++) t.v[k] = 1.0 / k;
+  return t;
 }
+__constant__ P2MInvTable cP2MInv = P2MInvMake();
 
 /* q, d in tree order (and in global order for the indexing layout) */
 __global__ void StrengthsKernel(PetscInt N, const PetscInt *sperm, const double *cq, const double *cdx, const double *cdy, const double *sigma, double *q, double *dx, double *dy, double *gq, double *gdx, double *gdy)
@@ -78,7 +80,7 @@ __global__ void __launch_bounds__(32 * P2M_WARPS) P2MKernel(PetscInt nleaves, in
     if (lane < nr) {
       const PetscInt i = base + lane;
       for (int k = 0; k < ne; k++) row[k] = 0.0;
-      FMMP2MAdd(p, is, (sx[i] - ccx) * is, (sy[i] - ccy) * is, q[i], dx[i], dy[i], dip, cP2MInv, row);
+      FMMP2MAdd(p, is, (sx[i] - ccx) * is, (sy[i] - ccy) * is, q[i], dx[i], dy[i], dip, cP2MInv.v, row);
     }
     __syncwarp();
 #pragma unroll
@@ -110,7 +112,7 @@ __global__ void __launch_bounds__(128) P2MFastKernel(PetscInt nleaves, int p, in
   for (int k = 0; k < 2 * (PP + 1); k++) A[k] = 0.0;
   if (ok) {
     const double ccx = cx[b], ccy = cy[b], is = 1.0 / scale[b];
-    for (PetscInt i = sleaf[b] + g; i < sleaf[b + 1]; i += P2M_GROUP) FMMP2MAdd(PP, is, (sx[i] - ccx) * is, (sy[i] - ccy) * is, q[i], DIP ? dx[i] : 0.0, DIP ? dy[i] : 0.0, DIP, cP2MInv, A);
+    for (PetscInt i = sleaf[b] + g; i < sleaf[b + 1]; i += P2M_GROUP) FMMP2MAdd(PP, is, (sx[i] - ccx) * is, (sy[i] - ccy) * is, q[i], DIP ? dx[i] : 0.0, DIP ? dy[i] : 0.0, DIP, cP2MInv.v, A);
   }
 #pragma unroll
   for (int k = 0; k < 2 * (PP + 1); k++) {
