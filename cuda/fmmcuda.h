@@ -14,6 +14,18 @@
    higher orders (up to FMMCUDA_PMAX) call FMMM2L and FMMP2MAdd at run-time order */
 #define FMMCUDA_PFAST 40
 #define FMMCUDA_PMAX  64
+/* 1/k for k <= FMMCUDA_PMAX (k = 0: 0), the values of FMMInverses (1.0/k correctly
+   rounded), for the __constant__ tables of P2M and M2L: fixed at compile time,
+   so no assembly uploads them */
+struct FMMCUDAInvTable {
+  double v[FMMCUDA_PMAX + 1];
+};
+static constexpr FMMCUDAInvTable FMMCUDAInvMake()
+{
+  FMMCUDAInvTable t{};
+  for (int k = 1; k <= FMMCUDA_PMAX; k++) t.v[k] = 1.0 / k;
+  return t;
+}
 #define FMM_STAGE_CHUNKS 16     /* slots of the staging rings */
 #define FMM_STAGE_SLOT   131072 /* doubles per slot (1 MB) */
 

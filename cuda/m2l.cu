@@ -34,7 +34,7 @@
 #define M2L_WARPS 4
 
 __constant__ double cM2L[FMMCUDA_PFAST * FMMCUDA_PFAST]; /* cM2L[(l-1)*PFAST + k-1] = C(l+k-1, k-1) */
-__constant__ double cInv[FMMCUDA_PFAST + 1];            /* 1/l */
+__constant__ FMMCUDAInvTable cInv = FMMCUDAInvMake();  /* 1/l */
 
 /* the order KP of the register tensor-core kernel (p + 1 rounded up to 8), or 0 where
    it does not run: tensor cores off, p + 1 > 32 (its operands would not fit in
@@ -59,11 +59,9 @@ PetscErrorCode FMMCUDAM2LSetup(FMM_CUDA *c)
   PetscFunctionBegin;
   PetscCall(PetscCalloc1(nb * nb, &binom));
   FMMTables(FMMCUDA_PFAST, binom, m2l);
-  inv[0] = 0.0;
-  for (int l = 1; l <= FMMCUDA_PFAST; l++) inv[l] = 1.0 / l;
+  FMMInverses(FMMCUDA_PFAST, inv);
   PetscCall(PetscFree(binom));
   FMMCallCUDA(cudaMemcpyToSymbol(cM2L, m2l, sizeof(m2l)));
-  FMMCallCUDA(cudaMemcpyToSymbol(cInv, inv, sizeof(inv)));
   if (c->kp) {
     const int kr = M2LRegOrder(c);
     double   *pad;
@@ -112,7 +110,7 @@ __device__ __forceinline__ void M2LPairFast(int p, double *row, double z0x, doub
   pi         = 0.0;
 #pragma unroll
   for (int l = 1; l <= PP; l++) {
-    double yr = -A0 * cInv[l], yi = 0.0;
+    double yr = -A0 * cInv.v[l], yi = 0.0;
 #pragma unroll
     for (int k = 0; k < PP; k++) {
       const double cc = cM2L[(l - 1) * FMMCUDA_PFAST + k];
@@ -317,7 +315,7 @@ __global__ void __launch_bounds__(32 * M2L_TC_WARPS) M2LTensorKernel(PetscInt nc
       double pr = 1.0, pi = 0.0;
       for (int l = 1; l <= p; l++) {
         double *y  = T + (l - 1) * LDT + 2 * lane;
-        double  yr = y[0] - A0 * cInv[l], yi = y[1], v = pr * br - pi * bi;
+        double  yr = y[0] - A0 * cInv.v[l], yi = y[1], v = pr * br - pi * bi;
         pi         = pr * bi + pi * br;
         pr         = v;
         y[0]       = yr * pr - yi * pi;

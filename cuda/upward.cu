@@ -21,18 +21,7 @@
 
 #define P2M_WARPS 2
 
-/* 1/k, k <= FMMCUDA_PMAX, the values of FMMInverses (1.0/k correctly rounded),
-   fixed at compile time so no assembly has to upload them */
-struct P2MInvTable {
-  double v[FMMCUDA_PMAX + 1];
-};
-static constexpr P2MInvTable P2MInvMake()
-{
-  P2MInvTable t{};
-  for (int k = 1; k <= FMMCUDA_PMAX; k++) t.v[k] = 1.0 / k;
-  return t;
-}
-__constant__ P2MInvTable cP2MInv = P2MInvMake();
+__constant__ FMMCUDAInvTable cP2MInv = FMMCUDAInvMake(); /* 1/k */
 
 /* q, d in tree order (and in global order for the indexing layout) */
 __global__ void StrengthsKernel(PetscInt N, const PetscInt *sperm, const double *cq, const double *cdx, const double *cdy, const double *sigma, double *q, double *dx, double *dy, double *gq, double *gdx, double *gdy)
@@ -112,7 +101,7 @@ __global__ void __launch_bounds__(128) P2MFastKernel(PetscInt nleaves, int p, in
   for (int k = 0; k < 2 * (PP + 1); k++) A[k] = 0.0;
   if (ok) {
     const double ccx = cx[b], ccy = cy[b], is = 1.0 / scale[b];
-    for (PetscInt i = sleaf[b] + g; i < sleaf[b + 1]; i += P2M_GROUP) FMMP2MAdd(PP, is, (sx[i] - ccx) * is, (sy[i] - ccy) * is, q[i], DIP ? dx[i] : 0.0, DIP ? dy[i] : 0.0, DIP, cP2MInv.v, A);
+    for (PetscInt i = sleaf[b] + g; i < sleaf[b + 1]; i += P2M_GROUP) FMMP2MAdd(PP, is, (sx[i] - ccx) * is, (sy[i] - ccy) * is, q[i], dx[i], dy[i], DIP, cP2MInv.v, A);
   }
 #pragma unroll
   for (int k = 0; k < 2 * (PP + 1); k++) {
