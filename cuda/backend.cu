@@ -203,31 +203,29 @@ static PetscErrorCode Create(Mat A)
   PetscFunctionReturn(0);
 }
 
-/* the normals and weights go up on a second stream while the GPU splits the
-   tree: FMMCUDATreeBuild calls UploadLate once the splits are queued, and its
-   scatter, their first use, waits for them (ready: after their allocation) */
+/* the normals and weights go up on a second stream while the GPU sorts and
+   splits the points: FMMCUDATreeBuild calls UploadLate once the sort is
+   queued, and its scatter, their first use, waits for done (ready: after
+   their allocation) */
 typedef struct {
   const Mat_FMM *fmm;
   double        *nrm, *wts;
   cudaEvent_t    ready;
 } LateUpload;
 
-static PetscErrorCode UploadLate(FMM_CUDA *c, void *ctx)
+static PetscErrorCode UploadLate(FMM_CUDA *c, void *ctx, cudaEvent_t *done)
 {
   LateUpload  *u = (LateUpload *)ctx;
   cudaStream_t s;
-  cudaEvent_t  done;
 
   PetscFunctionBegin;
   FMMCallCUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  FMMCallCUDA(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  FMMCallCUDA(cudaEventCreateWithFlags(done, cudaEventDisableTiming));
   FMMCallCUDA(cudaStreamWaitEvent(s, u->ready, 0));
   if (u->nrm) PetscCall(CopyIn(s, u->nrm, u->fmm->gnrm, 2 * u->fmm->plan.N));
   if (u->wts) PetscCall(CopyIn(s, u->wts, u->fmm->gwts, u->fmm->plan.N));
-  FMMCallCUDA(cudaEventRecord(done, s));
-  FMMCallCUDA(cudaStreamWaitEvent(c->stream, done, 0));
-  FMMCallCUDA(cudaEventDestroy(done)); /* both released once their work is done */
-  FMMCallCUDA(cudaStreamDestroy(s));
+  FMMCallCUDA(cudaEventRecord(*done, s));
+  FMMCallCUDA(cudaStreamDestroy(s)); /* released once its work is done */
   PetscFunctionReturn(0);
 }
 

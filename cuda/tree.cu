@@ -17,7 +17,9 @@
   reads its lists in order.  Both lists stay sorted within every
   box, so a level costs O(N), and the boxes are those of src/plan.c: the same
   keys and the same cost sums give the same cuts.  Points in a leaf are in x order (the CPU
-  leaves them in selection order; only rounding of sums depends on it).
+  leaves them in selection order; only rounding of sums depends on it).  Once
+  the segments fit in shared memory, the rounds left run in one launch, a
+  block per segment (SplitLocalKernel).
 
   The theta-criterion lists are built level by level as in src/plan.c: one
   thread per target box counts, an exclusive scan places, the same thread
@@ -479,6 +481,7 @@ __global__ void __launch_bounds__(WNT) SplitWindowKernel(PetscInt nslot, PetscIn
       const double hr = d ? FMMHalfPerimeter(or0, ar0, or1, ar1) : FMMHalfPerimeter(ar0, or0, ar1, or1);
       cc[i][d]        = __dadd_rn(hl, hr);
       if (j != w) cc[i][d] = __dmul_rn(cc[i][d], FMM_SPLIT_GAIN);
+      cc[i][d] = __dadd_rn(cc[i][d], 0.0); /* -0 (extents of signed zeros) is +0: costs compare as bits */
       cost[d * stride + c0 + a] = cc[i][d];
     }
   }
@@ -505,6 +508,309 @@ __global__ void SplitPickKernel(PetscInt nslot, PetscInt nseg, PetscInt stride, 
   PetscInt       j, s;
   if (c >= nslot || !SplitSlotCandidate(c, s = SplitOwner(c, nseg, off, -1), off, &j)) return;
   if ((unsigned long long)__double_as_longlong(cost[d * stride + c]) == best[s]) atomicMin(&rank[s], d * (2 * ((off[s + 1] - off[s]) / FMM_SPLIT_WINDOW) + 1) + j);
+}
+
+/* ------------------------------------------------ the last rounds in shared memory
+
+   Once every segment of a round fits in one block (SCAP points) the rounds
+   left run in one launch, a block per segment, on its lists in shared memory:
+   the same cuts as the rounds above (the same costs, the same ties), without
+   the passes over all U points that each round makes in global memory.  The
+   block's sub-segments are contiguous runs of positions in both lists, as in
+   the rounds above; sg holds the sub-segment of each position.  Thread t owns
+   positions t SIPT .. t SIPT + SIPT - 1 (the sequential part of the scans),
+   stored SNT apart (SplitSlotOf) so that a warp's accesses hit distinct banks.
+   The block writes the bounding boxes of its boxes of the even rounds and of
+   the leaves, and back to global memory what the leaves need: the x list X,
+   seg and the leaf offsets. */
+#define SNT   512                 /* threads of a local-split block */
+#define SIPT  8                   /* consecutive positions per thread */
+#define SCAP  (SNT * SIPT)        /* points of a local-split block */
+#define SRMAX 10                  /* rounds of one local split: up to 2^SRMAX leaves a block */
+#define SLEAF (1 << SRMAX)        /* sub-segments of the last round */
+#define SHALF (1 << (SRMAX - 1)) /* sub-segments of a round that splits */
+
+/* shared memory of SplitLocalKernel: per position its coordinates along and
+   across both lists; the carries of the backward scan; per splitting
+   sub-segment its least cost; per position its point in both lists; the
+   sub-segment offsets (two rounds); per splitting sub-segment its cut and
+   direction, its pick and the flag scan at its start; per position sg */
+static size_t SplitLocalBytes(void)
+{
+  return 4 * SCAP * sizeof(double) + SNT * sizeof(SplitRun) + SHALF * sizeof(unsigned long long) + (2 * SCAP + 2 * (SLEAF + 1) + 3 * SHALF) * sizeof(PetscInt) + SCAP * sizeof(unsigned short);
+}
+
+/* the slot of position k */
+__device__ __forceinline__ int SplitSlotOf(int k)
+{
+  return (k % SIPT) * SNT + k / SIPT;
+}
+
+/* position k of a block's lists for the scans of the other coordinates (key: its sub-segment; -1 past the points) */
+__device__ __forceinline__ SplitRun SplitLocalItem(int k, int n, const unsigned short *sg, const double *xo, const double *yo)
+{
+  const int j = SplitSlotOf(k);
+  return k < n ? SplitRun{sg[j], SplitExt{xo[j], xo[j], yo[j], yo[j]}} : SplitRun{-1, SPLIT_EXT_NONE};
+}
+
+/* whether the cut before position k (in sub-segment m) is a candidate: m
+   at offset o has n >= 2 points, h = n/2, w = n/FMM_SPLIT_WINDOW, and k - o is
+   h - w + j, j = 0 .. 2w */
+__device__ __forceinline__ bool SplitLocalCandidate(int k, int m, const PetscInt *so, int *o, int *nm, int *j)
+{
+  *o  = so[m];
+  *nm = so[m + 1] - *o;
+  *j  = k - *o - (*nm / 2 - *nm / FMM_SPLIT_WINDOW);
+  return *nm >= 2 && *j >= 0 && *j <= 2 * (*nm / FMM_SPLIT_WINDOW);
+}
+
+/* the warp's inclusive scan of v with SplitRunOp, in lane order */
+__device__ __forceinline__ SplitRun SplitWarpScan(SplitRun v)
+{
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int sh = 1; sh < 32; sh <<= 1) {
+    const SplitRun u = {__shfl_up_sync(0xffffffffu, v.key, sh), SplitExt{__shfl_up_sync(0xffffffffu, v.e.ylo, sh), __shfl_up_sync(0xffffffffu, v.e.yhi, sh), __shfl_up_sync(0xffffffffu, v.e.xlo, sh), __shfl_up_sync(0xffffffffu, v.e.xhi, sh)}};
+    if (lane >= sh && u.key == v.key) v.e = SplitExtJoin(u.e, v.e);
+  }
+  return v;
+}
+
+/* the block's exclusive scan of v with SplitRunOp, in thread order (thread 0
+   gets no run): warps scan their lanes, warp 0 the warps' totals (ws: SNT/32
+   runs of shared memory); one join a thread beyond its warp's scan (cub's
+   BlockScan joins the totals of all warps in every thread) */
+__device__ __forceinline__ SplitRun SplitBlockScan(SplitRun v, SplitRun *ws)
+{
+  const int      lane = threadIdx.x % 32, w = threadIdx.x / 32;
+  const SplitRun none = {-1, SPLIT_EXT_NONE};
+  SplitRun       in   = SplitWarpScan(v), ex;
+  if (lane == 31) ws[w] = in;
+  __syncthreads();
+  if (w == 0) {
+    SplitRun s = SplitWarpScan(lane < SNT / 32 ? ws[lane] : none);
+    __syncwarp();
+    if (lane < SNT / 32) ws[lane] = s;
+  }
+  __syncthreads();
+  ex = {__shfl_up_sync(0xffffffffu, in.key, 1), SplitExt{__shfl_up_sync(0xffffffffu, in.e.ylo, 1), __shfl_up_sync(0xffffffffu, in.e.yhi, 1), __shfl_up_sync(0xffffffffu, in.e.xlo, 1), __shfl_up_sync(0xffffffffu, in.e.xhi, 1)}};
+  if (lane == 0) return w ? ws[w - 1] : none;
+  return w ? SplitRunOp()(ws[w - 1], ex) : ex;
+}
+
+/* rounds r0 .. r0 + R - 1 of the segments of round r0 (block s0: segment s0,
+   off of round r0): X (in place; Y, XO, YO are not needed after), seg, the
+   leaf offsets loff, and bb as SegmentKernel's */
+__global__ void __launch_bounds__(SNT) SplitLocalKernel(int R, PetscInt r0, int median, const PetscInt *off, PetscInt *X, const PetscInt *Y, const double *XO, const double *YO, const double *xy, PetscInt *seg, PetscInt *loff, double *bb)
+{
+  typedef cub::BlockScan<int, SNT, cub::BLOCK_SCAN_WARP_SCANS> IntScan;
+  __shared__ typename IntScan::TempStorage tmp;
+  __shared__ SplitRun                      ws[SNT / 32];
+  extern __shared__ double lsm[];
+  double             *xx = lsm, *xo = xx + SCAP, *yy = xo + SCAP, *yo = yy + SCAP; /* x list: x, y; y list: y, x */
+  SplitRun           *carry = (SplitRun *)(yo + SCAP);
+  unsigned long long *best  = (unsigned long long *)(carry + SNT);
+  PetscInt           *xi = (PetscInt *)(best + SHALF), *yi = xi + SCAP, *so = yi + SCAP, *cutd = so + 2 * (SLEAF + 1), *pick = cutd + SHALF, *base = pick + SHALF;
+  unsigned short     *sg = (unsigned short *)(base + SHALF);
+  const PetscInt      s0 = blockIdx.x, g0 = off[s0];
+  const int           n = (int)(off[s0 + 1] - g0), t = threadIdx.x, c0 = t * SIPT;
+
+  for (int k = t; k < n; k += SNT) {
+    const int      j = SplitSlotOf(k);
+    const PetscInt a = X[g0 + k], b = Y[g0 + k];
+    xi[j]            = a;
+    yi[j]            = b;
+    xx[j]            = xy[2 * a];
+    xo[j]            = XO[g0 + k];
+    yy[j]            = xy[2 * b + 1];
+    yo[j]            = YO[g0 + k];
+    sg[j]            = 0;
+  }
+  if (!t) so[0] = 0, so[1] = n;
+  __syncthreads();
+  for (int i = 0;; i++) {
+    const PetscInt r = r0 + i;
+    const int      nsub = 1 << i;
+    PetscInt      *o1 = so + (i % 2) * (SLEAF + 1), *o2 = so + (1 - i % 2) * (SLEAF + 1);
+
+    /* per sub-segment: the bounding box (boxes of a level: even rounds), the median cut */
+    for (int m = t; m < nsub; m += SNT) {
+      const int o = o1[m], nm = o1[m + 1] - o;
+      double    xmin = 0, xmax = 0, ymin = 0, ymax = 0;
+      if (nm > 0) {
+        xmin = xx[SplitSlotOf(o)];
+        xmax = xx[SplitSlotOf(o + nm - 1)];
+        ymin = yy[SplitSlotOf(o)];
+        ymax = yy[SplitSlotOf(o + nm - 1)];
+      }
+      if (r % 2 == 0) {
+        double *q = bb + 4 * (((((PetscInt)1) << r) - 1) / 3 + (s0 << i) + m);
+        if (nm > 0) {
+          q[0] = xmin;
+          q[1] = ymin;
+          q[2] = -xmax;
+          q[3] = -ymax;
+        } else q[0] = q[1] = q[2] = q[3] = PETSC_MAX_REAL;
+      }
+      if (i < R) {
+        cutd[m] = 2 * (o + nm / 2) + ((median && nm >= 2 && ymax - ymin > xmax - xmin) ? 1 : 0);
+        best[m] = ~0ull;
+        pick[m] = PETSC_MAX_INT;
+      }
+    }
+    if (i == R) break;
+    __syncthreads();
+
+    if (!median) { /* the compact split: every candidate's cost as SplitWindowKernel's */
+      double   cc[SIPT][2];
+      SplitRun first, last = SplitLocalItem(c0, n, sg, xo, yo), a;
+      bool     two = false, any = false;
+      int      o, nm, j, m, cm = -1;
+      /* this thread's chunk: the extents of its first and of its last run of
+         one sub-segment, the chunk's aggregates backward and forward */
+#pragma unroll
+      for (int q = 1; q < SIPT; q++) {
+        const SplitRun e = SplitLocalItem(c0 + q, n, sg, xo, yo);
+        if (e.key == last.key) last.e = SplitExtJoin(last.e, e.e);
+        else {
+          if (!two) first = last;
+          two  = true;
+          last = e;
+        }
+      }
+      if (!two) first = last;
+#pragma unroll
+      for (int q = 0; q < SIPT; q++) any = any || (c0 + q < n && SplitLocalCandidate(c0 + q, sg[SplitSlotOf(c0 + q)], o1, &o, &nm, &j));
+      /* the carries into each chunk: from the chunks after it (chunk SNT-1-t scanned by thread t), and before it */
+      carry[t] = first;
+      __syncthreads();
+      a = SplitBlockScan(carry[SNT - 1 - t], ws);
+      carry[SNT - 1 - t] = a;
+      __syncthreads();
+      a = carry[t];
+      if (any) {
+#pragma unroll
+        for (int q = SIPT - 1; q >= 0; q--) { /* cc: the second child's half-perimeter (positions from k) */
+          const int k = c0 + q;
+          if (k >= n) continue;
+          a = SplitRunOp()(a, SplitLocalItem(k, n, sg, xo, yo));
+          if (!SplitLocalCandidate(k, (int)a.key, o1, &o, &nm, &j)) continue;
+          const int k1 = SplitSlotOf(k), k2 = SplitSlotOf(o + nm - 1);
+          cc[q][0]     = FMMHalfPerimeter(xx[k1], a.e.ylo, xx[k2], a.e.yhi);
+          cc[q][1]     = FMMHalfPerimeter(a.e.xlo, yy[k1], a.e.xhi, yy[k2]);
+        }
+      }
+      /* prefixes: cost = first child + second child */
+      a = SplitBlockScan(last, ws);
+      unsigned long long v = ~0ull; /* least cost of sub-segment cm among this thread's candidates */
+#pragma unroll
+      for (int q = 0; q < SIPT; q++) {
+        const int k = c0 + q;
+        if (!any || k >= n) break;
+        m = sg[SplitSlotOf(k)];
+        if (SplitLocalCandidate(k, m, o1, &o, &nm, &j)) { /* a: positions o .. k-1 (k > o) */
+          const int k0 = SplitSlotOf(o), k1 = SplitSlotOf(k - 1);
+          const double hl[2] = {FMMHalfPerimeter(xx[k0], a.e.ylo, xx[k1], a.e.yhi), FMMHalfPerimeter(a.e.xlo, yy[k0], a.e.xhi, yy[k1])};
+          if (m != cm) {
+            if (cm >= 0) atomicMin(&best[cm], v);
+            cm = m;
+            v  = ~0ull;
+          }
+#pragma unroll
+          for (int d = 0; d < 2; d++) {
+            cc[q][d] = __dadd_rn(hl[d], cc[q][d]);
+            if (j != nm / FMM_SPLIT_WINDOW) cc[q][d] = __dmul_rn(cc[q][d], FMM_SPLIT_GAIN);
+            cc[q][d] = __dadd_rn(cc[q][d], 0.0);
+            v        = MinU(v, (unsigned long long)__double_as_longlong(cc[q][d]));
+          }
+        }
+        a = SplitRunOp()(a, SplitLocalItem(k, n, sg, xo, yo));
+      }
+      { /* the last sub-segment of each thread: one atomic per run of lanes */
+        unsigned long long w[1] = {v};
+        if (RunMinMax<1>(cm, w) && cm >= 0) atomicMin(&best[cm], w[0]);
+      }
+      __syncthreads();
+#pragma unroll
+      for (int q = 0; q < SIPT; q++) { /* the first of least cost: x before y, then j */
+        const int k = c0 + q;
+        if (k >= n) break;
+        m = sg[SplitSlotOf(k)];
+        if (!SplitLocalCandidate(k, m, o1, &o, &nm, &j)) continue;
+#pragma unroll
+        for (int d = 0; d < 2; d++)
+          if ((unsigned long long)__double_as_longlong(cc[q][d]) == best[m]) atomicMin(&pick[m], d * (2 * (nm / FMM_SPLIT_WINDOW) + 1) + j);
+      }
+      __syncthreads();
+      for (int m = t; m < nsub; m += SNT) {
+        const int o = o1[m], nm = o1[m + 1] - o, w = nm / FMM_SPLIT_WINDOW;
+        if (nm >= 2) cutd[m] = 2 * (o + nm / 2 - w + pick[m] % (2 * w + 1)) + pick[m] / (2 * w + 1);
+      }
+      __syncthreads();
+    }
+
+    { /* the split: the list other than d partitioned stably by LeftOfCut, as PartitionKernel */
+      int      fl[SIPT], cnt = 0, sc;
+      PetscInt p[SIPT];
+      double   u[SIPT], v[SIPT]; /* the moving point's coordinates across and along its list */
+#pragma unroll
+      for (int q = 0; q < SIPT; q++) {
+        const int k = c0 + q, j = SplitSlotOf(k);
+        fl[q]       = 0;
+        if (k >= n) continue;
+        const int      d = cutd[sg[j]] % 2, cj = SplitSlotOf(cutd[sg[j]] / 2);
+        const PetscInt c = d ? yi[cj] : xi[cj];
+        const double   cv = d ? yy[cj] : xx[cj];
+        p[q]              = d ? xi[j] : yi[j];
+        u[q]              = d ? xo[j] : yo[j];
+        v[q]              = d ? xx[j] : yy[j];
+        fl[q]             = (u[q] < cv || (u[q] == cv && p[q] < c)) ? 1 : 0;
+        cnt += fl[q];
+      }
+      IntScan(tmp).ExclusiveSum(cnt, sc);
+#pragma unroll
+      for (int q = 0, s = sc; q < SIPT; q++) { /* the flag scan at each sub-segment's start */
+        const int k = c0 + q, j = SplitSlotOf(k);
+        if (k < n && k == o1[sg[j]]) base[sg[j]] = s;
+        s += fl[q];
+      }
+      __syncthreads();
+#pragma unroll
+      for (int q = 0; q < SIPT; q++) {
+        const int k = c0 + q, j = SplitSlotOf(k);
+        if (k >= n) break;
+        const int m = sg[j], o = o1[m], d = cutd[m] % 2, cut = cutd[m] / 2, lb = sc - base[m];
+        const int np = SplitSlotOf(fl[q] ? o + lb : cut + (k - o - lb));
+        if (d) xi[np] = p[q], xo[np] = u[q], xx[np] = v[q];
+        else yi[np] = p[q], yo[np] = u[q], yy[np] = v[q];
+        sg[j] = 2 * m + (k >= cut ? 1 : 0);
+        sc += fl[q];
+      }
+      for (int m = t; m < nsub; m += SNT) {
+        o2[2 * m]     = o1[m];
+        o2[2 * m + 1] = cutd[m] / 2;
+      }
+      if (!t) o2[2 * nsub] = n;
+      __syncthreads();
+    }
+  }
+  { /* the leaves */
+    const PetscInt *o1 = so + (R % 2) * (SLEAF + 1), l0 = s0 << R;
+    for (int k = t; k < n; k += SNT) {
+      const int j = SplitSlotOf(k);
+      X[g0 + k]   = xi[j];
+      seg[g0 + k] = l0 + sg[j];
+    }
+    for (int m = t; m < (1 << R); m += SNT) loff[l0 + m] = g0 + o1[m];
+    if (!t && s0 == (PetscInt)gridDim.x - 1) loff[l0 + (1 << R)] = g0 + n;
+  }
+}
+
+/* the largest segment of a round */
+__global__ void SegmentMaxKernel(PetscInt nseg, const PetscInt *off, PetscInt *nmax)
+{
+  const PetscInt s = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
+  if (s < nseg) atomicMax(nmax, off[s + 1] - off[s]);
 }
 
 /* ------------------------------------------------ points in tree order */
@@ -806,6 +1112,22 @@ static PetscErrorCode SplitWorkDestroy(FMM_CUDA *c, SplitWork *w)
   PetscCall(FMMCUDAFree(c->stream, w->core));
   PetscCall(FMMCUDAFree(c->stream, w->tile));
   PetscCall(FMMCUDAFree(c->stream, w->cost));
+  PetscFunctionReturn(0);
+}
+
+/* the shared memory of SplitLocalKernel, granted; 0 where the device has less */
+static PetscErrorCode SplitLocalSetup(FMM_CUDA *c, size_t *bytes)
+{
+  int                optin = 0;
+  cudaFuncAttributes fa;
+
+  PetscFunctionBegin;
+  *bytes = 0;
+  FMMCallCUDA(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, c->dev));
+  FMMCallCUDA(cudaFuncGetAttributes(&fa, SplitLocalKernel));
+  if (SplitLocalBytes() + fa.sharedSizeBytes > (size_t)optin) PetscFunctionReturn(0);
+  FMMCallCUDA(cudaFuncSetAttribute(SplitLocalKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SplitLocalBytes()));
+  *bytes = SplitLocalBytes();
   PetscFunctionReturn(0);
 }
 
@@ -1196,12 +1518,13 @@ PetscErrorCode FMMCUDANearSources(FMM_CUDA *c, const FMMPlan *P, PetscBool globa
   Input: xy, the U = N + Mg points of all ranks on the device (sources in
   global order, then, when the targets are not the sources, the targets in
   global order), nrm (2N, or NULL) and wts (N, or NULL) on the device, where
-  late(c, lctx) (when not NULL), called once the splits are queued, makes
-  c->stream wait for their upload.  Fills
+  late(c, lctx, &done) (when not NULL), called once the sort is queued,
+  starts their upload and returns the event of its end, which the scatter of
+  the points waits for.  Fills
   the device plan of c (sperm ... scale, faroff, far, nearoff, near, tleafof)
   and the counts and statistics of P (no host arrays).
 */
-PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal theta, PetscBool median, PetscBool same, PetscInt t0, PetscReal alpha, PetscReal beta, const double *xy, const double *nrm, const double *wts, PetscErrorCode (*late)(FMM_CUDA *, void *), void *lctx, PetscInt U)
+PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal theta, PetscBool median, PetscBool same, PetscInt t0, PetscReal alpha, PetscReal beta, const double *xy, const double *nrm, const double *wts, PetscErrorCode (*late)(FMM_CUDA *, void *, cudaEvent_t *), void *lctx, PetscInt U)
 {
   const PetscInt      N = P->N, M = P->M;
   PetscInt            L = 0, nleaves, nboxes;
@@ -1211,8 +1534,11 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
   char               *dir;
   double             *bb, *XO, *YO, *XO2, *YO2;
   SplitWork           sp  = {0, NULL, NULL, NULL, NULL, NULL};
+  size_t              lbytes = 0; /* shared memory of SplitLocalKernel, 0: not on this device */
+  PetscBool           local  = PETSC_FALSE;
+  cudaEvent_t         lated  = NULL; /* the normals and weights are up */
   Stages              stg = {PETSC_FALSE, 0, {0}, {0}};
-  const char         *stgname[] = {"allocation and sort", "splits", "leaves and scatter (after the normals and weights)", "interaction lists", "frees"};
+  const char         *stgname[] = {"allocation and sort", "splits", "leaves and scatter", "interaction lists", "frees"};
 
   PetscFunctionBegin;
   PetscCall(PetscInfoEnabled(MAT_CLASSID, &stg.on));
@@ -1250,6 +1576,7 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&dir, (size_t)nleaves, "the split directions"));
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&bb, sizeof(double) * 4 * (size_t)nboxes, "the bounding boxes"));
   if (!median && L > 0 && U) PetscCall(SplitWorkCreate(c, U, nleaves / 2, &sp));
+  if (L > 0 && U) PetscCall(SplitLocalSetup(c, &lbytes));
 
   /* the two sorted lists */
   if (U) {
@@ -1263,6 +1590,7 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
     OtherKernel<<<LAUNCH_N(U)>>>(U, X, Y, xy, XO, YO);
     FMMCheckLaunch();
   }
+  if (late) PetscCall(late(c, lctx, &lated)); /* host copies while the GPU sorts and splits */
   FMMCallCUDA(cudaMemsetAsync(seg, 0, sizeof(PetscInt) * (U + 1), c->stream));
   {
     PetscInt h[2] = {0, U};
@@ -1270,10 +1598,29 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
   }
 
   PetscCall(StageMark(c, &stg));
-  /* 2L rounds of halving; the boxes of level l are the segments of round 2l */
+  /* 2L rounds of halving; the boxes of level l are the segments of round 2l.
+     The last rounds run in shared memory (SplitLocalKernel) from the first
+     round whose largest segment fits a block (one readback, when the
+     average fits) */
   for (PetscInt r = 0; r < 2 * L; r++) {
     const PetscInt nseg = (PetscInt)1 << r;
     double        *lbb  = (r % 2 == 0) ? bb + 4 * FMMLevelStart(r / 2) : NULL;
+    if (lbytes && 2 * L - r <= SRMAX && U <= (PetscInt64)SCAP * nseg) {
+      PetscInt nmax = 0;
+      FMMCallCUDA(cudaMemsetAsync(f, 0, sizeof(PetscInt), c->stream));
+      SegmentMaxKernel<<<LAUNCH_N(nseg)>>>(nseg, off, f);
+      FMMCheckLaunch();
+      FMMCallCUDA(cudaMemcpyAsync(&nmax, f, sizeof(PetscInt), cudaMemcpyDeviceToHost, c->stream));
+      FMMCallCUDA(cudaStreamSynchronize(c->stream));
+      if (nmax <= SCAP) {
+        SplitLocalKernel<<<(unsigned)nseg, SNT, lbytes, c->stream>>>((int)(2 * L - r), r, median ? 1 : 0, off, X, Y, XO, YO, xy, seg, noff, bb);
+        FMMCheckLaunch();
+        PetscCall(PetscInfo(NULL, "GPU tree build: rounds %" PetscInt_FMT " to %" PetscInt_FMT " of %" PetscInt_FMT " in shared memory, %" PetscInt_FMT " blocks of up to %" PetscInt_FMT " points\n", r, 2 * L - 1, 2 * L, nseg, nmax));
+        { PetscInt *t = off; off = noff; noff = t; }
+        local = PETSC_TRUE;
+        break;
+      }
+    }
     SegmentKernel<<<LAUNCH_N(nseg)>>>(nseg, off, X, Y, xy, noff, dir, lbb, sp.core, sp.best, sp.rank);
     FMMCheckLaunch();
     if (U && sp.core) PetscCall(CompactSplit(c, &sp, nseg, U, off, seg, X, Y, XO, YO, xy));
@@ -1288,12 +1635,16 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
     }
     { PetscInt *t = off; off = noff; noff = t; }
   }
-  /* the leaves' bounding boxes */
-  SegmentKernel<<<LAUNCH_N(nleaves)>>>(nleaves, off, X, Y, xy, NULL, NULL, bb + 4 * FMMLevelStart(L), NULL, NULL, NULL);
-  FMMCheckLaunch();
+  if (!local) { /* the leaves' bounding boxes */
+    SegmentKernel<<<LAUNCH_N(nleaves)>>>(nleaves, off, X, Y, xy, NULL, NULL, bb + 4 * FMMLevelStart(L), NULL, NULL, NULL);
+    FMMCheckLaunch();
+  }
 
   PetscCall(StageMark(c, &stg));
-  if (late) PetscCall(late(c, lctx)); /* the GPU is busy with the splits */
+  if (lated) { /* the normals and weights are up */
+    FMMCallCUDA(cudaStreamWaitEvent(c->stream, lated, 0));
+    FMMCallCUDA(cudaEventDestroy(lated));
+  }
   /* sources and this rank's targets in tree order */
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->sperm, sizeof(PetscInt) * N, "the source permutation"));
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->sx, sizeof(double) * N, "the source coordinates"));
