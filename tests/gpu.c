@@ -386,6 +386,11 @@ int main(int argc, char **argv)
     args: -n 200000 -geometry clusters -mat_fmm_ct 64 -tree_only
 
   test:
+    suffix: tree_deep
+    requires: cuda
+    args: -n 200000 -geometry clusters -mat_fmm_ct 4 -tree_only
+
+  test:
     suffix: curve_fma
     requires: cuda
     args: -n 3000 -geometry curve -mat_fmm_ct 16 -mat_fmm_cuda_m2l fma -mat_fmm_cuda_log libm
