@@ -125,6 +125,15 @@ __device__ __forceinline__ PetscInt SplitStart(const PetscInt *off, PetscInt s)
   return off[s] / (FMM_SPLIT_WINDOW / 2) + s;
 }
 
+/* a box's bounding box as GeometryKernel reads it: (xmin, ymin, -xmax, -ymax), PETSC_MAX_REAL when empty (n = 0) */
+__device__ __forceinline__ void BoxSet(double *q, PetscInt n, double xmin, double ymin, double xmax, double ymax)
+{
+  q[0] = n > 0 ? xmin : PETSC_MAX_REAL;
+  q[1] = n > 0 ? ymin : PETSC_MAX_REAL;
+  q[2] = n > 0 ? -xmax : PETSC_MAX_REAL;
+  q[3] = n > 0 ? -ymax : PETSC_MAX_REAL;
+}
+
 /* one thread per segment (box or half box) of a round: its bounding box from
    the ends of its X and Y ranges, the split direction (the longer side, as in
    src/plan.c) and the offsets of its two halves; bb (when not NULL) receives
@@ -150,15 +159,7 @@ __global__ void SegmentKernel(PetscInt nseg, const PetscInt *off, const PetscInt
     if (s == nseg - 1) noff[2 * nseg] = o + n;
     dir[s] = (n >= 2 && ymax - ymin > xmax - xmin) ? 1 : 0;
   }
-  if (bb) {
-    double *q = bb + 4 * s;
-    if (n > 0) {
-      q[0] = xmin;
-      q[1] = ymin;
-      q[2] = -xmax;
-      q[3] = -ymax;
-    } else q[0] = q[1] = q[2] = q[3] = PETSC_MAX_REAL;
-  }
+  if (bb) BoxSet(bb + 4 * s, n, xmin, ymin, xmax, ymax);
   if (core) {
     for (int j = 0; j < 8; j++) core[8 * s + j] = (j % 2) ? 0ull : ~0ull;
     best[s] = ~0ull;
@@ -643,15 +644,7 @@ __global__ void __launch_bounds__(SNT) SplitLocalKernel(int R, PetscInt r0, int 
         ymin = yy[SplitSlotOf(o)];
         ymax = yy[SplitSlotOf(o + nm - 1)];
       }
-      if (r % 2 == 0) {
-        double *q = bb + 4 * (((((PetscInt)1) << r) - 1) / 3 + (s0 << i) + m);
-        if (nm > 0) {
-          q[0] = xmin;
-          q[1] = ymin;
-          q[2] = -xmax;
-          q[3] = -ymax;
-        } else q[0] = q[1] = q[2] = q[3] = PETSC_MAX_REAL;
-      }
+      if (r % 2 == 0) BoxSet(bb + 4 * (((((PetscInt)1) << r) - 1) / 3 + (s0 << i) + m), nm, xmin, ymin, xmax, ymax);
       if (i < R) {
         cutd[m] = 2 * (o + nm / 2) + ((median && nm >= 2 && ymax - ymin > xmax - xmin) ? 1 : 0);
         best[m] = ~0ull;
