@@ -288,6 +288,16 @@ __device__ __forceinline__ SplitRun SplitSlot(PetscInt c, PetscInt s, const Pets
   return SplitRun{s, SplitExt{XO[k], XO[k], YO[k], YO[k]}};
 }
 
+/* the cost of candidate j of a segment with window w from its children's
+   half-perimeters, as Split() of src/plan.c (the same additions, no FMA); -0
+   (extents of signed zeros) becomes +0, so costs (>= 0) compare as bits */
+__device__ __forceinline__ double SplitCost(double hl, double hr, PetscInt j, PetscInt w)
+{
+  double c = __dadd_rn(hl, hr);
+  if (j != w) c = __dmul_rn(c, FMM_SPLIT_GAIN);
+  return __dadd_rn(c, 0.0);
+}
+
 /* the carry of a block's scan, from the tiles before (or after) it */
 struct SplitCarry {
   SplitRun run;
@@ -480,9 +490,7 @@ __global__ void __launch_bounds__(WNT) SplitWindowKernel(PetscInt nslot, PetscIn
       }
       const double hl = d ? FMMHalfPerimeter(ol0, al0, ol1, al1) : FMMHalfPerimeter(al0, ol0, al1, ol1);
       const double hr = d ? FMMHalfPerimeter(or0, ar0, or1, ar1) : FMMHalfPerimeter(ar0, or0, ar1, or1);
-      cc[i][d]        = __dadd_rn(hl, hr);
-      if (j != w) cc[i][d] = __dmul_rn(cc[i][d], FMM_SPLIT_GAIN);
-      cc[i][d] = __dadd_rn(cc[i][d], 0.0); /* -0 (extents of signed zeros) is +0: costs compare as bits */
+      cc[i][d]        = SplitCost(hl, hr, j, w);
       cost[d * stride + c0 + a] = cc[i][d];
     }
   }
@@ -565,13 +573,19 @@ __device__ __forceinline__ bool SplitLocalCandidate(int k, int m, const PetscInt
   return *nm >= 2 && *j >= 0 && *j <= 2 * (*nm / FMM_SPLIT_WINDOW);
 }
 
+/* v of lane - sh */
+__device__ __forceinline__ SplitRun SplitRunShflUp(const SplitRun &v, int sh)
+{
+  return SplitRun{__shfl_up_sync(0xffffffffu, v.key, sh), SplitExt{__shfl_up_sync(0xffffffffu, v.e.ylo, sh), __shfl_up_sync(0xffffffffu, v.e.yhi, sh), __shfl_up_sync(0xffffffffu, v.e.xlo, sh), __shfl_up_sync(0xffffffffu, v.e.xhi, sh)}};
+}
+
 /* the warp's inclusive scan of v with SplitRunOp, in lane order */
 __device__ __forceinline__ SplitRun SplitWarpScan(SplitRun v)
 {
   const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int sh = 1; sh < 32; sh <<= 1) {
-    const SplitRun u = {__shfl_up_sync(0xffffffffu, v.key, sh), SplitExt{__shfl_up_sync(0xffffffffu, v.e.ylo, sh), __shfl_up_sync(0xffffffffu, v.e.yhi, sh), __shfl_up_sync(0xffffffffu, v.e.xlo, sh), __shfl_up_sync(0xffffffffu, v.e.xhi, sh)}};
+    const SplitRun u = SplitRunShflUp(v, sh);
     if (lane >= sh && u.key == v.key) v.e = SplitExtJoin(u.e, v.e);
   }
   return v;
@@ -585,7 +599,7 @@ __device__ __forceinline__ SplitRun SplitBlockScan(SplitRun v, SplitRun *ws)
 {
   const int      lane = threadIdx.x % 32, w = threadIdx.x / 32;
   const SplitRun none = {-1, SPLIT_EXT_NONE};
-  SplitRun       in   = SplitWarpScan(v), ex;
+  const SplitRun in   = SplitWarpScan(v);
   if (lane == 31) ws[w] = in;
   __syncthreads();
   if (w == 0) {
@@ -594,7 +608,7 @@ __device__ __forceinline__ SplitRun SplitBlockScan(SplitRun v, SplitRun *ws)
     if (lane < SNT / 32) ws[lane] = s;
   }
   __syncthreads();
-  ex = {__shfl_up_sync(0xffffffffu, in.key, 1), SplitExt{__shfl_up_sync(0xffffffffu, in.e.ylo, 1), __shfl_up_sync(0xffffffffu, in.e.yhi, 1), __shfl_up_sync(0xffffffffu, in.e.xlo, 1), __shfl_up_sync(0xffffffffu, in.e.xhi, 1)}};
+  const SplitRun ex = SplitRunShflUp(in, 1);
   if (lane == 0) return w ? ws[w - 1] : none;
   return w ? SplitRunOp()(ws[w - 1], ex) : ex;
 }
@@ -711,9 +725,7 @@ __global__ void __launch_bounds__(SNT) SplitLocalKernel(int R, PetscInt r0, int 
           }
 #pragma unroll
           for (int d = 0; d < 2; d++) {
-            cc[q][d] = __dadd_rn(hl[d], cc[q][d]);
-            if (j != nm / FMM_SPLIT_WINDOW) cc[q][d] = __dmul_rn(cc[q][d], FMM_SPLIT_GAIN);
-            cc[q][d] = __dadd_rn(cc[q][d], 0.0);
+            cc[q][d] = SplitCost(hl[d], cc[q][d], j, nm / FMM_SPLIT_WINDOW);
             v        = MinU(v, (unsigned long long)__double_as_longlong(cc[q][d]));
           }
         }
