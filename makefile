@@ -81,8 +81,11 @@ MAIN ?= tutorials/ex1
 run: $(MAIN)
 	$(MPIEXEC) -n 1 ./$(MAIN)
 
+# PETSc configured with CUDA (device vectors, VECCUDA)
+PETSC_CUDA := $(if $(shell grep -s 'define PETSC_HAVE_CUDA 1' $(PETSC_DIR)/$(PETSC_ARCH)/include/petscconf.h),1,0)
+
 test: $(LIB) $(TESTS) $(TUTORIALS)
-	@MPIEXEC="$(MPIEXEC)" CUDA_BUILT=$(CUDA) ./bin/runtests $(TESTS:=.c) $(TUTORIALS:=.c)
+	@MPIEXEC="$(MPIEXEC)" CUDA_BUILT=$(CUDA) PETSC_CUDA=$(PETSC_CUDA) ./bin/runtests $(TESTS:=.c) $(TUTORIALS:=.c)
 
 bench: $(BENCHES)
 

@@ -4,12 +4,15 @@ static char help[] = "MATFMM benchmark: setup, MatMult (median of -reps), time p
   -reps <r>                     timed MatMults (default 10)\n\
   -sample <s>                   targets checked against exact summation (default 200; 0: none)\n\
   -reassemble <k>               then k more assemblies with the points set again (default 0)\n\
+  -host_vectors <bool>          MatMult on host vectors (VECSTANDARD) where MatCreateVecs gives device\n\
+                                ones (a PETSc configured with CUDA); default false\n\
   -kernel <single,double>       via -mat_fmm_kernel; every -mat_fmm_ option applies\n\n";
 
 /*
   Prints, for the options given:
-    bench: device=.. N=.. geometry=.. eps=.. p=.. ct=.. layout=.. levels=.. setup_s=.. assembly_s=.. cuda_init_s=.. mult_med_s=.. mult_min_s=.. mult_max_s=.. points_per_s=..
-  setup_s is MatCreate to MatAssemblyEnd (the sources copied in, the tree, the
+    bench: device=.. vec=.. N=.. geometry=.. eps=.. p=.. ct=.. layout=.. levels=.. setup_s=.. assembly_s=.. cuda_init_s=.. mult_med_s=.. mult_min_s=.. mult_max_s=.. points_per_s=..
+  vec is the type of x and y (seqcuda: the product moves no vector between
+  host and device); setup_s is MatCreate to MatAssemblyEnd (the sources copied in, the tree, the
   lists, the device arrays); assembly_s is MatAssemblyBegin/End alone;
   cuda_init_s is PetscFMMCUDAInitialize(), the CUDA context, once per process;
   with -reassemble k, reassembly_med_s is the median of k assemblies after
@@ -17,6 +20,7 @@ static char help[] = "MATFMM benchmark: setup, MatMult (median of -reps), time p
   its points move: the tree is rebuilt).
     phases_ms: P2M=.. M2M=.. M2L=.. L2L=.. L2P=.. P2P=..   (per MatMult)
     rates: p2p_pairs_per_s=.. m2l_gflops=.. m2l_count=.. p2p_pairs=.. relerr_sample=..
+    check: y_sum=..   (the sum of the last product, to 17 digits)
   M2L flops are counted as 4p^2 + 20p per translation: the two real (p x p)
   matrix-vector products of FMMM2L (src/fmmexpansions.h) and the powers and
   scalings around them.  Rates are printed for -mat_fmm_method fmm only.
@@ -33,7 +37,8 @@ static int CmpReal(const void *a, const void *b)
 int main(int argc, char **argv)
 {
   PetscInt           N = 1000000, reps = 10, nsample = 200, nre = 0, n, rstart, p, L, m2l, ct;
-  PetscBool          curve = PETSC_TRUE;
+  PetscBool          curve = PETSC_TRUE, hostvecs = PETSC_FALSE;
+  VecType            vtype;
   char               geom[16] = "curve";
   PetscReal         *xy, *nrm, *w, *times, eps = 1e-10, reas = 0;
   PetscLogDouble     t0, t1, ta, ti0, ti1;
@@ -54,6 +59,7 @@ int main(int argc, char **argv)
   PetscCall(PetscOptionsInt("-reps", "Timed MatMults", NULL, reps, &reps, NULL));
   PetscCall(PetscOptionsInt("-sample", "Targets checked against exact summation", NULL, nsample, &nsample, NULL));
   PetscCall(PetscOptionsInt("-reassemble", "Assemblies after setting the points again", NULL, nre, &nre, NULL));
+  PetscCall(PetscOptionsBool("-host_vectors", "MatMult on host vectors", NULL, hostvecs, &hostvecs, NULL));
   PetscOptionsEnd();
   curve = (PetscBool)(strcmp(geom, "square") != 0);
   PetscCall(PetscOptionsGetReal(NULL, NULL, "-mat_fmm_eps", &eps, NULL));
@@ -90,7 +96,9 @@ int main(int argc, char **argv)
   PetscCall(MatAssemblyBegin(A, MAT_FINAL_ASSEMBLY));
   PetscCall(MatAssemblyEnd(A, MAT_FINAL_ASSEMBLY));
   PetscCall(PetscTime(&t1));
+  if (hostvecs) PetscCall(MatSetVecType(A, VECSTANDARD));
   PetscCall(MatCreateVecs(A, &x, &y));
+  PetscCall(VecGetType(x, &vtype));
   PetscCall(VecSetRandom(x, rnd));
   PetscCall(MatMult(A, x, y)); /* warm-up */
 
@@ -146,7 +154,7 @@ int main(int argc, char **argv)
     pairs = (PetscReal)p2p;
     PetscCall(MPIU_Allreduce(&mloc, &msum, 1, MPIU_REAL, MPIU_SUM, PETSC_COMM_WORLD));
     PetscCall(MPIU_Allreduce(MPI_IN_PLACE, &pairs, 1, MPIU_REAL, MPIU_SUM, PETSC_COMM_WORLD));
-    PetscCall(PetscPrintf(PETSC_COMM_WORLD, "bench: device=%s N=%" PetscInt_FMT " geometry=%s eps=%g p=%" PetscInt_FMT " ct=%" PetscInt_FMT " layout=%s levels=%" PetscInt_FMT " setup_s=%.4f assembly_s=%.4f cuda_init_s=%.3f mult_med_s=%.5f mult_min_s=%.5f mult_max_s=%.5f points_per_s=%.3e", MatFMMDevices[dev], N,
+    PetscCall(PetscPrintf(PETSC_COMM_WORLD, "bench: device=%s vec=%s N=%" PetscInt_FMT " geometry=%s eps=%g p=%" PetscInt_FMT " ct=%" PetscInt_FMT " layout=%s levels=%" PetscInt_FMT " setup_s=%.4f assembly_s=%.4f cuda_init_s=%.3f mult_med_s=%.5f mult_min_s=%.5f mult_max_s=%.5f points_per_s=%.3e", MatFMMDevices[dev], vtype, N,
                            curve ? "curve" : "square", (double)eps, p, ct, layout, L, (double)(t1 - t0), (double)(t1 - ta), (double)(ti1 - ti0), (double)med, (double)times[0], (double)times[reps - 1], (double)(N / med)));
     if (nre) PetscCall(PetscPrintf(PETSC_COMM_WORLD, " reassembly_med_s=%.4f", (double)reas));
     PetscCall(PetscPrintf(PETSC_COMM_WORLD, "\n"));
@@ -198,6 +206,11 @@ int main(int argc, char **argv)
     PetscCall(MatDestroy(&D));
     PetscCall(PetscFree2(idx, txy));
   } else PetscCall(PetscPrintf(PETSC_COMM_WORLD, "\n"));
+  { /* a fingerprint of the last product: equal builds print equal sums */
+    PetscScalar ysum;
+    PetscCall(VecSum(y, &ysum));
+    PetscCall(PetscPrintf(PETSC_COMM_WORLD, "check: y_sum=%.17e\n", (double)PetscRealPart(ysum)));
+  }
 
   PetscCall(PetscRandomDestroy(&rnd));
   PetscCall(VecDestroy(&x));

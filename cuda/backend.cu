@@ -395,14 +395,27 @@ static PetscErrorCode Begin(Mat A, FMM_CUDA *c, const PetscScalar *sigma)
   PetscFunctionReturn(0);
 }
 
-/* potentials out (local target order) */
+/* potentials out (local target order); y NULL: kept in c->y for FMMCUDACombineOp */
 static PetscErrorCode End(Mat A, FMM_CUDA *c, PetscScalar *y)
 {
   Mat_FMM *fmm = (Mat_FMM *)A->data;
 
   PetscFunctionBegin;
   PetscCall(FMMCUDAScatter(c, &fmm->plan));
-  PetscCall(CopyOut(c, y, c->y, fmm->plan.M));
+  if (y) PetscCall(CopyOut(c, y, c->y, fmm->plan.M));
+  PetscFunctionReturn(0);
+}
+
+/* y = [y +] scale K x + (shift + d) .* x with K x from the last product (c->y);
+   x (the densities, this rank's first), d (or NULL) and y in device memory */
+static PetscErrorCode FMMCUDACombineOp(Mat A, const PetscScalar *x, const PetscScalar *d, PetscScalar *y, PetscBool add)
+{
+  Mat_FMM  *fmm = (Mat_FMM *)A->data;
+  FMM_CUDA *c   = (FMM_CUDA *)fmm->backend;
+
+  PetscFunctionBegin;
+  PetscCall(FMMCUDACombine(c, A->rmap->n, fmm->scale, fmm->shift, x + A->rmap->rstart, d, y, add));
+  FMMCallCUDA(cudaStreamSynchronize(c->stream));
   PetscFunctionReturn(0);
 }
 
@@ -475,4 +488,4 @@ static PetscErrorCode FMMCUDAView(Mat A, PetscViewer viewer)
   PetscFunctionReturn(0);
 }
 
-struct _FMMBackendOps FMMBackendCUDA = {"cuda", FMMCUDAPlan, FMMCUDASetup, FMMCUDAMult, FMMCUDADirectMult, FMMCUDADestroy, FMMCUDAView};
+struct _FMMBackendOps FMMBackendCUDA = {"cuda", FMMCUDAPlan, FMMCUDASetup, FMMCUDAMult, FMMCUDADirectMult, FMMCUDACombineOp, FMMCUDADestroy, FMMCUDAView};

@@ -79,3 +79,23 @@ PetscErrorCode FMMCUDAScatter(FMM_CUDA *c, const FMMPlan *P)
   FMMCheckLaunch();
   PetscFunctionReturn(0);
 }
+
+/* y = [y +] scale r + (shift + d) .* x (d NULL: 0; diag: whether the diagonal
+   terms apply), the host loop of MatApply_FMM (src/mat/matfmm.c) on device arrays */
+__global__ void CombineKernel(PetscInt m, double scale, double shift, int diag, int add, const double *r, const double *x, const double *d, double *y)
+{
+  const PetscInt i = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= m) return;
+  double v = scale * r[i];
+  if (diag) v += (shift + (d ? d[i] : 0.0)) * x[i];
+  y[i] = add ? y[i] + v : v;
+}
+
+PetscErrorCode FMMCUDACombine(FMM_CUDA *c, PetscInt m, double scale, double shift, const double *x, const double *d, double *y, PetscBool add)
+{
+  PetscFunctionBegin;
+  if (!m) PetscFunctionReturn(0);
+  CombineKernel<<<FMMCUDABlocks(m, 256), 256, 0, c->stream>>>(m, scale, shift, (shift != 0.0 || d) ? 1 : 0, add ? 1 : 0, c->y, x, d, y);
+  FMMCheckLaunch();
+  PetscFunctionReturn(0);
+}

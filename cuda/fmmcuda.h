@@ -154,6 +154,7 @@ PETSC_INTERN PetscErrorCode FMMCUDAM2L(FMM_CUDA *, const FMMPlan *);
 PETSC_INTERN PetscErrorCode FMMCUDAL2L(FMM_CUDA *, const FMMPlan *);
 PETSC_INTERN PetscErrorCode FMMCUDAL2P(FMM_CUDA *, const FMMPlan *);
 PETSC_INTERN PetscErrorCode FMMCUDAScatter(FMM_CUDA *, const FMMPlan *);
+PETSC_INTERN PetscErrorCode FMMCUDACombine(FMM_CUDA *, PetscInt, double, double, const double *, const double *, double *, PetscBool);
 /* p2p.cu */
 PETSC_INTERN PetscErrorCode FMMCUDALogTable(FMM_CUDA *);
 PETSC_INTERN PetscErrorCode FMMCUDAP2PTiled(FMM_CUDA *, const FMMPlan *);

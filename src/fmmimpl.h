@@ -5,6 +5,10 @@
 #include <petscsf.h>
 #include <petsc/private/matimpl.h>
 
+#if PETSC_VERSION_LT(3, 20, 0) /* PetscAssertPointer() replaced PetscValid...Pointer() in 3.20 */
+  #define PetscAssertPointer(h, arg) PetscValidPointer(h, arg)
+#endif
+
 PETSC_INTERN PetscLogEvent MATFMM_Setup, MATFMM_Tree, MATFMM_P2M, MATFMM_M2M, MATFMM_M2L, MATFMM_L2L, MATFMM_L2P, MATFMM_P2P, MATFMM_Direct;
 
 /*
@@ -85,8 +89,10 @@ struct _FMMBackendOps {
   const char *name;
   PetscErrorCode (*plan)(Mat);                                   /* builds the plan itself (NULL: FMMPlanBuild on the host) */
   PetscErrorCode (*setup)(Mat);                                  /* after the plan is built */
-  PetscErrorCode (*mult)(Mat, const PetscScalar *, PetscScalar *); /* FMM product */
-  PetscErrorCode (*direct)(Mat, const PetscScalar *, PetscScalar *); /* exact O(NM) product */
+  PetscErrorCode (*mult)(Mat, const PetscScalar *, PetscScalar *); /* FMM product (output NULL: kept for combine) */
+  PetscErrorCode (*direct)(Mat, const PetscScalar *, PetscScalar *); /* exact O(NM) product (likewise) */
+  /* y = [y +] scale (the product kept) + (shift + d) .* x, x, d (or NULL) and y in device memory (NULL: not supported) */
+  PetscErrorCode (*combine)(Mat, const PetscScalar *, const PetscScalar *, PetscScalar *, PetscBool);
   PetscErrorCode (*destroy)(Mat);
   PetscErrorCode (*view)(Mat, PetscViewer); /* backend lines of -mat_view (ASCII, after assembly; NULL: none) */
 };
@@ -105,6 +111,7 @@ typedef struct {
   MatFMMLayout layout;
   MatFMMMethod method;
   MatFMMDevice device, device_used;
+  PetscBool    setvectype; /* MatCreateVecs() gives VECCUDA because the matrix is on the GPU (SetVecType) */
   PetscReal    repetition_mb;
   PetscBool    ct_set;                      /* CT given by the user; else the device's default */
   PetscBool    split_median;                /* the seed's split rule: median along the longer side (-mat_fmm_tree_split median) */

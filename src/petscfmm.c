@@ -83,7 +83,7 @@ PETSC_EXTERN PetscErrorCode PetscDLLibraryRegister_petscfmm(void)
 PetscErrorCode PetscFMMCUDAGetDeviceCount(PetscInt *n)
 {
   PetscFunctionBegin;
-  PetscValidIntPointer(n, 1);
+  PetscAssertPointer(n, 1);
   *n = 0;
 #if defined(PETSCFMM_HAVE_CUDA)
   {

@@ -11,6 +11,7 @@ For the single layer in the tiled layout it prints the P2P kernel the GPU runs\n
   -targets <bool>                    separate targets (N/2, some on sources) instead of the sources\n\
   -oom <bool>                        only check that a GPU allocation failure is a PETSC_ERR_MEM error\n\
   -tree_only <bool>                  only check the tree and lists (large N)\n\
+  -device_vectors <bool>             only check MatMult on device vectors (needs a PETSc configured with CUDA)\n\
 First it checks the tree and lists built on the GPU against those built on the CPU (-mat_fmm_cuda_tree).\n\
 Every -mat_fmm_ option applies to both devices; -mat_fmm_cuda_m2l <tc,fma> and -mat_fmm_cuda_log <fast,libm> pick GPU kernels.\n\n";
 
@@ -20,6 +21,13 @@ Every -mat_fmm_ option applies to both devices; -mat_fmm_cuda_m2l <tc,fma> and -
 */
 #include <petscfmm.h>
 #include "testutil.h"
+#if defined(PETSC_HAVE_CUDA)
+  #if PETSC_VERSION_LT(3, 19, 0)
+    #include <petscdevice.h>
+  #else
+    #include <petscdevice_cuda.h>
+  #endif
+#endif
 
 typedef enum { GEOM_SQUARE, GEOM_CURVE, GEOM_CLUSTERS } Geometry;
 static const char *const Geometries[] = {"square", "curve", "clusters", "Geometry", "GEOM_", NULL};
@@ -258,11 +266,101 @@ static PetscErrorCode CheckOOM(MPI_Comm comm)
   PetscFunctionReturn(0);
 }
 
+/* MatCreateVecs() of a GPU matrix gives VECCUDA, and MatMult() on vectors
+   whose data is on the device only leaves it there (no copy to the host: x
+   and y stay PETSC_OFFLOAD_GPU) and equals the product on host vectors
+   bitwise (the same kernels; only where x and y live differs) */
+static PetscErrorCode CheckDeviceVectors(MPI_Comm comm, const Problem *pb, Vec xs, PetscInt *nfail)
+{
+#if defined(PETSC_HAVE_CUDA)
+  Mat                A;
+  Vec                xd, yd, xh, yh;
+  PetscBool          cuda, bit;
+  PetscOffloadMask   mx, my;
+  PetscReal          rel;
+  const PetscScalar *a;
+  PetscScalar       *d;
+  PetscInt           n;
+
+  PetscFunctionBegin;
+  PetscCall(CreateFMM(comm, pb, MATFMM_KERNEL_SINGLE, MATFMM_LAYOUT_TILED, MATFMM_METHOD_FMM, MATFMM_DEVICE_CUDA, &A));
+  PetscCall(MatCreateVecs(A, &xd, &yd));
+  PetscCall(PetscObjectTypeCompareAny((PetscObject)xd, &cuda, VECSEQCUDA, VECMPICUDA, ""));
+  PetscCall(PetscPrintf(comm, "MatCreateVecs of the GPU matrix: %s\n", cuda ? "VECCUDA: ok" : "FAILED: not VECCUDA"));
+  if (!cuda) (*nfail)++;
+  PetscCall(VecCreate(comm, &xh));
+  PetscCall(VecSetSizes(xh, pb->n, PETSC_DETERMINE));
+  PetscCall(VecSetType(xh, VECSTANDARD));
+  PetscCall(VecCreate(comm, &yh));
+  PetscCall(VecSetSizes(yh, pb->m < 0 ? pb->n : pb->m, PETSC_DETERMINE));
+  PetscCall(VecSetType(yh, VECSTANDARD));
+  PetscCall(VecGetLocalSize(xh, &n));
+  PetscCall(VecGetArrayRead(xs, &a)); /* the densities: on the host in xh, on the device only in xd */
+  PetscCall(VecGetArrayWrite(xh, &d));
+  PetscCall(PetscArraycpy(d, a, n));
+  PetscCall(VecRestoreArrayWrite(xh, &d));
+  PetscCall(VecCUDAGetArrayWrite(xd, &d));
+  PetscCallCUDA(cudaMemcpy(d, a, sizeof(PetscScalar) * n, cudaMemcpyHostToDevice));
+  PetscCall(VecCUDARestoreArrayWrite(xd, &d));
+  PetscCall(VecRestoreArrayRead(xs, &a));
+  PetscCall(MatMult(A, xh, yh));
+  PetscCall(MatMult(A, xd, yd));
+  PetscCall(VecGetOffloadMask(xd, &mx));
+  PetscCall(VecGetOffloadMask(yd, &my));
+  if (mx == PETSC_OFFLOAD_GPU && my == PETSC_OFFLOAD_GPU) PetscCall(PetscPrintf(comm, "MatMult on device vectors: x and y stay on the device: ok\n"));
+  else {
+    PetscCall(PetscPrintf(comm, "MatMult on device vectors: FAILED, offload masks x %d, y %d (need %d, %d: data on the GPU only)\n", (int)mx, (int)my, (int)PETSC_OFFLOAD_GPU, (int)PETSC_OFFLOAD_GPU));
+    (*nfail)++;
+  }
+  PetscCall(Compare(yd, yh, &rel, &bit));
+  if (bit) PetscCall(PetscPrintf(comm, "MatMult on device vectors equals MatMult on host vectors bitwise: ok\n"));
+  else {
+    PetscCall(PetscPrintf(comm, "MatMult on device vectors: FAILED, differs from host vectors by %.3e\n", (double)rel));
+    (*nfail)++;
+  }
+  /* the terms of a second-kind equation, added on the device: y = 2 K x (- x/2 + d .* x), then y += the same
+     (the host adds them in its own loop: the two agree to rounding, 1e-14) */
+  PetscCall(MatScale(A, 2.0));
+  if (pb->m < 0) {
+    Vec dd;
+    PetscCall(MatShift(A, -0.5));
+    PetscCall(MatCreateVecs(A, NULL, &dd));
+    PetscCall(VecCopy(xd, dd));
+    PetscCall(MatDiagonalSet(A, dd, ADD_VALUES));
+    PetscCall(VecDestroy(&dd));
+  }
+  PetscCall(MatMult(A, xh, yh));
+  PetscCall(MatMultAdd(A, xh, yh, yh));
+  PetscCall(MatMult(A, xd, yd));
+  PetscCall(MatMultAdd(A, xd, yd, yd));
+  PetscCall(VecGetOffloadMask(xd, &mx));
+  PetscCall(VecGetOffloadMask(yd, &my));
+  PetscCall(Compare(yd, yh, &rel, &bit));
+  if (mx == PETSC_OFFLOAD_GPU && my == PETSC_OFFLOAD_GPU && rel <= 1e-14) PetscCall(PetscPrintf(comm, "MatMult and MatMultAdd with %s on device vectors: on the device, equal to host vectors within 1e-14: ok\n", pb->m < 0 ? "scale, shift and diagonal" : "scale"));
+  else {
+    PetscCall(PetscPrintf(comm, "MatMult and MatMultAdd with diagonal terms on device vectors: FAILED, offload masks x %d, y %d (need %d), differs from host vectors by %.3e\n", (int)mx, (int)my, (int)PETSC_OFFLOAD_GPU, (double)rel));
+    (*nfail)++;
+  }
+  PetscCall(VecDestroy(&xd));
+  PetscCall(VecDestroy(&yd));
+  PetscCall(VecDestroy(&xh));
+  PetscCall(VecDestroy(&yh));
+  PetscCall(MatDestroy(&A));
+  PetscFunctionReturn(0);
+#else
+  PetscFunctionBegin;
+  (void)pb;
+  (void)xs;
+  (void)nfail;
+  SETERRQ(comm, PETSC_ERR_SUP, "-device_vectors needs a PETSc configured with CUDA");
+#endif
+}
+
 int main(int argc, char **argv)
 {
   PetscInt    N = 3000, n, rstart, nfail = 0, ndev;
   Geometry    g       = GEOM_CURVE;
-  PetscBool   targets = PETSC_FALSE, oom = PETSC_FALSE, treeonly = PETSC_FALSE;
+  PetscBool   targets = PETSC_FALSE, oom = PETSC_FALSE, treeonly = PETSC_FALSE, devvecs = PETSC_FALSE;
   PetscReal  *xy, *nrm, *w, *txy = NULL;
   Problem     pb;
   Vec         x, yg, yd;
@@ -278,6 +376,7 @@ int main(int argc, char **argv)
   PetscCall(PetscOptionsBool("-targets", "Separate targets", NULL, targets, &targets, NULL));
   PetscCall(PetscOptionsBool("-oom", "Check the out-of-memory error only", NULL, oom, &oom, NULL));
   PetscCall(PetscOptionsBool("-tree_only", "Check the tree and lists only", NULL, treeonly, &treeonly, NULL));
+  PetscCall(PetscOptionsBool("-device_vectors", "Check MatMult on device vectors only", NULL, devvecs, &devvecs, NULL));
   PetscOptionsEnd();
   PetscCall(PetscFMMCUDAGetDeviceCount(&ndev));
   PetscCheck(ndev > 0, comm, PETSC_ERR_SUP, "this test needs a CUDA GPU and petscfmm built with CUDA");
@@ -327,8 +426,9 @@ int main(int argc, char **argv)
   PetscCall(PetscRandomSetSeed(rnd, 3));
   PetscCall(PetscRandomSeed(rnd));
   PetscCall(VecSetRandom(x, rnd));
-  PetscCall(CheckTree(comm, &pb, x, &nfail));
-  if (!treeonly) {
+  if (devvecs) PetscCall(CheckDeviceVectors(comm, &pb, x, &nfail));
+  else PetscCall(CheckTree(comm, &pb, x, &nfail));
+  if (!treeonly && !devvecs) {
     for (int k = MATFMM_KERNEL_SINGLE; k <= MATFMM_KERNEL_COMBINED; k++) {
       for (int l = MATFMM_LAYOUT_TILED; l <= MATFMM_LAYOUT_REPETITION; l++) PetscCall(CheckCase(comm, &pb, (MatFMMKernel)k, (MatFMMLayout)l, MATFMM_METHOD_FMM, x, yg, &nfail));
       PetscCall(CheckCase(comm, &pb, (MatFMMKernel)k, MATFMM_LAYOUT_TILED, MATFMM_METHOD_DIRECT, x, yd, &nfail));
@@ -440,6 +540,16 @@ int main(int argc, char **argv)
     suffix: tiny
     requires: cuda
     args: -n 7 -geometry square
+
+  test:
+    suffix: device_vectors
+    requires: cuda petsc_cuda
+    args: -n 20000 -geometry curve -device_vectors -malloc_dump
+
+  test:
+    suffix: device_vectors_targets
+    requires: cuda petsc_cuda
+    args: -n 6000 -geometry square -targets -mat_fmm_ct 20 -device_vectors -malloc_dump
 
   test:
     suffix: oom

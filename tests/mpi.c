@@ -201,7 +201,11 @@ static PetscErrorCode RunCase(const Problem *P, PetscBool same, const PetscInt *
     PetscCall(ProductSelf(P, same, MATFMM_METHOD_FMM, &y3));
     omp_set_num_threads(nt);
     if (!rank) PetscCall(VecEqual(y1, y3, &eq));
-    PetscCallMPI(MPI_Bcast(&eq, 1, MPIU_BOOL, 0, PETSC_COMM_WORLD));
+    {
+      PetscMPIInt e = eq ? 1 : 0;
+      PetscCallMPI(MPI_Bcast(&e, 1, MPI_INT, 0, PETSC_COMM_WORLD));
+      eq = e ? PETSC_TRUE : PETSC_FALSE;
+    }
     PetscCall(PetscPrintf(PETSC_COMM_WORLD, "%s, fmm: one rank, 1 thread vs 3 threads: bitwise identical %s\n", tag, eq ? "ok" : "FAILED"));
     if (!eq) nfail++;
     PetscCall(VecDestroy(&y1));

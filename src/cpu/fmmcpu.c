@@ -369,4 +369,4 @@ static PetscErrorCode FMMCPUDirect(Mat A, const PetscScalar *sigma, PetscScalar 
   PetscFunctionReturn(0);
 }
 
-struct _FMMBackendOps FMMBackendCPU = {"cpu", NULL, FMMCPUSetup, FMMCPUMult, FMMCPUDirect, FMMCPUDestroy, NULL};
+struct _FMMBackendOps FMMBackendCPU = {"cpu", NULL, FMMCPUSetup, FMMCPUMult, FMMCPUDirect, NULL, FMMCPUDestroy, NULL};

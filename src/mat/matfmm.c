@@ -4,6 +4,9 @@
   do the work.
 */
 #include "../fmmimpl.h"
+#if defined(PETSC_HAVE_CUDA)
+  #include <petscdevice.h>
+#endif
 
 const char *const MatFMMKernels[] = {"single", "double", "combined", "MatFMMKernel", "MATFMM_KERNEL_", NULL};
 const char *const MatFMMLayouts[] = {"tiled", "indexing", "repetition", "MatFMMLayout", "MATFMM_LAYOUT_", NULL};
@@ -530,7 +533,7 @@ PetscErrorCode MatFMMGetExpansionOrder(Mat A, PetscInt *p)
 
   PetscFunctionBegin;
   PetscValidHeaderSpecific(A, MAT_CLASSID, 1);
-  PetscValidIntPointer(p, 2);
+  PetscAssertPointer(p, 2);
   PetscCheckTypeName(A, MATFMM);
   fmm = (Mat_FMM *)A->data;
   if (fmm->p_user > 0) *p = fmm->p_user;
@@ -558,7 +561,7 @@ PetscErrorCode MatFMMGetClusteringThreshold(Mat A, PetscInt *ct)
 {
   PetscFunctionBegin;
   PetscValidHeaderSpecific(A, MAT_CLASSID, 1);
-  PetscValidIntPointer(ct, 2);
+  PetscAssertPointer(ct, 2);
   PetscCheckTypeName(A, MATFMM);
   *ct = ((Mat_FMM *)A->data)->ct;
   PetscFunctionReturn(0);
@@ -629,7 +632,11 @@ PetscErrorCode MatFMMGetDevice(Mat A, MatFMMDevice *device)
   PetscFunctionReturn(0);
 }
 
+#if PETSC_VERSION_LT(3, 23, 0)
 static PetscErrorCode MatSetFromOptions_FMM(Mat A, PetscOptionItems *PetscOptionsObject)
+#else /* PetscOptionItems is a pointer type since PETSc 3.23 */
+static PetscErrorCode MatSetFromOptions_FMM(Mat A, PetscOptionItems PetscOptionsObject)
+#endif
 {
   Mat_FMM     *fmm = (Mat_FMM *)A->data;
   PetscInt     ival;
@@ -726,6 +733,35 @@ static PetscErrorCode GatherReal(PetscSF sf, PetscInt bs, const PetscReal *local
   PetscFunctionReturn(0);
 }
 
+/* MatCreateVecs() of a matrix on the GPU gives device vectors (VECCUDA) when
+   PETSc has them, as PETSc's GPU matrices do, so that MatMult() moves no
+   vector between host and device; a type the caller set (MatSetVecType())
+   stays.  Back on the CPU, the type this set is undone. */
+static PetscErrorCode SetVecType(Mat A)
+{
+#if defined(PETSC_HAVE_CUDA)
+  Mat_FMM  *fmm = (Mat_FMM *)A->data;
+  PetscBool std, cuda;
+
+  PetscFunctionBegin;
+  PetscCall(PetscStrcmp(A->defaultvectype, VECSTANDARD, &std));
+  PetscCall(PetscStrcmp(A->defaultvectype, VECCUDA, &cuda));
+  if (fmm->device_used == MATFMM_DEVICE_CUDA && std) {
+    PetscCall(PetscFree(A->defaultvectype));
+    PetscCall(PetscStrallocpy(VECCUDA, &A->defaultvectype));
+    fmm->setvectype = PETSC_TRUE;
+  } else if (fmm->device_used != MATFMM_DEVICE_CUDA && cuda && fmm->setvectype) {
+    PetscCall(PetscFree(A->defaultvectype));
+    PetscCall(PetscStrallocpy(VECSTANDARD, &A->defaultvectype));
+    fmm->setvectype = PETSC_FALSE;
+  }
+#else
+  PetscFunctionBegin;
+  (void)A;
+#endif
+  PetscFunctionReturn(0);
+}
+
 static PetscErrorCode MatAssemblyEnd_FMM(Mat A, MatAssemblyType type)
 {
   Mat_FMM  *fmm  = (Mat_FMM *)A->data;
@@ -769,8 +805,12 @@ static PetscErrorCode MatAssemblyEnd_FMM(Mat A, MatAssemblyType type)
   N = A->cmap->N;
   PetscCall(PetscSFCreate(comm, &fmm->sf));
   PetscCall(PetscSFSetGraphWithPattern(fmm->sf, A->cmap, PETSCSF_PATTERN_ALLGATHER));
-  PetscCallMPI(MPI_Allreduce(&fmm->hasnrm, &anynrm, 1, MPIU_BOOL, MPI_LOR, comm));
-  PetscCallMPI(MPI_Allreduce(&fmm->haswts, &anywts, 1, MPIU_BOOL, MPI_LOR, comm));
+  { /* as ints: PETSc's MPI type for PetscBool changed name in 3.24 */
+    PetscMPIInt has[2] = {fmm->hasnrm ? 1 : 0, fmm->haswts ? 1 : 0};
+    PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, has, 2, MPI_INT, MPI_LOR, comm));
+    anynrm = has[0] ? PETSC_TRUE : PETSC_FALSE;
+    anywts = has[1] ? PETSC_TRUE : PETSC_FALSE;
+  }
   if (size == 1) { /* nothing to gather: the plan reads the arrays given (copies made by MatFMMSetSources/Targets) */
     fmm->galias = PETSC_TRUE;
     fmm->gsrc   = fmm->src;
@@ -830,6 +870,7 @@ static PetscErrorCode MatAssemblyEnd_FMM(Mat A, MatAssemblyType type)
   if (!fmm->ct_set) fmm->ct = fmm->device_used == MATFMM_DEVICE_CUDA ? 64 : 32;
 #if defined(PETSCFMM_HAVE_CUDA_BACKEND)
   fmm->ops = fmm->device_used == MATFMM_DEVICE_CUDA ? &FMMBackendCUDA : &FMMBackendCPU;
+  PetscCall(SetVecType(A));
 #else
   PetscCheck(fmm->device_used != MATFMM_DEVICE_CUDA || fmm->device == MATFMM_DEVICE_AUTO, comm, PETSC_ERR_SUP, "MATFMM: the CUDA backend is not part of this build");
   fmm->device_used = MATFMM_DEVICE_CPU;
@@ -849,11 +890,35 @@ static PetscErrorCode MatAssemblyEnd_FMM(Mat A, MatAssemblyType type)
   PetscFunctionReturn(0);
 }
 
+/* The arrays of device vectors are current on PETSc's stream (its current
+   device context), not on the backend's: the host waits for PETSc's stream
+   before the backend reads x or the diagonal or writes y.  The backend
+   returns once y is written (its stream synchronised), so PETSc's later
+   work sees it. */
+static PetscErrorCode WaitForVecs(PetscMemType mx, PetscMemType my, PetscMemType md)
+{
+  PetscFunctionBegin;
+#if defined(PETSC_HAVE_CUDA)
+  if (PetscMemTypeDevice(mx) || PetscMemTypeDevice(my) || PetscMemTypeDevice(md)) {
+    PetscDeviceContext dctx;
+    PetscCall(PetscDeviceContextGetCurrentContext(&dctx));
+    PetscCall(PetscDeviceContextSynchronize(dctx));
+  }
+#else
+  (void)mx;
+  (void)my;
+  (void)md;
+#endif
+  PetscFunctionReturn(0);
+}
+
 /* y = [y +] scale K x + (shift + diag) .* x
-   On one rank the densities are x itself (no gather), and a plain product
-   (no add, scale 1, no diagonal terms) lets the backend write y directly; the
-   CUDA backend then takes the arrays where they live (host or device memory,
-   VecGetArray...AndMemType), so a CUDA-enabled PETSc copies nothing. */
+   On one rank the densities are x itself (no gather).  With the CUDA backend
+   the arrays are taken where they live (host or device memory,
+   VecGet...ArrayAndMemType), so a CUDA-enabled PETSc copies nothing: a plain
+   product (no add, scale 1, no diagonal terms) writes y directly, and the
+   others add the diagonal terms on the device (the backend's combine) when
+   x, y and the diagonal are all in device memory; else on the host. */
 static PetscErrorCode MatApply_FMM(Mat A, Vec x, Vec y, PetscBool add)
 {
   Mat_FMM           *fmm = (Mat_FMM *)A->data;
@@ -861,29 +926,51 @@ static PetscErrorCode MatApply_FMM(Mat A, Vec x, Vec y, PetscBool add)
   PetscScalar       *ya, *out;
   PetscInt           m = A->rmap->n, r0 = A->rmap->rstart;
   PetscMPIInt        size;
-  PetscBool          plain, memtype;
-  PetscMemType       mt;
+  PetscBool          plain, memtype, ondev = PETSC_FALSE;
+  PetscMemType       mx = PETSC_MEMTYPE_HOST, my = PETSC_MEMTYPE_HOST, md = PETSC_MEMTYPE_HOST;
 
   PetscFunctionBegin;
   PetscCheck(fmm->setup, PetscObjectComm((PetscObject)A), PETSC_ERR_ARG_WRONGSTATE, "MATFMM: assemble the matrix (MatAssemblyBegin/End) after setting its sources");
   PetscCallMPI(MPI_Comm_size(PetscObjectComm((PetscObject)A), &size));
   plain   = (!add && fmm->scale == 1.0 && fmm->shift == 0.0 && !fmm->diag) ? PETSC_TRUE : PETSC_FALSE;
-  memtype = (size == 1 && plain && fmm->device_used == MATFMM_DEVICE_CUDA) ? PETSC_TRUE : PETSC_FALSE;
-  if (memtype) PetscCall(VecGetArrayReadAndMemType(x, &xa, &mt));
+  memtype = (size == 1 && fmm->device_used == MATFMM_DEVICE_CUDA) ? PETSC_TRUE : PETSC_FALSE;
+  if (memtype) PetscCall(VecGetArrayReadAndMemType(x, &xa, &mx));
   else PetscCall(VecGetArrayRead(x, &xa));
+  if (!plain && PetscMemTypeDevice(mx) && fmm->ops->combine) {
+    if (add) PetscCall(VecGetArrayAndMemType(y, &ya, &my));
+    else PetscCall(VecGetArrayWriteAndMemType(y, &ya, &my));
+    if (fmm->diag) PetscCall(VecGetArrayReadAndMemType(fmm->diag, &da, &md));
+    ondev = (PetscMemTypeDevice(my) && (!fmm->diag || PetscMemTypeDevice(md))) ? PETSC_TRUE : PETSC_FALSE;
+    if (!ondev) { /* some on the host: all on the host */
+      if (fmm->diag) PetscCall(VecRestoreArrayReadAndMemType(fmm->diag, &da));
+      if (add) PetscCall(VecRestoreArrayAndMemType(y, &ya));
+      else PetscCall(VecRestoreArrayWriteAndMemType(y, &ya));
+      PetscCall(VecRestoreArrayReadAndMemType(x, &xa));
+      PetscCall(VecGetArrayRead(x, &xa));
+      memtype = PETSC_FALSE;
+      da      = NULL;
+      mx = my = md = PETSC_MEMTYPE_HOST;
+    }
+  }
   if (size > 1) {
     PetscCall(PetscSFBcastBegin(fmm->sf, MPIU_SCALAR, xa, fmm->sigma, MPI_REPLACE));
     PetscCall(PetscSFBcastEnd(fmm->sf, MPIU_SCALAR, xa, fmm->sigma, MPI_REPLACE));
     sigma = fmm->sigma;
   } else sigma = xa;
   if (plain) {
-    if (memtype) PetscCall(VecGetArrayWriteAndMemType(y, &ya, &mt));
+    if (memtype) PetscCall(VecGetArrayWriteAndMemType(y, &ya, &my));
     else PetscCall(VecGetArrayWrite(y, &ya));
     out = ya;
-  } else out = fmm->pot;
+  } else out = ondev ? NULL : fmm->pot; /* NULL: the backend keeps K x for combine */
+  PetscCall(WaitForVecs(mx, my, md));
   if (fmm->method == MATFMM_METHOD_DIRECT) PetscCall((*fmm->ops->direct)(A, sigma, out));
   else PetscCall((*fmm->ops->mult)(A, sigma, out));
-  if (!plain) {
+  if (ondev) {
+    PetscCall((*fmm->ops->combine)(A, sigma, da, ya, add));
+    if (fmm->diag) PetscCall(VecRestoreArrayReadAndMemType(fmm->diag, &da));
+    if (add) PetscCall(VecRestoreArrayAndMemType(y, &ya));
+    else PetscCall(VecRestoreArrayWriteAndMemType(y, &ya));
+  } else if (!plain) {
     if (add) PetscCall(VecGetArray(y, &ya));
     else PetscCall(VecGetArrayWrite(y, &ya));
     if (fmm->diag) PetscCall(VecGetArrayRead(fmm->diag, &da));
@@ -1126,6 +1213,14 @@ static PetscErrorCode MatDestroy_FMM(Mat A)
    `MatView()`, `MatComputeOperator()`.  A program that does not link
    petscfmm gets the type with -dll_append /path/to/libpetscfmm.so; one that
    links it calls `PetscFMMInitializePackage()`.
+
+   Vectors: on the GPU with a PETSc configured with CUDA, `MatCreateVecs()`
+   gives `VECCUDA` vectors (set at `MatAssemblyEnd()`; call `MatSetVecType()`
+   after it for another type).  `MatMult()` and `MatMultAdd()` on one rank
+   then read x and write y in device memory, adding the terms of `MatScale()`,
+   `MatShift()` and `MatDiagonalSet()` there too, and move no vector between
+   host and device.  Host vectors work too: each product copies x up and y
+   down.  PETSc needs -use_gpu_aware_mpi 0 where MPI is not CUDA-aware.
 
    Level: beginner
 
