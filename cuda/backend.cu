@@ -5,7 +5,8 @@
   -mat_fmm_cuda_tree cpu, src/plan.c builds them and setup() uploads them.
   setup() then derives the work of a product from the lists (on the GPU) and
   allocates all work arrays once; a product copies the N densities in and the
-  M potentials out, and nothing else crosses the bus.  One GPU per MPI rank
+  M potentials out, and nothing else crosses the bus; device vectors (a PETSc
+  configured with CUDA) it reads and writes in place.  One GPU per MPI rank
   (rank modulo the device count).
 
   Backend options (read at assembly, with the Mat's prefix):
@@ -72,6 +73,18 @@ static PetscBool Pageable(const void *a)
     return PETSC_TRUE;
   }
   return at.type == cudaMemoryTypeUnregistered ? PETSC_TRUE : PETSC_FALSE;
+}
+
+/* whether a is device memory of this backend's GPU (a device vector's array): kernels read and write it in place */
+static PetscBool OnDevice(FMM_CUDA *c, const void *a)
+{
+  cudaPointerAttributes at;
+  if (!a) return PETSC_FALSE;
+  if (cudaPointerGetAttributes(&at, a) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return PETSC_FALSE;
+  }
+  return at.type == cudaMemoryTypeDevice && at.device == c->dev ? PETSC_TRUE : PETSC_FALSE;
 }
 
 /* host h (n doubles) to device d, in stream s; returns when h may be changed */
@@ -382,7 +395,8 @@ static PetscErrorCode PhaseEnd(FMM_CUDA *c, PetscLogEvent e, PetscLogDouble flop
   PetscFunctionReturn(0);
 }
 
-/* densities in (global order, host or device memory: cudaMemcpyDefault), strengths in tree order */
+/* densities in (global order): device memory of this GPU (a device vector) is
+   read in place, anything else copied to c->sigma first; strengths in tree order */
 static PetscErrorCode Begin(Mat A, FMM_CUDA *c, const PetscScalar *sigma)
 {
   Mat_FMM *fmm = (Mat_FMM *)A->data;
@@ -390,19 +404,30 @@ static PetscErrorCode Begin(Mat A, FMM_CUDA *c, const PetscScalar *sigma)
   PetscFunctionBegin;
   FMMCallCUDA(cudaSetDevice(c->dev));
   PetscCall(PetscLogIsActive(&c->sync));
-  PetscCall(CopyIn(c->stream, c->sigma, sigma, fmm->plan.N));
-  PetscCall(FMMCUDAStrengths(c, &fmm->plan));
+  if (OnDevice(c, sigma)) PetscCall(FMMCUDAStrengths(c, &fmm->plan, sigma));
+  else {
+    PetscCall(CopyIn(c->stream, c->sigma, sigma, fmm->plan.N));
+    PetscCall(FMMCUDAStrengths(c, &fmm->plan, c->sigma));
+  }
   PetscFunctionReturn(0);
 }
 
-/* potentials out (local target order); y NULL: kept in c->y for FMMCUDACombineOp */
-static PetscErrorCode End(Mat A, FMM_CUDA *c, PetscScalar *y)
+/* where a product writes its potentials (local target order): y itself when it
+   is device memory of this GPU, else c->y (y NULL: kept there for FMMCUDACombineOp) */
+static double *Out(FMM_CUDA *c, PetscScalar *y)
+{
+  return OnDevice(c, y) ? y : c->y;
+}
+
+/* potentials out from out = Out(c, y) (scattered: L2P wrote them there already) */
+static PetscErrorCode End(Mat A, FMM_CUDA *c, PetscScalar *y, double *out, PetscBool scattered)
 {
   Mat_FMM *fmm = (Mat_FMM *)A->data;
 
   PetscFunctionBegin;
-  PetscCall(FMMCUDAScatter(c, &fmm->plan));
-  if (y) PetscCall(CopyOut(c, y, c->y, fmm->plan.M));
+  if (!scattered) PetscCall(FMMCUDAScatter(c, &fmm->plan, out));
+  if (y && out != y) PetscCall(CopyOut(c, y, out, fmm->plan.M));
+  else if (y) FMMCallCUDA(cudaStreamSynchronize(c->stream));
   PetscFunctionReturn(0);
 }
 
@@ -425,6 +450,7 @@ static PetscErrorCode FMMCUDAMult(Mat A, const PetscScalar *sigma, PetscScalar *
   const FMMPlan *P   = &fmm->plan;
   FMM_CUDA      *c   = (FMM_CUDA *)fmm->backend;
   const double   p   = (double)c->p;
+  double        *out = Out(c, y);
 
   PetscFunctionBegin;
   PetscCheck(c->fmm, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CUDA: set up for the direct method only");
@@ -441,9 +467,11 @@ static PetscErrorCode FMMCUDAMult(Mat A, const PetscScalar *sigma, PetscScalar *
   PetscCall(PhaseBegin(c, MATFMM_L2L));
   PetscCall(FMMCUDAL2L(c, P));
   PetscCall(PhaseEnd(c, MATFMM_L2L, 8.0 * p * p * (P->nboxes - 1)));
-  PetscCall(PhaseBegin(c, MATFMM_L2P));
-  PetscCall(FMMCUDAL2P(c, P));
-  PetscCall(PhaseEnd(c, MATFMM_L2P, 8.0 * p * P->M));
+  if (!c->syma) { /* L2P writes pot, P2P adds to it; with the symmetric P2P, L2P comes last and writes y (p2p.cu) */
+    PetscCall(PhaseBegin(c, MATFMM_L2P));
+    PetscCall(FMMCUDAL2P(c, P, out));
+    PetscCall(PhaseEnd(c, MATFMM_L2P, 8.0 * p * P->M));
+  }
   PetscCall(PhaseBegin(c, MATFMM_P2P));
   switch (fmm->layout) {
   case MATFMM_LAYOUT_TILED:
@@ -457,7 +485,12 @@ static PetscErrorCode FMMCUDAMult(Mat A, const PetscScalar *sigma, PetscScalar *
     break;
   }
   PetscCall(PhaseEnd(c, MATFMM_P2P, 12.0 * (PetscLogDouble)P->p2ppairs));
-  PetscCall(End(A, c, y));
+  if (c->syma) {
+    PetscCall(PhaseBegin(c, MATFMM_L2P));
+    PetscCall(FMMCUDAL2P(c, P, out));
+    PetscCall(PhaseEnd(c, MATFMM_L2P, 8.0 * p * P->M));
+  }
+  PetscCall(End(A, c, y, out, c->syma ? PETSC_TRUE : PETSC_FALSE));
   PetscFunctionReturn(0);
 }
 
@@ -471,7 +504,7 @@ static PetscErrorCode FMMCUDADirectMult(Mat A, const PetscScalar *sigma, PetscSc
   PetscCall(PhaseBegin(c, MATFMM_Direct));
   PetscCall(FMMCUDADirect(c, &fmm->plan));
   PetscCall(PhaseEnd(c, MATFMM_Direct, 12.0 * (PetscLogDouble)fmm->plan.N * fmm->plan.M));
-  PetscCall(End(A, c, y));
+  PetscCall(End(A, c, y, Out(c, y), PETSC_FALSE));
   PetscFunctionReturn(0);
 }
 

@@ -1,8 +1,9 @@
 /*
   The downward pass on the GPU: L2L level by level (one thread per child box
   and coefficient: the upper levels do not serialise), L2P (one thread per
-  target, FMML2P of fmmexpansions.h), and the scatter of the potentials from
-  tree order to the local target order.
+  target, FMML2P of fmmexpansions.h; after the symmetric P2P it also adds the
+  near field and writes y), and the scatter of the potentials from tree order
+  to the local target order.
 */
 #include "fmmcuda.h"
 #include "fmmexpansions.h"
@@ -44,23 +45,50 @@ PetscErrorCode FMMCUDAL2L(FMM_CUDA *c, const FMMPlan *P)
   PetscFunctionReturn(0);
 }
 
-/* pot = far field at each target (tree order); P2P adds the near field */
-__global__ void L2PKernel(PetscInt M, int p, int ne, const PetscInt *tleafof, const double *tx, const double *ty, const double *cx, const double *cy, const double *scale, const double *local, double *pot)
+/* The far field at each target (tree order).  Without the symmetric P2P: into
+   pot, to which P2P then adds the near field.  With it (NEAR; it ran first):
+   plus the target's near field, its rows in pot when its leaf has one item
+   of the symmetric P2P, then its slots in slot order (or their chunk sums),
+   written to y in the caller's order; thread 0 resets the P2P's item
+   counter for the next product.  The same sums in the same order as L2P,
+   then P2P adding to pot, a gather pass adding the slots and a scatter pass
+   (the order before; see P2PSymmetricKernel in p2p.cu). */
+template <bool NEAR>
+__global__ void L2PKernel(PetscInt M, int p, int ne, const PetscInt *tleafof, const double *tx, const double *ty, const double *cx, const double *cy, const double *scale, const double *local, double *pot, PetscInt nl, PetscInt nmax, const PetscInt *tleaf, const PetscInt *symleaf, const double *colpart, const double *chsum, const PetscInt *tperm, double *y, unsigned long long *next)
 {
   const PetscInt i = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
+  if (NEAR && i == 0) *next = 0;
   if (i >= M) return;
   const PetscInt b = tleafof[i];
   const double   s = scale[b];
-  pot[i]           = FMML2P(p, local + b * ne, (tx[i] - cx[b]) / s, (ty[i] - cy[b]) / s);
+  double         v = FMML2P(p, local + b * ne, (tx[i] - cx[b]) / s, (ty[i] - cy[b]) / s);
+  if constexpr (NEAR) {
+    const FMMSymLeaf S(symleaf, nl);
+    const PetscInt   o = i - tleaf[b], nb = tleaf[b + 1] - tleaf[b], ns = S.nsl[b];
+    if (S.item[b + 1] - S.item[b] == 1) v += pot[i];
+    if (ns) {
+      double t = 0.0;
+      if (ns <= FMMCUDA_SYM_GMAX) {
+        const double *w = colpart + S.slot[b] + o;
+#pragma unroll 4
+        for (PetscInt k = 0; k < ns; k++) t += w[k * nb];
+      } else t = chsum[S.ch[b] * nmax + o];
+      v += t;
+    }
+    y[tperm[i]] = v;
+  } else pot[i] = v;
 }
 
-PetscErrorCode FMMCUDAL2P(FMM_CUDA *c, const FMMPlan *P)
+/* y: where the potentials go with the symmetric P2P (c->y or the caller's device array) */
+PetscErrorCode FMMCUDAL2P(FMM_CUDA *c, const FMMPlan *P, double *y)
 {
   const PetscInt l0 = FMMLevelStart(P->L);
+  const unsigned nb = FMMCUDABlocks(P->M, 128);
 
   PetscFunctionBegin;
   if (!P->M) PetscFunctionReturn(0);
-  L2PKernel<<<FMMCUDABlocks(P->M, 128), 128, 0, c->stream>>>(P->M, (int)c->p, (int)c->ne, c->tleafof, c->tx, c->ty, c->cx + l0, c->cy + l0, c->scale + l0, c->local + l0 * c->ne, c->pot);
+  if (c->syma) L2PKernel<true><<<nb, 128, 0, c->stream>>>(P->M, (int)c->p, (int)c->ne, c->tleafof, c->tx, c->ty, c->cx + l0, c->cy + l0, c->scale + l0, c->local + l0 * c->ne, c->pot, P->nleaves, P->maxleafsrc, c->tleaf, c->symleaf, c->colpart, c->chsum, c->tperm, y, c->symnext);
+  else L2PKernel<false><<<nb, 128, 0, c->stream>>>(P->M, (int)c->p, (int)c->ne, c->tleafof, c->tx, c->ty, c->cx + l0, c->cy + l0, c->scale + l0, c->local + l0 * c->ne, c->pot, 0, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL);
   FMMCheckLaunch();
   PetscFunctionReturn(0);
 }
@@ -71,11 +99,12 @@ __global__ void ScatterKernel(PetscInt M, const PetscInt *tperm, const double *p
   if (i < M) y[tperm[i]] = pot[i];
 }
 
-PetscErrorCode FMMCUDAScatter(FMM_CUDA *c, const FMMPlan *P)
+/* pot (tree order) to y (c->y or the caller's device array) */
+PetscErrorCode FMMCUDAScatter(FMM_CUDA *c, const FMMPlan *P, double *y)
 {
   PetscFunctionBegin;
   if (!P->M) PetscFunctionReturn(0);
-  ScatterKernel<<<FMMCUDABlocks(P->M, 256), 256, 0, c->stream>>>(P->M, c->tperm, c->pot, c->y);
+  ScatterKernel<<<FMMCUDABlocks(P->M, 256), 256, 0, c->stream>>>(P->M, c->tperm, c->pot, y);
   FMMCheckLaunch();
   PetscFunctionReturn(0);
 }

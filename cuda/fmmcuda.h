@@ -133,6 +133,13 @@ typedef struct {
   PetscBool   treebuilt; /* the device plan was built by FMMCUDATreeBuild (tree.cu), not uploaded */
 } FMM_CUDA;
 
+/* the rows of symleaf that the products read: first item, first slot value,
+   slot count, first chunk (first upper entry, row 0, is the plan's) */
+struct FMMSymLeaf {
+  const PetscInt *item, *slot, *nsl, *ch;
+  __host__ __device__ FMMSymLeaf(const PetscInt *s, PetscInt nl) : item(s + (nl + 1)), slot(s + 2 * (nl + 1)), nsl(s + 3 * (nl + 1)), ch(s + 4 * (nl + 1)) { }
+};
+
 PETSC_INTERN PetscErrorCode FMMCUDAMalloc(cudaStream_t, void **, size_t, const char *);
 PETSC_INTERN PetscErrorCode FMMCUDAFree(cudaStream_t, void *);
 PETSC_INTERN PetscErrorCode FMMCUDASelectDevice(MPI_Comm, int *);
@@ -144,7 +151,7 @@ PETSC_INTERN PetscErrorCode FMMCUDAP2PPlan(FMM_CUDA *, FMMPlan *);
 PETSC_INTERN PetscErrorCode FMMCUDAP2PSymmetricPlan(FMM_CUDA *, const FMMPlan *);
 PETSC_INTERN PetscErrorCode FMMCUDANearSources(FMM_CUDA *, const FMMPlan *, PetscBool, PetscInt **, PetscInt *);
 /* upward.cu */
-PETSC_INTERN PetscErrorCode FMMCUDAStrengths(FMM_CUDA *, const FMMPlan *);
+PETSC_INTERN PetscErrorCode FMMCUDAStrengths(FMM_CUDA *, const FMMPlan *, const double *);
 PETSC_INTERN PetscErrorCode FMMCUDAP2M(FMM_CUDA *, const FMMPlan *);
 PETSC_INTERN PetscErrorCode FMMCUDAM2M(FMM_CUDA *, const FMMPlan *);
 /* m2l.cu */
@@ -152,8 +159,8 @@ PETSC_INTERN PetscErrorCode FMMCUDAM2LSetup(FMM_CUDA *);
 PETSC_INTERN PetscErrorCode FMMCUDAM2L(FMM_CUDA *, const FMMPlan *);
 /* downward.cu */
 PETSC_INTERN PetscErrorCode FMMCUDAL2L(FMM_CUDA *, const FMMPlan *);
-PETSC_INTERN PetscErrorCode FMMCUDAL2P(FMM_CUDA *, const FMMPlan *);
-PETSC_INTERN PetscErrorCode FMMCUDAScatter(FMM_CUDA *, const FMMPlan *);
+PETSC_INTERN PetscErrorCode FMMCUDAL2P(FMM_CUDA *, const FMMPlan *, double *);
+PETSC_INTERN PetscErrorCode FMMCUDAScatter(FMM_CUDA *, const FMMPlan *, double *);
 PETSC_INTERN PetscErrorCode FMMCUDACombine(FMM_CUDA *, PetscInt, double, double, const double *, const double *, double *, PetscBool);
 /* p2p.cu */
 PETSC_INTERN PetscErrorCode FMMCUDALogTable(FMM_CUDA *);

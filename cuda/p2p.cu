@@ -327,21 +327,30 @@ __global__ void __launch_bounds__(TL_THREADS, 4) P2PTiledKernel(PetscInt nitems,
   Deterministic without atomics on the sums: each lane runs its steps in
   order, the groups' row sums are added by a fixed butterfly and the column
   copies in group order.  B's column sums go to B's slot for its lower entry
-  A, A's row sums to A's slot for the item; the gather then adds each
-  target's slots in slot order (lower entries in list order, then items).
-  The counter only decides which warp computes an item, not how.  A leaf
-  with one item adds its rows to pot itself (their potentials prefetched
-  with its rows); one with several writes a slot per item.
+  A, A's row sums to A's slot for the item; L2P then adds each target's
+  slots in slot order (lower entries in list order, then items) to its far
+  field (L2PKernel, downward.cu).  The counter only decides which warp
+  computes an item, not how.  A leaf with one item writes its rows to pot;
+  one with several writes a slot per item.
+
+  So with this kernel the near field comes first and L2P last: L2P adds the
+  rows and slots to the far field as it evaluates it and writes y, the
+  potentials in the caller's order.  Before, L2P wrote pot, this kernel added
+  the rows of one-item leaves to it (prefetching pot), a gather pass added
+  the slots and a scatter pass wrote y; now pot is written once and read
+  once, and the sums are bitwise the same.  At 10^7 points on the curve
+  (H100) the P2P phase went from 1.21 to 1.05 ms and L2P from 0.28 to 0.42
+  ms; a product with device vectors from 4.36-4.42 to 4.28-4.32 ms.
 */
 #define SY_WARPS   8
 #define SY_THREADS (32 * SY_WARPS)
 
 /* per warp: three buffers of points, (x, y) then q (24 R a bytes each): two
-   of columns and the rows; two of the rows' potentials (8 R a bytes each);
-   then the G copies of B's column sums (G R a = 32 R doubles) */
+   of columns and the rows; then the G copies of B's column sums (G R a = 32 R
+   doubles) */
 static __host__ __device__ size_t SymWarpBytes(int a, int R)
 {
-  return 88 * (size_t)R * a + 256 * (size_t)R;
+  return 72 * (size_t)R * a + 256 * (size_t)R;
 }
 
 static size_t SymShmem(int a, int R)
@@ -397,14 +406,6 @@ __device__ __forceinline__ void SymFetch(double2 *cxy, double *cq, const double 
   }
 }
 
-/* the warp's asynchronous copy of the potentials of an item's n rows when it
-   adds them to pot (ro = -1 - first target; ro >= 0: the item writes a slot) */
-__device__ __forceinline__ void SymFetchPot(double *bp, const double *pot, PetscInt ro, int n, int lane)
-{
-  if (ro < 0)
-    for (int c = lane; c < n; c += 32) __pipeline_memcpy_async(&bp[c], pot - ro - 1 + c, sizeof(double));
-}
-
 /* word j of a descriptor held one word per lane */
 __device__ __forceinline__ PetscInt SymWord(PetscInt d, int j)
 {
@@ -422,18 +423,16 @@ __global__ void __launch_bounds__(SY_THREADS, 2) P2PSymmetricKernel(PetscInt nit
   __syncthreads();
   const char *ltc = (const char *)(sysh + (lane & (FMM_LOGCOPY - 1)));
   char       *wb  = (char *)(sysh + FMM_LOGTAB * FMM_LOGCOPY) + (threadIdx.x / 32) * SymWarpBytes(a, R);
-  double     *cacc = (double *)(wb + 88 * nmax), *gacc = cacc + g * nmax;
+  double     *cacc = (double *)(wb + 72 * nmax), *gacc = cacc + g * nmax;
 #define SYM_BXY(u) ((double2 *)(wb + (u) * 24 * nmax)) /* buffer u (2: rows): (x, y), then q */
 #define SYM_BQ(u)  ((double *)(wb + (u) * 24 * nmax + 16 * nmax))
-#define SYM_BP(v)  ((double *)(wb + 72 * nmax + (v) * 8 * nmax)) /* potentials of rows added to pot */
 #define SYM_TAKE() (lane == 0 ? (PetscInt)atomicAdd(next, 1ULL) : 0)
 
   /* the first item, its rows and first block; the counter of the item after */
   PetscInt it = SymWord(SYM_TAKE(), 0), itn = SYM_TAKE(), d = it < nitems ? symitem[it * FMMCUDA_SYM_D + lane] : 0;
   if (it >= nitems) return;
-  int u = 0, pb = 0; /* the buffer of the next block, of this item's potentials */
+  int u = 0; /* the buffer of the next block */
   SymFetch(SYM_BXY(2), SYM_BQ(2), sx, sy, q, SymWord(d, 0), (int)SymWord(d, 1), lane);
-  SymFetchPot(SYM_BP(0), pot, SymWord(d, 3), (int)SymWord(d, 1), lane);
   SymFetch(SYM_BXY(0), SYM_BQ(0), sx, sy, q, SymWord(d, 4), (int)SymWord(d, 5), lane);
   __pipeline_commit();
   for (;;) {
@@ -467,7 +466,6 @@ __global__ void __launch_bounds__(SY_THREADS, 2) P2PSymmetricKernel(PetscInt nit
         __pipeline_wait_prior(1);
       } else if (more) { /* and at the last, the next item's rows and first block */
         SymFetch(SYM_BXY(2), SYM_BQ(2), sx, sy, q, SymWord(dn, 0), (int)SymWord(dn, 1), lane);
-        SymFetchPot(SYM_BP(pb ^ 1), pot, SymWord(dn, 3), (int)SymWord(dn, 1), lane);
         SymFetch(SYM_BXY(u ^ 1), SYM_BQ(u ^ 1), sx, sy, q, SymWord(dn, 4), (int)SymWord(dn, 5), lane);
         __pipeline_commit();
         __pipeline_wait_prior(1);
@@ -541,46 +539,37 @@ __global__ void __launch_bounds__(SY_THREADS, 2) P2PSymmetricKernel(PetscInt nit
       __syncwarp(); /* this buffer is refilled two blocks on, the column sums next block */
     }
     /* the groups' row sums by a fixed butterfly (every lane gets the same sum),
-       to the item's slot or added to pot */
+       to the item's slot or, for a leaf's only item, to pot */
     const PetscInt ro   = SymWord(d, 3);
     double        *rout = ro >= 0 ? colpart + ro : pot - ro - 1;
-    const double  *rpot = SYM_BP(pb);
 #pragma unroll
     for (int m = 0; m < R; m++) {
       const int i = l + m * a;
       double    s = acc[m];
       for (int o = a; o < 32; o <<= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-      if (g == 0 && i < nA) rout[i] = ro >= 0 ? 0.5 * s : rpot[i] + 0.5 * s;
+      if (g == 0 && i < nA) rout[i] = 0.5 * s;
     }
     if (!more) break;
     d   = dn;
     itn = itnn;
-    pb ^= 1;
   }
 #undef SYM_BXY
 #undef SYM_BQ
-#undef SYM_BP
 #undef SYM_TAKE
 }
-
-/* symleaf rows (see FMM_CUDA) */
-struct SymLeaf { /* the rows the sums use; first upper entry and first item are the plan's */
-  const PetscInt *slot, *nsl, *ch;
-  __host__ __device__ SymLeaf(const PetscInt *s, PetscInt nl) : slot(s + 2 * (nl + 1)), nsl(s + 3 * (nl + 1)), ch(s + 4 * (nl + 1)) { }
-};
 
 /* slot lists longer than FMMCUDA_SYM_GMAX: one block per chunk of FMMCUDA_SYM_GCHUNK
    slots; thread (slice, point) sums every ns-th slot of its slice, the slices are
    then added in order.  The last block of a leaf to finish (a counter per leaf)
    adds the leaf's chunk sums the same way, in chunk order, into its first chunk's
-   row, so the gather reads one value for such a target instead of adding its
+   row, so L2P reads one value for such a target instead of adding its
    chunk sums one after the other (240 at 10^7 points on the curve).  Which
    block is last does not change the result. */
 __global__ void __launch_bounds__(256) P2PChunkSumKernel(PetscInt nl, PetscInt nmax, const PetscInt *sleaf, const PetscInt *symleaf, const PetscInt *chleaf, const double *colpart, double *chsum, unsigned *chdone)
 {
   __shared__ double red[256];
   __shared__ bool   last;
-  const SymLeaf     S(symleaf, nl);
+  const FMMSymLeaf  S(symleaf, nl);
   const PetscInt    h = blockIdx.x, B = chleaf[h], h0 = S.ch[B], nch = S.ch[B + 1] - h0, k0 = (h - h0) * FMMCUDA_SYM_GCHUNK, k1 = PetscMin(k0 + FMMCUDA_SYM_GCHUNK, S.nsl[B]);
   const int         nB = (int)(sleaf[B + 1] - sleaf[B]), nsl = 256 / nB, o = threadIdx.x % nB, sl = threadIdx.x / nB;
   double            s = 0.0;
@@ -612,29 +601,6 @@ __global__ void __launch_bounds__(256) P2PChunkSumKernel(PetscInt nl, PetscInt n
   if (threadIdx.x == 0) chdone[h0] = 0; /* for the next product */
 }
 
-/* each target: its leaf's slots in order (or their sum from P2PChunkSumKernel);
-   thread 0 resets the item counter of P2PSymmetricKernel for the next product.
-   Adding the slots in P2PSymmetricKernel instead (a counter per leaf after a
-   __threadfence per item; the warp with a leaf's last write adds its slots)
-   measured P2P 1.21 -> 1.48 ms at 10^7 points (H100): 1.17 ms with the counts
-   but neither adds nor this pass, the adds' loads stalling the warps. */
-__global__ void P2PGatherKernel(PetscInt M, PetscInt nl, PetscInt nmax, const PetscInt *tleafof, const PetscInt *tleaf, const PetscInt *symleaf, const double *colpart, const double *chsum, double *pot, unsigned long long *next)
-{
-  const PetscInt i = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i == 0) *next = 0;
-  if (i >= M) return;
-  const SymLeaf  S(symleaf, nl);
-  const PetscInt B = tleafof[i], o = i - tleaf[B], nB = tleaf[B + 1] - tleaf[B], ns = S.nsl[B];
-  double         s = 0.0;
-  if (!ns) return;
-  if (ns <= FMMCUDA_SYM_GMAX) {
-    const double *v = colpart + S.slot[B] + o;
-#pragma unroll 4
-    for (PetscInt k = 0; k < ns; k++) s += v[k * nB];
-  } else s = chsum[S.ch[B] * nmax + o];
-  pot[i] += s;
-}
-
 template <int R>
 static PetscErrorCode LaunchSymmetric(FMM_CUDA *c, const FMMPlan *P)
 {
@@ -652,8 +618,6 @@ static PetscErrorCode LaunchSymmetric(FMM_CUDA *c, const FMMPlan *P)
   P2PSymmetricKernel<R><<<(unsigned)c->symblocks, SY_THREADS, shmem, c->stream>>>(c->nsymitems, (int)c->syma, c->symnext, c->symitem, c->sx, c->sy, c->q, c->pot, c->colpart, c->logtab);
   FMMCheckLaunch();
   if (c->nsymch) P2PChunkSumKernel<<<(unsigned)c->nsymch, 256, 0, c->stream>>>(P->nleaves, P->maxleafsrc, c->sleaf, c->symleaf, c->symchleaf, c->colpart, c->chsum, c->symchdone);
-  FMMCheckLaunch();
-  P2PGatherKernel<<<FMMCUDABlocks(P->M, 256), 256, 0, c->stream>>>(P->M, P->nleaves, P->maxleafsrc, c->tleafof, c->tleaf, c->symleaf, c->colpart, c->chsum, c->pot, c->symnext);
   FMMCheckLaunch();
   PetscFunctionReturn(0);
 }

@@ -1446,7 +1446,7 @@ PetscErrorCode FMMCUDAP2PSymmetricPlan(FMM_CUDA *c, const FMMPlan *P)
     PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->colpart, sizeof(PetscReal) * PetscMax(tot[1], 1), "the symmetric P2P partial sums"));
     PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->chsum, sizeof(PetscReal) * PetscMax(tot[2] * P->maxleafsrc, 1), "the symmetric P2P chunk sums"));
     PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->symnext, sizeof(unsigned long long), "the symmetric P2P item counter"));
-    FMMCallCUDA(cudaMemsetAsync(c->symnext, 0, sizeof(unsigned long long), c->stream)); /* then reset by each product's gather */
+    FMMCallCUDA(cudaMemsetAsync(c->symnext, 0, sizeof(unsigned long long), c->stream)); /* then reset by each product's L2P */
     PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->symchleaf, sizeof(PetscInt) * PetscMax(tot[2], 1), "the symmetric P2P chunk leaves"));
     PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->symchdone, sizeof(unsigned) * PetscMax(tot[2], 1), "the symmetric P2P chunk counters"));
     FMMCallCUDA(cudaMemsetAsync(c->symchdone, 0, sizeof(unsigned) * PetscMax(tot[2], 1), c->stream));

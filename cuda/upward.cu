@@ -40,11 +40,12 @@ __global__ void StrengthsKernel(PetscInt N, const PetscInt *sperm, const double 
   }
 }
 
-PetscErrorCode FMMCUDAStrengths(FMM_CUDA *c, const FMMPlan *P)
+/* sigma: the densities in device memory (c->sigma or the caller's device array) */
+PetscErrorCode FMMCUDAStrengths(FMM_CUDA *c, const FMMPlan *P, const double *sigma)
 {
   PetscFunctionBegin;
   if (!P->N) PetscFunctionReturn(0);
-  StrengthsKernel<<<FMMCUDABlocks(P->N, 256), 256, 0, c->stream>>>(P->N, c->sperm, c->cq, c->cdx, c->cdy, c->sigma, c->q, c->dx, c->dy, c->gq, c->gdx, c->gdy);
+  StrengthsKernel<<<FMMCUDABlocks(P->N, 256), 256, 0, c->stream>>>(P->N, c->sperm, c->cq, c->cdx, c->cdy, sigma, c->q, c->dx, c->dy, c->gq, c->gdx, c->gdy);
   FMMCheckLaunch();
   PetscFunctionReturn(0);
 }

@@ -18,6 +18,9 @@ Every -mat_fmm_ option applies to both devices; -mat_fmm_cuda_m2l <tc,fma> and -
 /*
   Output: one line per case, "ok" or the failure, so a GPU host compares it
   with tests/output/gpu_*.out.  Tests need a GPU: CI skips them.
+  curve_median_chunks is a plan whose symmetric P2P sums long slot lists in
+  chunks (P2PChunkSumKernel): with the median split, 10 of its leaves have
+  more than FMMCUDA_SYM_GMAX = 64 lower near-list entries.
 */
 #include <petscfmm.h>
 #include "testutil.h"
@@ -474,6 +477,11 @@ int main(int argc, char **argv)
     suffix: curve_median
     requires: cuda
     args: -n 3000 -geometry curve -mat_fmm_ct 16 -mat_fmm_tree_split median
+
+  test:
+    suffix: curve_median_chunks
+    requires: cuda
+    args: -n 40000 -geometry curve -mat_fmm_ct 32 -mat_fmm_tree_split median
 
   test:
     suffix: tree_curve
