@@ -1583,7 +1583,9 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
   if (!median && L > 0 && U) PetscCall(SplitWorkCreate(c, U, nleaves / 2, &sp));
   if (L > 0 && U) PetscCall(SplitLocalSetup(c, &lbytes));
 
-  /* the two sorted lists */
+  /* the two sorted lists (sorting them at the same time, the y list on a
+     second stream with its own scratch, measured slower: the sort stage at
+     10^6 points 0.53-0.62 -> 0.68-0.75 ms, H100) */
   if (U) {
     size_t need = 0;
     KeysKernel<<<LAUNCH_N(U)>>>(U, xy, kx, ky, val);
