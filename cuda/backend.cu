@@ -60,41 +60,41 @@ static PetscErrorCode FMMCUDADestroy(Mat A)
   PetscFunctionReturn(0);
 }
 
-/* n doubles between the caller's array and the GPU.  Device memory and
-   page-locked host memory are copied directly (cudaMemcpyDefault); pageable
+/* where the caller's array a lives: pageable host memory; memory that CUDA
+   copies directly (page-locked host memory, managed memory, another GPU's);
+   or device memory of this backend's GPU (a device vector's array), which
+   the kernels read and write in place.  One query per array and product. */
+typedef enum {
+  FMM_MEM_PAGEABLE,
+  FMM_MEM_DIRECT,
+  FMM_MEM_HERE
+} FMMMem;
+
+static FMMMem MemOf(const FMM_CUDA *c, const void *a)
+{
+  cudaPointerAttributes at;
+  if (cudaPointerGetAttributes(&at, a) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return FMM_MEM_PAGEABLE;
+  }
+  if (at.type == cudaMemoryTypeUnregistered) return FMM_MEM_PAGEABLE;
+  return at.type == cudaMemoryTypeDevice && at.device == c->dev ? FMM_MEM_HERE : FMM_MEM_DIRECT;
+}
+
+/* n doubles between the caller's array (in memory m, MemOf) and the GPU.
+   Memory other than pageable is copied directly (cudaMemcpyDefault); pageable
    host memory goes through the process's pinned staging rings in slots of
    FMM_STAGE_SLOT doubles, the host-side copies (all OpenMP threads)
    overlapping the DMA of the other slots (FMMCopyReals). */
-static PetscBool Pageable(const void *a)
-{
-  cudaPointerAttributes at;
-  if (cudaPointerGetAttributes(&at, a) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return PETSC_TRUE;
-  }
-  return at.type == cudaMemoryTypeUnregistered ? PETSC_TRUE : PETSC_FALSE;
-}
 
-/* whether a is device memory of this backend's GPU (a device vector's array): kernels read and write it in place */
-static PetscBool OnDevice(FMM_CUDA *c, const void *a)
-{
-  cudaPointerAttributes at;
-  if (!a) return PETSC_FALSE;
-  if (cudaPointerGetAttributes(&at, a) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return PETSC_FALSE;
-  }
-  return at.type == cudaMemoryTypeDevice && at.device == c->dev ? PETSC_TRUE : PETSC_FALSE;
-}
-
-/* host h (n doubles) to device d, in stream s; returns when h may be changed */
-static PetscErrorCode CopyIn(cudaStream_t s, double *d, const double *h, PetscInt n)
+/* h (n doubles) to device d, in stream s; returns when h may be changed */
+static PetscErrorCode CopyIn(cudaStream_t s, double *d, const double *h, PetscInt n, FMMMem m)
 {
   FMMCUDAStage *st = &FMMCUDAStaging;
 
   PetscFunctionBegin;
   if (!n) PetscFunctionReturn(0);
-  if (!st->in || !Pageable(h)) {
+  if (!st->in || m != FMM_MEM_PAGEABLE) {
     FMMCallCUDA(cudaMemcpyAsync(d, h, sizeof(double) * n, cudaMemcpyDefault, s));
     PetscFunctionReturn(0);
   }
@@ -108,13 +108,13 @@ static PetscErrorCode CopyIn(cudaStream_t s, double *d, const double *h, PetscIn
   PetscFunctionReturn(0);
 }
 
-/* device d (n doubles) to host h; returns when h holds the data */
-static PetscErrorCode CopyOut(FMM_CUDA *c, double *h, const double *d, PetscInt n)
+/* device d (n doubles) to h; returns when h holds the data */
+static PetscErrorCode CopyOut(FMM_CUDA *c, double *h, const double *d, PetscInt n, FMMMem m)
 {
   FMMCUDAStage *st = &FMMCUDAStaging;
 
   PetscFunctionBegin;
-  if (n && st->out && Pageable(h)) {
+  if (n && st->out && m == FMM_MEM_PAGEABLE) {
     const PetscInt nch = (n + FMM_STAGE_SLOT - 1) / FMM_STAGE_SLOT;
     for (PetscInt k = 0; k < PetscMin(nch, FMM_STAGE_CHUNKS); k++) { /* fill the ring */
       FMMCallCUDA(cudaMemcpyAsync(st->out + k * FMM_STAGE_SLOT, d + k * FMM_STAGE_SLOT, sizeof(double) * PetscMin(FMM_STAGE_SLOT, n - k * FMM_STAGE_SLOT), cudaMemcpyDeviceToHost, c->stream));
@@ -179,7 +179,7 @@ static PetscErrorCode SetupNearLists(Mat A, FMM_CUDA *c, const FMMPlan *P)
     PetscCall(FMMCUDANearSources(c, P, PETSC_TRUE, &c->nbr, NULL));
     if (!c->gxy) { /* the tree built on the GPU keeps the uploaded points: sources first */
       PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->gxy, sizeof(double) * 2 * P->N, "the sources in global order"));
-      PetscCall(CopyIn(c->stream, c->gxy, fmm->gsrc, 2 * P->N));
+      PetscCall(CopyIn(c->stream, c->gxy, fmm->gsrc, 2 * P->N, MemOf(c, fmm->gsrc)));
     }
     PetscCall(Upload(c, &c->gq, (PetscReal *)NULL, P->N, "the charges in global order"));
     PetscCall(Upload(c, &c->gdx, (PetscReal *)NULL, P->N, "the dipoles in global order"));
@@ -235,8 +235,8 @@ static PetscErrorCode UploadLate(FMM_CUDA *c, void *ctx, cudaEvent_t *done)
   FMMCallCUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   FMMCallCUDA(cudaEventCreateWithFlags(done, cudaEventDisableTiming));
   FMMCallCUDA(cudaStreamWaitEvent(s, u->ready, 0));
-  if (u->nrm) PetscCall(CopyIn(s, u->nrm, u->fmm->gnrm, 2 * u->fmm->plan.N));
-  if (u->wts) PetscCall(CopyIn(s, u->wts, u->fmm->gwts, u->fmm->plan.N));
+  if (u->nrm) PetscCall(CopyIn(s, u->nrm, u->fmm->gnrm, 2 * u->fmm->plan.N, MemOf(c, u->fmm->gnrm)));
+  if (u->wts) PetscCall(CopyIn(s, u->wts, u->fmm->gwts, u->fmm->plan.N, MemOf(c, u->fmm->gwts)));
   FMMCallCUDA(cudaEventRecord(*done, s));
   FMMCallCUDA(cudaStreamDestroy(s)); /* released once its work is done */
   PetscFunctionReturn(0);
@@ -267,8 +267,8 @@ static PetscErrorCode FMMCUDAPlan(Mat A)
   if (fmm->gwts) PetscCall(FMMCUDAMalloc(c->stream, (void **)&late.wts, sizeof(double) * N, "the weights"));
   FMMCallCUDA(cudaEventCreateWithFlags(&late.ready, cudaEventDisableTiming));
   FMMCallCUDA(cudaEventRecord(late.ready, c->stream));
-  PetscCall(CopyIn(c->stream, xy, fmm->gsrc, 2 * N));
-  if (!same) PetscCall(CopyIn(c->stream, xy + 2 * N, fmm->gtgt, 2 * Mg));
+  PetscCall(CopyIn(c->stream, xy, fmm->gsrc, 2 * N, MemOf(c, fmm->gsrc)));
+  if (!same) PetscCall(CopyIn(c->stream, xy + 2 * N, fmm->gtgt, 2 * Mg, MemOf(c, fmm->gtgt)));
   FMMCallCUDA(cudaStreamSynchronize(c->stream));
   PetscCall(PetscTime(&t1));
   PetscCall(FMMCUDATreeBuild(c, P, fmm->ct, fmm->theta, fmm->split_median, same, same ? A->cmap->rstart : A->rmap->rstart, fmm->alpha, fmm->beta, xy, late.nrm, late.wts, (late.nrm || late.wts) ? UploadLate : NULL, &late, U));
@@ -404,30 +404,43 @@ static PetscErrorCode Begin(Mat A, FMM_CUDA *c, const PetscScalar *sigma)
   PetscFunctionBegin;
   FMMCallCUDA(cudaSetDevice(c->dev));
   PetscCall(PetscLogIsActive(&c->sync));
-  if (OnDevice(c, sigma)) PetscCall(FMMCUDAStrengths(c, &fmm->plan, sigma));
+  const FMMMem m = MemOf(c, sigma);
+  if (m == FMM_MEM_HERE) PetscCall(FMMCUDAStrengths(c, &fmm->plan, sigma));
   else {
-    PetscCall(CopyIn(c->stream, c->sigma, sigma, fmm->plan.N));
+    PetscCall(CopyIn(c->stream, c->sigma, sigma, fmm->plan.N, m));
     PetscCall(FMMCUDAStrengths(c, &fmm->plan, c->sigma));
   }
   PetscFunctionReturn(0);
 }
 
 /* where a product writes its potentials (local target order): y itself when it
-   is device memory of this GPU, else c->y (y NULL: kept there for FMMCUDACombineOp) */
-static double *Out(FMM_CUDA *c, PetscScalar *y)
+   is device memory of this GPU, else c->y (y NULL: kept there for
+   FMMCUDACombineOp); *ym: where y lives */
+static double *Out(FMM_CUDA *c, PetscScalar *y, FMMMem *ym)
 {
-  return OnDevice(c, y) ? y : c->y;
+  *ym = y ? MemOf(c, y) : FMM_MEM_DIRECT;
+  return *ym == FMM_MEM_HERE ? y : c->y;
 }
 
-/* potentials out from out = Out(c, y) (scattered: L2P wrote them there already) */
-static PetscErrorCode End(Mat A, FMM_CUDA *c, PetscScalar *y, double *out, PetscBool scattered)
+/* potentials out from out = Out(c, y, &ym) (scattered: L2P wrote them there already) */
+static PetscErrorCode End(Mat A, FMM_CUDA *c, PetscScalar *y, FMMMem ym, double *out, PetscBool scattered)
 {
   Mat_FMM *fmm = (Mat_FMM *)A->data;
 
   PetscFunctionBegin;
   if (!scattered) PetscCall(FMMCUDAScatter(c, &fmm->plan, out));
-  if (y && out != y) PetscCall(CopyOut(c, y, out, fmm->plan.M));
+  if (y && out != y) PetscCall(CopyOut(c, y, out, fmm->plan.M, ym));
   else if (y) FMMCallCUDA(cudaStreamSynchronize(c->stream));
+  PetscFunctionReturn(0);
+}
+
+/* the L2P phase, in its log event (out: see FMMCUDAL2P) */
+static PetscErrorCode L2P(FMM_CUDA *c, const FMMPlan *P, double *out)
+{
+  PetscFunctionBegin;
+  PetscCall(PhaseBegin(c, MATFMM_L2P));
+  PetscCall(FMMCUDAL2P(c, P, out));
+  PetscCall(PhaseEnd(c, MATFMM_L2P, 8.0 * (double)c->p * P->M));
   PetscFunctionReturn(0);
 }
 
@@ -450,7 +463,8 @@ static PetscErrorCode FMMCUDAMult(Mat A, const PetscScalar *sigma, PetscScalar *
   const FMMPlan *P   = &fmm->plan;
   FMM_CUDA      *c   = (FMM_CUDA *)fmm->backend;
   const double   p   = (double)c->p;
-  double        *out = Out(c, y);
+  FMMMem         ym;
+  double        *out = Out(c, y, &ym);
 
   PetscFunctionBegin;
   PetscCheck(c->fmm, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CUDA: set up for the direct method only");
@@ -467,11 +481,7 @@ static PetscErrorCode FMMCUDAMult(Mat A, const PetscScalar *sigma, PetscScalar *
   PetscCall(PhaseBegin(c, MATFMM_L2L));
   PetscCall(FMMCUDAL2L(c, P));
   PetscCall(PhaseEnd(c, MATFMM_L2L, 8.0 * p * p * (P->nboxes - 1)));
-  if (!c->syma) { /* L2P writes pot, P2P adds to it; with the symmetric P2P, L2P comes last and writes y (p2p.cu) */
-    PetscCall(PhaseBegin(c, MATFMM_L2P));
-    PetscCall(FMMCUDAL2P(c, P, out));
-    PetscCall(PhaseEnd(c, MATFMM_L2P, 8.0 * p * P->M));
-  }
+  if (!c->syma) PetscCall(L2P(c, P, out)); /* writes pot, P2P adds to it; with the symmetric P2P, L2P comes last and writes y (p2p.cu) */
   PetscCall(PhaseBegin(c, MATFMM_P2P));
   switch (fmm->layout) {
   case MATFMM_LAYOUT_TILED:
@@ -485,12 +495,8 @@ static PetscErrorCode FMMCUDAMult(Mat A, const PetscScalar *sigma, PetscScalar *
     break;
   }
   PetscCall(PhaseEnd(c, MATFMM_P2P, 12.0 * (PetscLogDouble)P->p2ppairs));
-  if (c->syma) {
-    PetscCall(PhaseBegin(c, MATFMM_L2P));
-    PetscCall(FMMCUDAL2P(c, P, out));
-    PetscCall(PhaseEnd(c, MATFMM_L2P, 8.0 * p * P->M));
-  }
-  PetscCall(End(A, c, y, out, c->syma ? PETSC_TRUE : PETSC_FALSE));
+  if (c->syma) PetscCall(L2P(c, P, out));
+  PetscCall(End(A, c, y, ym, out, c->syma ? PETSC_TRUE : PETSC_FALSE));
   PetscFunctionReturn(0);
 }
 
@@ -498,13 +504,15 @@ static PetscErrorCode FMMCUDADirectMult(Mat A, const PetscScalar *sigma, PetscSc
 {
   Mat_FMM  *fmm = (Mat_FMM *)A->data;
   FMM_CUDA *c   = (FMM_CUDA *)fmm->backend;
+  FMMMem    ym;
+  double   *out = Out(c, y, &ym);
 
   PetscFunctionBegin;
   PetscCall(Begin(A, c, sigma));
   PetscCall(PhaseBegin(c, MATFMM_Direct));
   PetscCall(FMMCUDADirect(c, &fmm->plan));
   PetscCall(PhaseEnd(c, MATFMM_Direct, 12.0 * (PetscLogDouble)fmm->plan.N * fmm->plan.M));
-  PetscCall(End(A, c, y, Out(c, y), PETSC_FALSE));
+  PetscCall(End(A, c, y, ym, out, PETSC_FALSE));
   PetscFunctionReturn(0);
 }
 
