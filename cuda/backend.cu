@@ -359,7 +359,7 @@ static PetscErrorCode FMMCUDASetup(Mat A)
   PetscCall(PetscInfoEnabled(MAT_CLASSID, &info));
   if (info) FMMCallCUDA(cudaStreamSynchronize(c->stream)); /* for the -info times only */
   PetscCall(PetscTime(&t1));
-  PetscCall(FMMCUDAP2PPlan(c, P)); /* also the statistics of the plan */
+  PetscCall(FMMCUDAP2PPlan(c, P, fmm->layout == MATFMM_LAYOUT_REPETITION && c->fmm ? PETSC_TRUE : PETSC_FALSE)); /* also the statistics of the plan */
   /* symmetric P2P: this rank's targets are all the sources, single layer, table log */
   if (c->fmm && fmm->layout == MATFMM_LAYOUT_TILED && fmm->cuda_p2p_sym && c->kind == 0 && c->logtab && fmm->ntgt < 0 && P->M == P->N) PetscCall(FMMCUDAP2PSymmetricPlan(c, P));
   if (c->fmm && fmm->layout != MATFMM_LAYOUT_TILED) PetscCall(SetupNearLists(A, c, P));

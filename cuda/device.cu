@@ -86,11 +86,26 @@ PetscErrorCode FMMCUDAFree(cudaStream_t s, void *p)
 
 FMMCUDAStage FMMCUDAStaging;
 
+/* h = d (bytes) once the work queued on s is done: the sizes an assembly
+   reads back, through the pinned buffer (a copy into pageable memory costs
+   a few microseconds more, and an assembly makes a dozen) */
+PetscErrorCode FMMCUDAReadback(cudaStream_t s, void *h, const void *d, size_t bytes)
+{
+  void *buf = (FMMCUDAStaging.scal && bytes <= sizeof(long long) * FMM_STAGE_SCAL) ? (void *)FMMCUDAStaging.scal : h;
+
+  PetscFunctionBegin;
+  FMMCallCUDA(cudaMemcpyAsync(buf, d, bytes, cudaMemcpyDeviceToHost, s));
+  FMMCallCUDA(cudaStreamSynchronize(s));
+  if (buf != h) PetscCall(PetscMemcpy(h, buf, bytes));
+  PetscFunctionReturn(0);
+}
+
 static PetscErrorCode FMMCUDAFinalizeContext(void)
 {
   PetscFunctionBegin;
   if (FMMCUDAStaging.in) (void)cudaFreeHost(FMMCUDAStaging.in);
   if (FMMCUDAStaging.out) (void)cudaFreeHost(FMMCUDAStaging.out);
+  if (FMMCUDAStaging.scal) (void)cudaFreeHost(FMMCUDAStaging.scal);
   for (int k = 0; k < FMM_STAGE_CHUNKS; k++) {
     if (FMMCUDAStaging.evin[k]) (void)cudaEventDestroy(FMMCUDAStaging.evin[k]);
     if (FMMCUDAStaging.evout[k]) (void)cudaEventDestroy(FMMCUDAStaging.evout[k]);
@@ -143,6 +158,7 @@ PetscErrorCode FMMCUDAInitializeContext(void)
     if (FMMCUDAStaging.in) (void)cudaFreeHost(FMMCUDAStaging.in);
     FMMCUDAStaging.in = FMMCUDAStaging.out = NULL;
   }
+  if (cudaMallocHost((void **)&FMMCUDAStaging.scal, sizeof(long long) * FMM_STAGE_SCAL) != cudaSuccess) FMMCUDAStaging.scal = NULL;
   (void)cudaGetLastError();
   for (int k = 0; k < FMM_STAGE_CHUNKS; k++) {
     FMMCallCUDA(cudaEventCreateWithFlags(&FMMCUDAStaging.evin[k], cudaEventDisableTiming));

@@ -28,12 +28,15 @@ static constexpr FMMCUDAInvTable FMMCUDAInvMake()
 }
 #define FMM_STAGE_CHUNKS 16     /* slots of the staging rings */
 #define FMM_STAGE_SLOT   131072 /* doubles per slot (1 MB) */
+#define FMM_STAGE_SCAL   64     /* bytes of the pinned readback buffer, in long longs */
 
 /* the process's pinned staging rings for copies from and to pageable host
    memory (device.cu): FMM_STAGE_CHUNKS slots each way, an event per slot
-   marking when its last copy is done; NULL members when pinning was refused */
+   marking when its last copy is done; and a small buffer for the sizes an
+   assembly reads back (FMMCUDAReadback); NULL members when pinning was refused */
 typedef struct {
   double     *in, *out;
+  long long  *scal;
   cudaEvent_t evin[FMM_STAGE_CHUNKS], evout[FMM_STAGE_CHUNKS];
 } FMMCUDAStage;
 PETSC_INTERN FMMCUDAStage FMMCUDAStaging;
@@ -86,12 +89,13 @@ typedef struct {
   PetscReal *m2l;    /* p x p M2L matrix, for the generic M2L */
   PetscReal *m2lpad; /* kp x kp M2L matrix, for the tensor cores */
   /* M2L: pairs in chunks of 32 (one warp each); a chunk's run of pairs with one target box is a
-     partial sum; box t owns partials tpart[t]..tpart[t+1]-1 */
+     partial sum; box t owns partials tpart[t]..tpart[t+1]-1 (part has room for nparts =
+     nchunks + nboxes, a bound) */
   PetscInt   npairs, nchunks, nparts;
   PetscInt  *pairtgt, *chunkpart, *tpart;
   PetscReal *part;
   /* P2P items (all layouts); leaves whose list is split own partials */
-  PetscInt    nitems, *itemstart; /* host: first item of each leaf, [nleaves+1] */
+  PetscInt    nitems, *itemstart; /* host: first item of each leaf, [nleaves+1] (repetition layout only) */
   FMMP2PItem *items;
   PetscInt   *leafnsc, *leafpart; /* [nleaves] source chunks, first partial */
   PetscReal  *p2ppart;
@@ -143,11 +147,12 @@ struct FMMSymLeaf {
 PETSC_INTERN PetscErrorCode FMMCUDAMalloc(cudaStream_t, void **, size_t, const char *);
 PETSC_INTERN PetscErrorCode FMMCUDAFree(cudaStream_t, void *);
 PETSC_INTERN PetscErrorCode FMMCUDASelectDevice(MPI_Comm, int *);
+PETSC_INTERN PetscErrorCode FMMCUDAReadback(cudaStream_t, void *, const void *, size_t);
 
 /* tree.cu */
 PETSC_INTERN PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *, FMMPlan *, PetscInt, PetscReal, PetscBool, PetscBool, PetscInt, PetscReal, PetscReal, const double *, const double *, const double *, PetscErrorCode (*)(FMM_CUDA *, void *, cudaEvent_t *), void *, PetscInt);
 PETSC_INTERN PetscErrorCode FMMCUDAM2LPlan(FMM_CUDA *, const FMMPlan *);
-PETSC_INTERN PetscErrorCode FMMCUDAP2PPlan(FMM_CUDA *, FMMPlan *);
+PETSC_INTERN PetscErrorCode FMMCUDAP2PPlan(FMM_CUDA *, FMMPlan *, PetscBool);
 PETSC_INTERN PetscErrorCode FMMCUDAP2PSymmetricPlan(FMM_CUDA *, const FMMPlan *);
 PETSC_INTERN PetscErrorCode FMMCUDANearSources(FMM_CUDA *, const FMMPlan *, PetscBool, PetscInt **, PetscInt *);
 /* upward.cu */

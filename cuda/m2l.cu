@@ -50,18 +50,24 @@ static int M2LRegOrder(const FMM_CUDA *c)
   return (int)(8 * ((c->p + 8) / 8));
 }
 
-/* the CPU backend's tables (FMMTables), so the same rounded values for large n */
+/* the CPU backend's tables (FMMTables), so the same rounded values for large n;
+   cM2L, the same for every matrix, once per process and device (the copy
+   waits for the device) */
 PetscErrorCode FMMCUDAM2LSetup(FMM_CUDA *c)
 {
-  const int nb = 2 * FMMCUDA_PFAST + 1;
-  double   *binom, m2l[FMMCUDA_PFAST * FMMCUDA_PFAST], inv[FMMCUDA_PFAST + 1];
+  const int                nb   = 2 * FMMCUDA_PFAST + 1;
+  static unsigned long long done = 0; /* bit dev: cM2L is set on device dev */
+  double                  *binom, m2l[FMMCUDA_PFAST * FMMCUDA_PFAST], inv[FMMCUDA_PFAST + 1];
 
   PetscFunctionBegin;
   PetscCall(PetscCalloc1(nb * nb, &binom));
   FMMTables(FMMCUDA_PFAST, binom, m2l);
   FMMInverses(FMMCUDA_PFAST, inv);
   PetscCall(PetscFree(binom));
-  FMMCallCUDA(cudaMemcpyToSymbol(cM2L, m2l, sizeof(m2l)));
+  if (c->dev >= 64 || !(done >> c->dev & 1)) {
+    FMMCallCUDA(cudaMemcpyToSymbol(cM2L, m2l, sizeof(m2l)));
+    if (c->dev < 64) done |= 1ull << c->dev;
+  }
   if (c->kp) {
     const int kr = M2LRegOrder(c);
     double   *pad;

@@ -21,15 +21,20 @@
   the segments fit in shared memory, the rounds left run in one launch, a
   block per segment (SplitLocalKernel).
 
-  The theta-criterion lists are built level by level as in src/plan.c: one
-  thread per target box counts, an exclusive scan places, the same thread
-  fills (in the same order as the CPU).  Then the work arrays of the product
+  The theta-criterion lists are built level by level as in src/plan.c, one
+  thread per candidate pair (the children of a strong pair of the level
+  above): one exclusive scan counts and places them (the criterion is
+  evaluated as the scan reads its input), one kernel writes them and the
+  boxes' offsets, in the CPU's order; the host reads back one pair of sizes
+  per level.  Then the work arrays of the product
   that depend on the lists: the M2L chunks and partial sums and the P2P items
   (see fmmcuda.h), and the statistics of the host plan.  Only the box-level
   statistics come back to the host; the host FMMPlan keeps no arrays.
 */
 #include "fmmcuda.h"
 #include <cub/cub.cuh>
+#include <thrust/iterator/counting_iterator.h>
+#include <thrust/iterator/transform_iterator.h>
 
 #define BS 256
 
@@ -911,48 +916,60 @@ __device__ __forceinline__ void Candidate(PetscInt i, const PetscInt *stroff, co
   *s = 4 * str[j0 + r / 4] + r % 4;
 }
 
-/* fs[i] (strong) or ff[i] (far) for candidate i; neither when the target box
-   has none of this rank's targets or the source box no source; fs[nc] = ff[nc] = 0 */
-__global__ void CandidateKernel(PetscInt nc, PetscInt c0, PetscInt span, double theta, const PetscInt *sleaf, const PetscInt *tleaf, const double *cx, const double *cy, const double *scale, const PetscInt *stroff, const PetscInt *str, const PetscInt *owner, PetscInt *fs, PetscInt *ff)
+/* the strong and far entries among the candidates before one (the scan of a level) */
+typedef struct {
+  PetscInt s, f;
+} ListCount;
+
+struct ListCountSum {
+  __device__ __forceinline__ ListCount operator()(const ListCount &a, const ListCount &b) const { return ListCount{a.s + b.s, a.f + b.f}; }
+};
+
+/* candidate i: strong (1, 0), far (0, 1) or neither (0, 0), neither when
+   the target box has none of this rank's targets or the source box no
+   source, and for i = nc (the scan's last entry, the totals) */
+struct CandidateKind {
+  PetscInt        nc, c0, span;
+  double          theta;
+  const PetscInt *sleaf, *tleaf, *stroff, *str, *owner;
+  const double   *cx, *cy, *scale;
+  __device__ ListCount operator()(PetscInt i) const
+  {
+    PetscInt t, s;
+    if (i >= nc) return ListCount{0, 0};
+    Candidate(i, stroff, str, owner, &t, &s);
+    if (tleaf[(t + 1) * span] == tleaf[t * span] || sleaf[(s + 1) * span] == sleaf[s * span]) return ListCount{0, 0};
+    const double dx = cx[c0 + t] - cx[c0 + s], dy = cy[c0 + t] - cy[c0 + s], d = sqrt(dx * dx + dy * dy);
+    const double rt = scale[c0 + t], rs = scale[c0 + s], R = fmax(rt, rs), r = fmin(rt, rs);
+    if (R + theta * r <= theta * d) return ListCount{0, 1}; /* the theta-criterion on the expansion scales (src/plan.c) */
+    return ListCount{1, 0};
+  }
+};
+
+/* one launch per level after its scan sc (the kind of candidate i is the step
+   from sc[i] to sc[i + 1]): i < nc, candidate i to its place, the strong list
+   of level l+1 (nstr, with its owners) or the far list; i <= nb, the
+   strong-list offsets of level l+1 and the far offsets of box i, from the
+   scan at its first candidate (nc for i = nb) */
+__global__ void ListWriteKernel(PetscInt nc, PetscInt nb, PetscInt c0, const PetscInt *stroff, const PetscInt *str, const PetscInt *owner, const ListCount *sc, PetscInt farbase, PetscInt *nstr, PetscInt *nowner, PetscInt *far, PetscInt *nstroff, PetscInt *faroff)
 {
   const PetscInt i = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i > nc) return;
-  PetscInt strong = 0, far = 0, t, s;
   if (i < nc) {
-    Candidate(i, stroff, str, owner, &t, &s);
-    if (tleaf[(t + 1) * span] != tleaf[t * span] && sleaf[(s + 1) * span] != sleaf[s * span]) {
-      const double dx = cx[c0 + t] - cx[c0 + s], dy = cy[c0 + t] - cy[c0 + s], d = sqrt(dx * dx + dy * dy);
-      const double rt = scale[c0 + t], rs = scale[c0 + s], R = fmax(rt, rs), r = fmin(rt, rs);
-      if (R + theta * r <= theta * d) far = 1; /* the theta-criterion on the expansion scales (src/plan.c) */
-      else strong = 1;
+    const ListCount a = sc[i], b = sc[i + 1];
+    if (b.s != a.s || b.f != a.f) {
+      PetscInt t, s;
+      Candidate(i, stroff, str, owner, &t, &s);
+      if (b.s != a.s) {
+        nstr[a.s]   = s;
+        nowner[a.s] = t;
+      } else far[farbase + a.f] = c0 + s;
     }
   }
-  fs[i] = strong;
-  ff[i] = far;
-}
-
-/* candidate i to its place: the strong list of level l+1 (nstr, with its owners) or the far list */
-__global__ void CandidateWriteKernel(PetscInt nc, PetscInt c0, const PetscInt *stroff, const PetscInt *str, const PetscInt *owner, const PetscInt *fs, const PetscInt *ff, const PetscInt *sscan, const PetscInt *fscan, PetscInt *nstr, PetscInt *nowner, PetscInt *far, PetscInt farbase)
-{
-  const PetscInt i = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= nc || !(fs[i] || ff[i])) return;
-  PetscInt t, s;
-  Candidate(i, stroff, str, owner, &t, &s);
-  if (fs[i]) {
-    nstr[sscan[i]]   = s;
-    nowner[sscan[i]] = t;
-  } else far[farbase + fscan[i]] = c0 + s;
-}
-
-/* t = 0..nb: the strong-list offsets of level l+1 and the far offsets of its boxes,
-   from the scans at each box's first candidate (nc for t = nb) */
-__global__ void BoxOffsetKernel(PetscInt nb, PetscInt nc, PetscInt c0, const PetscInt *stroff, const PetscInt *sscan, const PetscInt *fscan, PetscInt farbase, PetscInt *nstroff, PetscInt *faroff)
-{
-  const PetscInt t = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
-  if (t > nb) return;
-  const PetscInt tp = t / 4, first = t == nb ? nc : 16 * stroff[tp] + 4 * (t % 4) * (stroff[tp + 1] - stroff[tp]);
-  nstroff[t]     = sscan[first];
-  faroff[c0 + t] = farbase + fscan[first];
+  if (i <= nb) {
+    const PetscInt tp = i / 4, first = i == nb ? nc : 16 * stroff[tp] + 4 * (i % 4) * (stroff[tp + 1] - stroff[tp]);
+    nstroff[i]     = sc[first].s;
+    faroff[c0 + i] = farbase + sc[first].f;
+  }
 }
 
 /* ------------------------------------------------ the work of the product */
@@ -999,8 +1016,15 @@ struct MinOp {
   __device__ long long operator()(long long a, long long b) const { return a < b ? a : b; }
 };
 
-/* statistics of the host plan, one block: max sources and targets per leaf, sum of neighbour sources, P2P pairs, min sources per leaf */
-__global__ void __launch_bounds__(1024) StatsKernel(PetscInt nleaves, const PetscInt *sleaf, const PetscInt *tleaf, const PetscInt *ns, long long *out)
+/* three sizes on the device, copied next to others for one readback */
+typedef struct {
+  const PetscInt *p[3];
+} Totals3;
+
+/* statistics of the host plan, one block: max sources and targets per leaf,
+   sum of neighbour sources, P2P pairs, min sources per leaf (out[0..4]);
+   then out[5..7] = *n.p[0..2] */
+__global__ void __launch_bounds__(1024) StatsKernel(PetscInt nleaves, const PetscInt *sleaf, const PetscInt *tleaf, const PetscInt *ns, Totals3 n, long long *out)
 {
   typedef cub::BlockReduce<long long, 1024> R;
   __shared__ typename R::TempStorage        tmp;
@@ -1018,6 +1042,7 @@ __global__ void __launch_bounds__(1024) StatsKernel(PetscInt nleaves, const Pets
     if (threadIdx.x == 0) out[q] = r;
     __syncthreads();
   }
+  if (threadIdx.x < 3) out[5 + threadIdx.x] = *n.p[threadIdx.x];
 }
 
 /* the first partial of each leaf whose list is split (-1: none) */
@@ -1191,7 +1216,7 @@ static PetscErrorCode StageReport(Stages *st, const char *names[])
 PetscErrorCode FMMCUDAM2LPlan(FMM_CUDA *c, const FMMPlan *P)
 {
   Scratch   own = {NULL, 0}, *s = &own;
-  PetscInt *tcnt, *ccnt, tot[2];
+  PetscInt *tcnt, *ccnt;
 
   PetscFunctionBegin;
   c->npairs  = P->nfar;
@@ -1209,13 +1234,11 @@ PetscErrorCode FMMCUDAM2LPlan(FMM_CUDA *c, const FMMPlan *P)
   ChunkKernel<<<LAUNCH_N(c->nchunks + 1)>>>(c->nchunks, c->npairs, c->pairtgt, ccnt);
   FMMCheckLaunch();
   PetscCall(ExclusiveScan(c, s, ccnt, c->chunkpart, c->nchunks));
-  FMMCallCUDA(cudaMemcpyAsync(&tot[0], c->tpart + P->nboxes, sizeof(PetscInt), cudaMemcpyDeviceToHost, c->stream));
-  FMMCallCUDA(cudaMemcpyAsync(&tot[1], c->chunkpart + c->nchunks, sizeof(PetscInt), cudaMemcpyDeviceToHost, c->stream));
-  FMMCallCUDA(cudaStreamSynchronize(c->stream));
   PetscCall(FMMCUDAFree(c->stream, tcnt));
   if (own.tmp) PetscCall(FMMCUDAFree(c->stream, own.tmp));
-  PetscCheck(tot[0] == tot[1], PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CUDA: M2L partial count mismatch %" PetscInt_FMT " != %" PetscInt_FMT, tot[0], tot[1]);
-  c->nparts = tot[0];
+  /* the partials, without reading their number back: a chunk has one per
+     target box it meets, one plus the box ends inside it */
+  c->nparts = c->nchunks + P->nboxes;
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->part, sizeof(PetscReal) * (size_t)c->nparts * c->ne, "the M2L partial sums"));
   PetscFunctionReturn(0);
 }
@@ -1224,11 +1247,11 @@ PetscErrorCode FMMCUDAM2LPlan(FMM_CUDA *c, const FMMPlan *P)
    c->nearscan (the sources before each near-list entry), c->entrysrc (its
    first source) and c->nbroff (the sources before each leaf's neighbour
    sources); the host statistics of P too */
-PetscErrorCode FMMCUDAP2PPlan(FMM_CUDA *c, FMMPlan *P)
+PetscErrorCode FMMCUDAP2PPlan(FMM_CUDA *c, FMMPlan *P, PetscBool hostitems)
 {
   Scratch    own = {NULL, 0}, *s = &own;
   PetscInt  *ec, *ns, *nit, *npart, *itoff, *partoff, *choff, tot[3];
-  long long *dstat, stat[5];
+  long long *dstat, stat[8];
   PetscInt   nl = P->nleaves;
 
   PetscFunctionBegin;
@@ -1240,7 +1263,7 @@ PetscErrorCode FMMCUDAP2PPlan(FMM_CUDA *c, FMMPlan *P)
   itoff   = npart + (nl + 1);
   partoff = itoff + (nl + 1);
   choff   = partoff + (nl + 1);
-  PetscCall(FMMCUDAMalloc(c->stream, (void **)&dstat, sizeof(long long) * 5, "the plan statistics"));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&dstat, sizeof(stat), "the plan statistics"));
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->leafnsc, sizeof(PetscInt) * (nl + 1), "the P2P chunk counts"));
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->leafpart, sizeof(PetscInt) * nl, "the P2P partial offsets"));
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->nbroff, sizeof(PetscInt) * (nl + 1), "the neighbour-source offsets"));
@@ -1252,16 +1275,13 @@ PetscErrorCode FMMCUDAP2PPlan(FMM_CUDA *c, FMMPlan *P)
   FMMCheckLaunch();
   LeafWorkKernel<<<LAUNCH_N(nl + 1)>>>(nl, c->tleaf, c->nbroff, ns, c->leafnsc, nit, npart);
   FMMCheckLaunch();
-  StatsKernel<<<1, 1024, 0, c->stream>>>(nl, c->sleaf, c->tleaf, ns, dstat);
-  FMMCheckLaunch();
   PetscCall(ExclusiveScan(c, s, nit, itoff, nl));
   PetscCall(ExclusiveScan(c, s, npart, partoff, nl));
   PetscCall(ExclusiveScan(c, s, c->leafnsc, choff, nl));
-  FMMCallCUDA(cudaMemcpyAsync(stat, dstat, sizeof(stat), cudaMemcpyDeviceToHost, c->stream));
-  FMMCallCUDA(cudaMemcpyAsync(&tot[0], itoff + nl, sizeof(PetscInt), cudaMemcpyDeviceToHost, c->stream));
-  FMMCallCUDA(cudaMemcpyAsync(&tot[1], partoff + nl, sizeof(PetscInt), cudaMemcpyDeviceToHost, c->stream));
-  FMMCallCUDA(cudaMemcpyAsync(&tot[2], choff + nl, sizeof(PetscInt), cudaMemcpyDeviceToHost, c->stream));
-  FMMCallCUDA(cudaStreamSynchronize(c->stream));
+  StatsKernel<<<1, 1024, 0, c->stream>>>(nl, c->sleaf, c->tleaf, ns, Totals3{{itoff + nl, partoff + nl, choff + nl}}, dstat);
+  FMMCheckLaunch();
+  PetscCall(FMMCUDAReadback(c->stream, stat, dstat, sizeof(stat)));
+  for (int k = 0; k < 3; k++) tot[k] = (PetscInt)stat[5 + k];
   P->maxleafsrc = (PetscInt)stat[0];
   P->maxleaftgt = (PetscInt)stat[1];
   P->nearsrc    = (PetscInt)stat[2];
@@ -1275,10 +1295,11 @@ PetscErrorCode FMMCUDAP2PPlan(FMM_CUDA *c, FMMPlan *P)
   FMMCheckLaunch();
   if (tot[2]) ChunkItemsKernel<<<LAUNCH_N(tot[2])>>>(tot[2], nl, choff, c->sleaf, c->tleaf, c->nearoff, c->near, c->nearscan, c->nbroff, c->leafnsc, itoff, partoff, c->items);
   FMMCheckLaunch();
-  /* the host keeps the first item of each leaf (the repetition layout launches by leaf ranges) */
-  PetscCall(PetscMalloc1(nl + 1, &c->itemstart));
-  FMMCallCUDA(cudaMemcpyAsync(c->itemstart, itoff, sizeof(PetscInt) * (nl + 1), cudaMemcpyDeviceToHost, c->stream));
-  FMMCallCUDA(cudaStreamSynchronize(c->stream));
+  if (hostitems) { /* the host keeps the first item of each leaf (the repetition layout launches by leaf ranges) */
+    PetscCall(PetscMalloc1(nl + 1, &c->itemstart));
+    FMMCallCUDA(cudaMemcpyAsync(c->itemstart, itoff, sizeof(PetscInt) * (nl + 1), cudaMemcpyDeviceToHost, c->stream));
+    FMMCallCUDA(cudaStreamSynchronize(c->stream));
+  }
   PetscCall(FMMCUDAFree(c->stream, ec));
   PetscCall(FMMCUDAFree(c->stream, ns));
   PetscCall(FMMCUDAFree(c->stream, dstat));
@@ -1375,10 +1396,13 @@ __global__ void SymChunkLeafKernel(PetscInt nl, const PetscInt *ch, PetscInt *ch
 /* one thread per near-list entry e, leaf A -> leaf B: lists must ascend, and
    hold A in B's list (found by binary search) whenever they hold B in A's;
    for B > A, wslot[e] is where A's warp writes B's column sums: B's slot of
-   its lower entry A */
-__global__ void SymEntryKernel(PetscInt nnear, PetscInt nl, const PetscInt *nearoff, const PetscInt *near, const PetscInt *sleaf, const PetscInt *slot, PetscInt *wslot, int *bad)
+   its lower entry A.  out[3] = 1 when they do not (out zeroed before), and
+   out[0..2] = *n.p[0..2] (the plan's sizes, one readback) */
+__global__ void SymEntryKernel(PetscInt nnear, PetscInt nl, const PetscInt *nearoff, const PetscInt *near, const PetscInt *sleaf, const PetscInt *slot, PetscInt *wslot, Totals3 n, long long *out)
 {
-  const PetscInt e = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
+  const PetscInt e   = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
+  long long     *bad = out + 3;
+  if (e < 3) out[e] = *n.p[e];
   if (e >= nnear) return;
   const PetscInt A = FMMLastLE(nearoff, 0, nl, e), B = near[e];
   if (e > nearoff[A] && near[e - 1] >= B) *bad = 1;
@@ -1406,7 +1430,7 @@ PetscErrorCode FMMCUDAP2PSymmetricPlan(FMM_CUDA *c, const FMMPlan *P)
 {
   Scratch   own = {NULL, 0};
   PetscInt *w, *nk, *nslv, *nch, *wslot, tot[3] = {0, 0, 0}, nl = P->nleaves;
-  int      *dbad, bad = 0;
+  long long *dout, out[4];
 
   PetscFunctionBegin;
   c->syma = c->symr = c->symblocks = 0;
@@ -1423,26 +1447,23 @@ PetscErrorCode FMMCUDAP2PSymmetricPlan(FMM_CUDA *c, const FMMPlan *P)
   nk   = w;
   nslv = nk + (nl + 1);
   nch  = nslv + (nl + 1);
-  PetscCall(FMMCUDAMalloc(c->stream, (void **)&dbad, sizeof(int), "the symmetric P2P work"));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&dout, sizeof(out), "the symmetric P2P work"));
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->symleaf, sizeof(PetscInt) * 5 * ((size_t)nl + 1), "the symmetric P2P leaf work"));
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&wslot, sizeof(PetscInt) * c->nnear, "the symmetric P2P work"));
-  FMMCallCUDA(cudaMemsetAsync(dbad, 0, sizeof(int), c->stream));
+  FMMCallCUDA(cudaMemsetAsync(dout, 0, sizeof(out), c->stream));
   /* symleaf: dg [nl+1], items [nl+1], slots (doubles) [nl+1], slot count [nl+1], chunks [nl+1] */
   SymLeafKernel<<<LAUNCH_N(nl + 1)>>>(nl, c->nearoff, c->near, c->sleaf, c->symleaf, nk, c->symleaf + 3 * (nl + 1), nslv, nch);
   FMMCheckLaunch();
   PetscCall(ExclusiveScan(c, &own, nk, c->symleaf + (nl + 1), nl));
   PetscCall(ExclusiveScan(c, &own, nslv, c->symleaf + 2 * (nl + 1), nl));
   PetscCall(ExclusiveScan(c, &own, nch, c->symleaf + 4 * (nl + 1), nl));
-  SymEntryKernel<<<LAUNCH_N(c->nnear)>>>(c->nnear, nl, c->nearoff, c->near, c->sleaf, c->symleaf + 2 * (nl + 1), wslot, dbad);
+  SymEntryKernel<<<LAUNCH_N(PetscMax(c->nnear, 3))>>>(c->nnear, nl, c->nearoff, c->near, c->sleaf, c->symleaf + 2 * (nl + 1), wslot, Totals3{{c->symleaf + (nl + 1) + nl, c->symleaf + 2 * (nl + 1) + nl, c->symleaf + 4 * (nl + 1) + nl}}, dout);
   FMMCheckLaunch();
-  FMMCallCUDA(cudaMemcpyAsync(&tot[0], c->symleaf + (nl + 1) + nl, sizeof(PetscInt), cudaMemcpyDeviceToHost, c->stream));
-  FMMCallCUDA(cudaMemcpyAsync(&tot[1], c->symleaf + 2 * (nl + 1) + nl, sizeof(PetscInt), cudaMemcpyDeviceToHost, c->stream));
-  FMMCallCUDA(cudaMemcpyAsync(&tot[2], c->symleaf + 4 * (nl + 1) + nl, sizeof(PetscInt), cudaMemcpyDeviceToHost, c->stream));
-  FMMCallCUDA(cudaMemcpyAsync(&bad, dbad, sizeof(int), cudaMemcpyDeviceToHost, c->stream));
-  FMMCallCUDA(cudaStreamSynchronize(c->stream));
+  PetscCall(FMMCUDAReadback(c->stream, out, dout, sizeof(out)));
+  for (int k = 0; k < 3; k++) tot[k] = (PetscInt)out[k];
   c->nsymitems = tot[0];
   c->nsymch    = tot[2];
-  if (!bad) {
+  if (!out[3]) {
     PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->colpart, sizeof(PetscReal) * PetscMax(tot[1], 1), "the symmetric P2P partial sums"));
     PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->chsum, sizeof(PetscReal) * PetscMax(tot[2] * P->maxleafsrc, 1), "the symmetric P2P chunk sums"));
     PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->symnext, sizeof(unsigned long long), "the symmetric P2P item counter"));
@@ -1479,7 +1500,7 @@ PetscErrorCode FMMCUDAP2PSymmetricPlan(FMM_CUDA *c, const FMMPlan *P)
   }
   PetscCall(FMMCUDAFree(c->stream, w));
   PetscCall(FMMCUDAFree(c->stream, wslot));
-  PetscCall(FMMCUDAFree(c->stream, dbad));
+  PetscCall(FMMCUDAFree(c->stream, dout));
   if (own.tmp) PetscCall(FMMCUDAFree(c->stream, own.tmp));
   PetscFunctionReturn(0);
 }
@@ -1617,8 +1638,7 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
       FMMCallCUDA(cudaMemsetAsync(f, 0, sizeof(PetscInt), c->stream));
       SegmentMaxKernel<<<LAUNCH_N(nseg)>>>(nseg, off, f);
       FMMCheckLaunch();
-      FMMCallCUDA(cudaMemcpyAsync(&nmax, f, sizeof(PetscInt), cudaMemcpyDeviceToHost, c->stream));
-      FMMCallCUDA(cudaStreamSynchronize(c->stream));
+      PetscCall(FMMCUDAReadback(c->stream, &nmax, f, sizeof(PetscInt)));
       if (nmax <= SCAP) {
         SplitLocalKernel<<<(unsigned)nseg, SNT, lbytes, c->stream>>>((int)(2 * L - r), r, median ? 1 : 0, off, X, Y, XO, YO, xy, seg, noff, bb);
         FMMCheckLaunch();
@@ -1696,42 +1716,40 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
     FMMCallCUDA(cudaMemsetAsync(c->faroff, 0, 2 * sizeof(PetscInt), c->stream)); /* the root has no far field */
     for (PetscInt l = 0; l < L; l++) {
       const PetscInt nb = (PetscInt)1 << (2 * (l + 1)), c0 = FMMLevelStart(l + 1), span = (PetscInt)1 << (2 * (L - l - 1)), nc = 16 * nstrong;
-      PetscInt       tot[2], *fs, *ff, *sscan, *fscan, *nstr, *nowner, *nstroff;
-      PetscCall(FMMCUDAMalloc(c->stream, (void **)&fs, sizeof(PetscInt) * 4 * ((size_t)nc + 1), "the list candidates"));
-      ff    = fs + (nc + 1);
-      sscan = ff + (nc + 1);
-      fscan = sscan + (nc + 1);
-      CandidateKernel<<<LAUNCH_N(nc + 1)>>>(nc, c0, span, theta, c->sleaf, c->tleaf, c->cx, c->cy, c->scale, stroff, str, owner, fs, ff);
-      FMMCheckLaunch();
-      PetscCall(ExclusiveScan(c, &s, fs, sscan, nc));
-      PetscCall(ExclusiveScan(c, &s, ff, fscan, nc));
-      FMMCallCUDA(cudaMemcpyAsync(&tot[0], sscan + nc, sizeof(PetscInt), cudaMemcpyDeviceToHost, c->stream));
-      FMMCallCUDA(cudaMemcpyAsync(&tot[1], fscan + nc, sizeof(PetscInt), cudaMemcpyDeviceToHost, c->stream));
-      FMMCallCUDA(cudaStreamSynchronize(c->stream)); /* the sizes of the next lists */
-      PetscCall(FMMCUDAMalloc(c->stream, (void **)&nstr, sizeof(PetscInt) * (tot[0] + 1), "the strong lists"));
-      PetscCall(FMMCUDAMalloc(c->stream, (void **)&nowner, sizeof(PetscInt) * (tot[0] + 1), "the strong lists"));
+      const CandidateKind kind = {nc, c0, span, theta, c->sleaf, c->tleaf, stroff, str, owner, c->cx, c->cy, c->scale};
+      ListCount           *sc, tot;
+      PetscInt            *nstr, *nowner, *nstroff;
+      size_t               need = 0;
+      PetscCall(FMMCUDAMalloc(c->stream, (void **)&sc, sizeof(ListCount) * ((size_t)nc + 1), "the list candidates"));
+      {
+        const auto in = thrust::make_transform_iterator(thrust::counting_iterator<PetscInt>(0), kind);
+        FMMCallCUDA(cub::DeviceScan::ExclusiveScan(NULL, need, in, sc, ListCountSum(), ListCount{0, 0}, (int)(nc + 1), c->stream));
+        PetscCall(ScratchEnsure(c, &s, need));
+        FMMCallCUDA(cub::DeviceScan::ExclusiveScan(s.tmp, need, in, sc, ListCountSum(), ListCount{0, 0}, (int)(nc + 1), c->stream));
+      }
+      PetscCall(FMMCUDAReadback(c->stream, &tot, sc + nc, sizeof(tot))); /* the sizes of the next lists */
+      PetscCall(FMMCUDAMalloc(c->stream, (void **)&nstr, sizeof(PetscInt) * (tot.s + 1), "the strong lists"));
+      PetscCall(FMMCUDAMalloc(c->stream, (void **)&nowner, sizeof(PetscInt) * (tot.s + 1), "the strong lists"));
       PetscCall(FMMCUDAMalloc(c->stream, (void **)&nstroff, sizeof(PetscInt) * (nb + 1), "the strong lists"));
-      if (nfar + tot[1] > farcap) { /* grow the far list */
-        PetscInt *nf, cap = PetscMax(2 * farcap, nfar + tot[1]);
+      if (nfar + tot.f > farcap) { /* grow the far list */
+        PetscInt *nf, cap = PetscMax(2 * farcap, nfar + tot.f);
         PetscCall(FMMCUDAMalloc(c->stream, (void **)&nf, sizeof(PetscInt) * cap, "the M2L list"));
         if (nfar) FMMCallCUDA(cudaMemcpyAsync(nf, far, sizeof(PetscInt) * nfar, cudaMemcpyDeviceToDevice, c->stream));
         if (far) PetscCall(FMMCUDAFree(c->stream, far));
         far    = nf;
         farcap = cap;
       }
-      if (nc) CandidateWriteKernel<<<LAUNCH_N(nc)>>>(nc, c0, stroff, str, owner, fs, ff, sscan, fscan, nstr, nowner, far, nfar);
+      ListWriteKernel<<<LAUNCH_N(PetscMax(nc, nb + 1))>>>(nc, nb, c0, stroff, str, owner, sc, nfar, nstr, nowner, far, nstroff, c->faroff);
       FMMCheckLaunch();
-      BoxOffsetKernel<<<LAUNCH_N(nb + 1)>>>(nb, nc, c0, stroff, sscan, fscan, nfar, nstroff, c->faroff);
-      FMMCheckLaunch();
-      PetscCall(FMMCUDAFree(c->stream, fs));
+      PetscCall(FMMCUDAFree(c->stream, sc));
       PetscCall(FMMCUDAFree(c->stream, str));
       PetscCall(FMMCUDAFree(c->stream, owner));
       PetscCall(FMMCUDAFree(c->stream, stroff));
       str     = nstr;
       owner   = nowner;
       stroff  = nstroff;
-      nstrong = tot[0];
-      nfar += tot[1];
+      nstrong = tot.s;
+      nfar += tot.f;
     }
     PetscCall(FMMCUDAFree(c->stream, owner));
     c->far     = far;
