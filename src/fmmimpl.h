@@ -100,8 +100,10 @@ struct _FMMBackendOps {
 typedef struct {
   /* user data, as given (local parts) */
   PetscInt     nsrc, ntgt; /* local counts; ntgt < 0: targets are the sources */
-  PetscReal   *src, *nrm, *wts, *tgt;
+  PetscReal   *src, *nrm, *wts, *tgt; /* src, nrm and wts: one block, at src */
   PetscBool    hasnrm, haswts;
+  PetscInt     nrefill;             /* MatFMMSetSources() calls that refilled that block (same sizes) */
+  PetscBool    srcpinned, srcpinno; /* the CUDA backend page-locked the block; it tried and was refused */
   PetscInt     badsrc, badnrm, badwts, badtgt; /* first NaN/Inf entry of each copy, -1: none (found while copying) */
   MatFMMKernel kernel;
   PetscReal    alpha, beta; /* operator = alpha D + beta S */
@@ -144,4 +146,5 @@ PETSC_INTERN struct _FMMBackendOps FMMBackendCPU;
 PETSC_INTERN struct _FMMBackendOps FMMBackendCUDA;
 PETSC_INTERN PetscErrorCode FMMCUDADeviceCount(int *);
 PETSC_INTERN PetscErrorCode FMMCUDAInitializeContext(void);
+PETSC_INTERN PetscErrorCode FMMCUDAUnpin(void *);
 #endif

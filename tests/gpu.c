@@ -12,6 +12,7 @@ For the single layer in the tiled layout it prints the P2P kernel the GPU runs\n
   -oom <bool>                        only check that a GPU allocation failure is a PETSC_ERR_MEM error\n\
   -tree_only <bool>                  only check the tree and lists (large N)\n\
   -device_vectors <bool>             only check MatMult on device vectors (needs a PETSc configured with CUDA)\n\
+  -refill <k>                        also refill the sources k times (rotated) and assemble again, as a time-stepping code\n\
 First it checks the tree and lists built on the GPU against those built on the CPU (-mat_fmm_cuda_tree).\n\
 Every -mat_fmm_ option applies to both devices; -mat_fmm_cuda_m2l <tc,fma> and -mat_fmm_cuda_log <fast,libm> pick GPU kernels.\n\n";
 
@@ -231,6 +232,54 @@ static PetscErrorCode CheckTree(MPI_Comm comm, const Problem *pb, Vec x, PetscIn
   PetscFunctionReturn(0);
 }
 
+/* a time-stepping code: the sources refilled (rotated by 0.01 j, same sizes)
+   and both matrices assembled again, j = 1..k.  From the 8th refill on the
+   GPU matrix reads its copy of them from page-locked memory (PinSources in
+   cuda/backend.cu; -info says when).  GPU vs CPU <= 1e-12 after each */
+static PetscErrorCode CheckRefill(MPI_Comm comm, const Problem *pb, Vec x, PetscInt k, PetscInt *nfail)
+{
+  Mat        A[2];
+  Vec        y[2];
+  PetscReal *xy, *nrm, rel, worst = 0;
+  PetscBool  bit;
+  PetscInt   n = pb->n;
+
+  PetscFunctionBegin;
+  PetscCall(PetscMalloc2(2 * n, &xy, 2 * n, &nrm));
+  for (int t = 0; t < 2; t++) {
+    PetscCall(CreateFMM(comm, pb, MATFMM_KERNEL_COMBINED, MATFMM_LAYOUT_TILED, MATFMM_METHOD_FMM, t ? MATFMM_DEVICE_CUDA : MATFMM_DEVICE_CPU, &A[t]));
+    PetscCall(MatCreateVecs(A[t], NULL, &y[t]));
+  }
+  for (PetscInt j = 1; j <= k; j++) {
+    const PetscReal cs = PetscCosReal(0.01 * j), sn = PetscSinReal(0.01 * j);
+    for (PetscInt i = 0; i < n; i++) {
+      xy[2 * i]      = cs * pb->xy[2 * i] - sn * pb->xy[2 * i + 1];
+      xy[2 * i + 1]  = sn * pb->xy[2 * i] + cs * pb->xy[2 * i + 1];
+      nrm[2 * i]     = cs * pb->nrm[2 * i] - sn * pb->nrm[2 * i + 1];
+      nrm[2 * i + 1] = sn * pb->nrm[2 * i] + cs * pb->nrm[2 * i + 1];
+    }
+    for (int t = 0; t < 2; t++) {
+      PetscCall(MatFMMSetSources(A[t], n, xy, nrm, pb->w));
+      PetscCall(MatAssemblyBegin(A[t], MAT_FINAL_ASSEMBLY));
+      PetscCall(MatAssemblyEnd(A[t], MAT_FINAL_ASSEMBLY));
+      PetscCall(MatMult(A[t], x, y[t]));
+    }
+    PetscCall(Compare(y[1], y[0], &rel, &bit));
+    worst = PetscMax(worst, rel);
+  }
+  if (worst <= 1e-12) PetscCall(PetscPrintf(comm, "sources refilled %d times, assembled again: gpu vs cpu <= 1e-12 after each: ok\n", (int)k));
+  else {
+    PetscCall(PetscPrintf(comm, "sources refilled %d times: FAILED: gpu vs cpu up to %.3e (need <= 1e-12)\n", (int)k, (double)worst));
+    (*nfail)++;
+  }
+  for (int t = 0; t < 2; t++) {
+    PetscCall(VecDestroy(&y[t]));
+    PetscCall(MatDestroy(&A[t]));
+  }
+  PetscCall(PetscFree2(xy, nrm));
+  PetscFunctionReturn(0);
+}
+
 /* a GPU allocation failure must come back as PETSC_ERR_MEM: repetition records far beyond any GPU */
 static PetscErrorCode CheckOOM(MPI_Comm comm)
 {
@@ -361,7 +410,7 @@ static PetscErrorCode CheckDeviceVectors(MPI_Comm comm, const Problem *pb, Vec x
 
 int main(int argc, char **argv)
 {
-  PetscInt    N = 3000, n, rstart, nfail = 0, ndev;
+  PetscInt    N = 3000, n, rstart, nfail = 0, ndev, refill = 0;
   Geometry    g       = GEOM_CURVE;
   PetscBool   targets = PETSC_FALSE, oom = PETSC_FALSE, treeonly = PETSC_FALSE, devvecs = PETSC_FALSE;
   PetscReal  *xy, *nrm, *w, *txy = NULL;
@@ -380,6 +429,7 @@ int main(int argc, char **argv)
   PetscCall(PetscOptionsBool("-oom", "Check the out-of-memory error only", NULL, oom, &oom, NULL));
   PetscCall(PetscOptionsBool("-tree_only", "Check the tree and lists only", NULL, treeonly, &treeonly, NULL));
   PetscCall(PetscOptionsBool("-device_vectors", "Check MatMult on device vectors only", NULL, devvecs, &devvecs, NULL));
+  PetscCall(PetscOptionsInt("-refill", "Also refill the sources this many times and assemble again", NULL, refill, &refill, NULL));
   PetscOptionsEnd();
   PetscCall(PetscFMMCUDAGetDeviceCount(&ndev));
   PetscCheck(ndev > 0, comm, PETSC_ERR_SUP, "this test needs a CUDA GPU and petscfmm built with CUDA");
@@ -431,6 +481,7 @@ int main(int argc, char **argv)
   PetscCall(VecSetRandom(x, rnd));
   if (devvecs) PetscCall(CheckDeviceVectors(comm, &pb, x, &nfail));
   else PetscCall(CheckTree(comm, &pb, x, &nfail));
+  if (refill > 0 && pb.m < 0 && !devvecs) PetscCall(CheckRefill(comm, &pb, x, refill, &nfail));
   if (!treeonly && !devvecs) {
     for (int k = MATFMM_KERNEL_SINGLE; k <= MATFMM_KERNEL_COMBINED; k++) {
       for (int l = MATFMM_LAYOUT_TILED; l <= MATFMM_LAYOUT_REPETITION; l++) PetscCall(CheckCase(comm, &pb, (MatFMMKernel)k, (MatFMMLayout)l, MATFMM_METHOD_FMM, x, yg, &nfail));
@@ -482,6 +533,11 @@ int main(int argc, char **argv)
     suffix: curve_median_chunks
     requires: cuda
     args: -n 40000 -geometry curve -mat_fmm_ct 32 -mat_fmm_tree_split median
+
+  test:
+    suffix: refill
+    requires: cuda
+    args: -n 20000 -geometry curve -tree_only -refill 10 -malloc_dump
 
   test:
     suffix: tree_curve
