@@ -249,8 +249,10 @@ static PetscErrorCode UploadLate(FMM_CUDA *c, void *ctx, cudaEvent_t *done)
    that each later assembly copies it to the GPU by DMA instead of through
    the staging rings, whose host-side copies hold the host up while it
    should be queueing the tree's kernels.  Page-locking costs about as much
-   as FMM_PIN_REFILLS assemblies gain (H100 host: 2-6 ms for 10^6 points,
-   25-32 ms for 10^7), once for the life of the block; MatFMMSetSources()
+   as FMM_PIN_REFILLS assemblies gain (H100 host: 2.4-3.2 ms for 10^6
+   points against 0.65 ms gained per assembly, 20-29 ms for 10^7 against 2
+   ms; up to 47 ms in a first process on a fresh machine), once for the
+   life of the block; MatFMMSetSources()
    with new sizes and MatDestroy() release it (FMMCUDAUnpin).  A refusal
    (no more page-locked memory) keeps the staging rings. */
 #define FMM_PIN_REFILLS 8
