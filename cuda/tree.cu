@@ -1508,6 +1508,42 @@ PetscErrorCode FMMCUDAP2PSymmetricPlan(FMM_CUDA *c, const FMMPlan *P)
   PetscFunctionReturn(0);
 }
 
+/* CUB picks a radix sort's kernels by its size: the symmetric P2P's sort of
+   its items (FMMCUDAP2PSymmetricPlan) runs as one tile up to a few thousand
+   leaves, as in the small warm-up product of PetscFMMCUDAInitialize(), and
+   in passes of three other kernels beyond.  A dummy sort of that type and
+   size loads them (CUDA loads a kernel at its first launch), which a first
+   assembly at 10^6 points otherwise pays: its P2P work took 1.0-2.2 ms
+   instead of 0.26-0.31 ms, the whole first assembly 8.6 ms instead of 4.2
+   (medians of 6 processes, H100).  (Growing petscfmm's pool in one
+   allocation before a first assembly, instead of by its allocations one
+   at a time, measured no gain: 9.0 ms.) */
+PetscErrorCode FMMCUDAWarmUpSorts(void)
+{
+  const PetscInt n = 1 << 16;
+  cudaStream_t   s;
+  unsigned      *key;
+  PetscInt      *idx;
+  void          *tmp  = NULL;
+  size_t         need = 0;
+
+  PetscFunctionBegin;
+  FMMCallCUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  PetscCall(FMMCUDAMalloc(s, (void **)&key, sizeof(unsigned) * 2 * n, "the warm-up sort"));
+  PetscCall(FMMCUDAMalloc(s, (void **)&idx, sizeof(PetscInt) * 2 * n, "the warm-up sort"));
+  FMMCallCUDA(cudaMemsetAsync(key, 0, sizeof(unsigned) * n, s));
+  FMMCallCUDA(cudaMemsetAsync(idx, 0, sizeof(PetscInt) * n, s));
+  FMMCallCUDA(cub::DeviceRadixSort::SortPairs(NULL, need, key, key + n, idx, idx + n, (int)n, 0, 4, s));
+  PetscCall(FMMCUDAMalloc(s, &tmp, need, "the warm-up sort"));
+  FMMCallCUDA(cub::DeviceRadixSort::SortPairs(tmp, need, key, key + n, idx, idx + n, (int)n, 0, 4, s));
+  PetscCall(FMMCUDAFree(s, tmp));
+  PetscCall(FMMCUDAFree(s, key));
+  PetscCall(FMMCUDAFree(s, idx));
+  FMMCallCUDA(cudaStreamSynchronize(s));
+  FMMCallCUDA(cudaStreamDestroy(s));
+  PetscFunctionReturn(0);
+}
+
 /* one thread per near-list entry j: its sources (tree positions) at their place
    nearscan[j] of the concatenation over the leaves */
 __global__ void NearSourcesKernel(PetscInt nnear, const PetscInt *sleaf, const PetscInt *near, const PetscInt *nearscan, PetscInt *nbr)

@@ -147,4 +147,5 @@ PETSC_INTERN struct _FMMBackendOps FMMBackendCUDA;
 PETSC_INTERN PetscErrorCode FMMCUDADeviceCount(int *);
 PETSC_INTERN PetscErrorCode FMMCUDAInitializeContext(void);
 PETSC_INTERN PetscErrorCode FMMCUDAUnpin(void *);
+PETSC_INTERN PetscErrorCode FMMCUDAWarmUpSorts(void);
 #endif

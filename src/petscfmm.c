@@ -134,7 +134,8 @@ static PetscErrorCode FMMCUDAWarmUp(void)
    selects this rank's GPU (MPI rank in `PETSC_COMM_WORLD` modulo the number
    of devices, as `MATFMM` does), creates its CUDA context, pins the host
    staging buffers, and loads the GPU kernels of the default configuration by
-   one small product, so that the first `MatAssemblyEnd()` and `MatMult()` of a
+   one small product (and one sort for the kernels that CUB picks only for
+   larger problems), so that the first `MatAssemblyEnd()` and `MatMult()` of a
    `MATFMM` on the GPU cost what later ones cost.
 
    Not collective
@@ -175,6 +176,7 @@ PetscErrorCode PetscFMMCUDAInitialize(void)
       PetscCall(PetscFMMInitializePackage());
       PetscCall(FMMCUDAInitializeContext());
       PetscCall(FMMCUDAWarmUp());
+      PetscCall(FMMCUDAWarmUpSorts());
     }
   }
 #endif
