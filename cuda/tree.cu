@@ -540,6 +540,9 @@ __global__ void SplitPickKernel(PetscInt nslot, PetscInt nseg, PetscInt stride, 
    The block writes the bounding boxes of its boxes of the even rounds and of
    the leaves, and back to global memory what the leaves need: the x list X,
    seg and the leaf offsets. */
+/* one block an SM (its shared memory); blocks of 256 x 8 or 512 x 4 points,
+   two an SM, the local rounds starting a round later, measured slower: the
+   split stage at 10^7 points 11.6 -> 13.1 and 12.1 ms (H100) */
 #define SNT   512                 /* threads of a local-split block */
 #define SIPT  8                   /* consecutive positions per thread */
 #define SCAP  (SNT * SIPT)        /* points of a local-split block */
