@@ -252,9 +252,9 @@ static PetscErrorCode UploadLate(FMM_CUDA *c, void *ctx, cudaEvent_t *done)
    as FMM_PIN_REFILLS assemblies gain (H100 host: 2.4-3.2 ms for 10^6
    points against 0.65 ms gained per assembly, 20-29 ms for 10^7 against 2
    ms; up to 47 ms in a first process on a fresh machine), once for the
-   life of the block; MatFMMSetSources()
-   with new sizes and MatDestroy() release it (FMMCUDAUnpin).  A refusal
-   (no more page-locked memory) keeps the staging rings. */
+   life of the block; MatFMMSetSources() with new sizes and MatDestroy()
+   release it (FMMCUDAUnpin).  A refusal (no more page-locked memory) keeps
+   the staging rings. */
 #define FMM_PIN_REFILLS 8
 
 static PetscErrorCode PinSources(Mat A)

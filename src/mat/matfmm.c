@@ -136,8 +136,9 @@ static PetscErrorCode MatFMMSetSources_FMM(Mat A, PetscInt n, const PetscReal xy
    GPU: on one rank, from the 8th refill on, the CUDA backend page-locks the
    matrix's copy (5n reals with normals and weights; about 3 ms for 10^6
    sources, 25 ms for 10^7, once) and copies it to the GPU without staging
-   (an assembly at 10^6 sources: 3.4 -> 2.8 ms on an H100); new sizes or
-   `MatDestroy()` release it.  `-info` reports it.
+   (10^6 points go up in 0.33 ms instead of 0.8 ms on an H100, and the host
+   is free to queue the tree's work); new sizes or `MatDestroy()` release
+   it.  `-info` reports it.
 
    Errors:
 +  `PETSC_ERR_ARG_SIZ` - n differs from the local column size already set
