@@ -260,7 +260,7 @@ static PetscErrorCode UploadLate(FMM_CUDA *c, void *ctx, cudaEvent_t *done)
 static PetscErrorCode PinSources(Mat A)
 {
   Mat_FMM       *fmm = (Mat_FMM *)A->data;
-  const size_t   bytes = sizeof(PetscReal) * (size_t)fmm->nsrc * (2 + (fmm->hasnrm ? 2 : 0) + (fmm->haswts ? 1 : 0));
+  const size_t   bytes = sizeof(PetscReal) * FMMSourceBlock(fmm->nsrc, fmm->hasnrm, fmm->haswts);
   PetscLogDouble t0, t1;
   cudaError_t    e;
 

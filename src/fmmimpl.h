@@ -136,6 +136,12 @@ typedef struct {
   void        *backend; /* backend private data */
 } Mat_FMM;
 
+/* reals in the block of n sources (MatFMMSetSources): points, then normals, then weights */
+static inline size_t FMMSourceBlock(PetscInt n, PetscBool nrm, PetscBool w)
+{
+  return (size_t)n * (2 + (nrm ? 2 : 0) + (w ? 1 : 0));
+}
+
 PETSC_INTERN PetscErrorCode FMMPlanBuild(Mat);
 PETSC_INTERN PetscErrorCode FMMPlanDestroy(FMMPlan *);
 PETSC_INTERN PetscErrorCode FMMChooseOrder(PetscReal, PetscReal, PetscInt *);

@@ -94,7 +94,7 @@ static PetscErrorCode MatFMMSetSources_FMM(Mat A, PetscInt n, const PetscReal xy
   PetscCall(MatFMMInvalidate(A));
   if (!fmm->src || n != fmm->nsrc || !nrm != !fmm->hasnrm || !w != !fmm->haswts) { /* new sizes: new arrays (else the old ones are refilled) */
     PetscCall(FreeSources(fmm));
-    PetscCall(PetscMalloc1(2 * n + (nrm ? 2 * n : 0) + (w ? n : 0), &fmm->src));
+    PetscCall(PetscMalloc1(FMMSourceBlock(n, nrm ? PETSC_TRUE : PETSC_FALSE, w ? PETSC_TRUE : PETSC_FALSE), &fmm->src));
     fmm->nrm = nrm ? fmm->src + 2 * n : NULL;
     fmm->wts = w ? fmm->src + (nrm ? 4 : 2) * n : NULL;
   } else fmm->nrefill++;
