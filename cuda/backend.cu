@@ -14,6 +14,7 @@
     -mat_fmm_cuda_log <fast,libm> near-field log by table (default) or the libm log
     -mat_fmm_cuda_tree <gpu,cpu> tree and lists built on the GPU (default) or on the CPU
     -mat_fmm_cuda_p2p_symmetric <bool> tiled P2P: each unordered pair once, for both sums (default true)
+    -mat_fmm_cuda_split_local <bool> the tree's last splitting rounds in shared memory (default true)
 */
 #include "fmmcuda.h"
 #include "fmmexpansions.h"
@@ -318,7 +319,7 @@ static PetscErrorCode FMMCUDAPlan(Mat A)
   if (!same) PetscCall(CopyIn(c->stream, xy + 2 * N, fmm->gtgt, 2 * Mg, MemOf(c, fmm->gtgt)));
   FMMCallCUDA(cudaStreamSynchronize(c->stream));
   PetscCall(PetscTime(&t1));
-  PetscCall(FMMCUDATreeBuild(c, P, fmm->ct, fmm->theta, fmm->split_median, same, same ? A->cmap->rstart : A->rmap->rstart, fmm->alpha, fmm->beta, xy, late.nrm, late.wts, (late.nrm || late.wts) ? UploadLate : NULL, &late, U));
+  PetscCall(FMMCUDATreeBuild(c, P, fmm->ct, fmm->theta, fmm->split_median, fmm->cuda_split_local, same, same ? A->cmap->rstart : A->rmap->rstart, fmm->alpha, fmm->beta, xy, late.nrm, late.wts, (late.nrm || late.wts) ? UploadLate : NULL, &late, U));
   PetscCall(PetscTime(&t2));
   PetscCall(PetscInfo(A, "GPU plan: context and staging %.2f ms, %" PetscInt_FMT " points up %.2f ms, tree and lists (with the normals and weights up) %.2f ms\n", 1e3 * (t0b - t0), U, 1e3 * (t1 - t0b), 1e3 * (t2 - t1)));
   FMMCallCUDA(cudaEventDestroy(late.ready));

@@ -11,9 +11,11 @@
   bounding box is read off the ends of its two ranges.  Its split direction d
   and cut (the longer side and the median with -mat_fmm_tree_split median,
   else the compact split below) take the first points of its d-list as they
-  are; the other list is split by a stable partition (a flag per point, from
-  comparing its key with the cut's, and one exclusive scan over all boxes at
-  once).  Each list carries the other coordinate of its points, so a round
+  are, and the d-list stays where it is; the other list is split by a stable
+  partition into its second buffer (one segmented scan over all boxes at
+  once, whose input compares each point's key with the cut's and whose output
+  moves the point), so each box records which buffer holds each of its lists.
+  Each list carries the other coordinate of its points, so a round
   reads its lists in order.  Both lists stay sorted within every
   box, so a level costs O(N), and the boxes are those of src/plan.c: the same
   keys and the same cost sums give the same cuts.  Points in a leaf are in x order (the CPU
@@ -34,6 +36,7 @@
 #include "fmmcuda.h"
 #include <cub/cub.cuh>
 #include <thrust/iterator/counting_iterator.h>
+#include <thrust/iterator/tabulate_output_iterator.h>
 #include <thrust/iterator/transform_iterator.h>
 
 #define BS 256
@@ -105,6 +108,34 @@ __global__ void OtherKernel(PetscInt U, const PetscInt *X, const PetscInt *Y, co
   YO[k] = xy[2 * Y[k]];
 }
 
+/* the two sorted lists of a round, each in two buffers: a split moves only
+   the list other than its direction d, into its other buffer, and leaves the
+   d-list in place (copying it as well, into a second pair of arrays, was a
+   third of the traffic of a round), so each segment records where its two
+   lists are */
+typedef struct {
+  PetscInt      *id;       /* list l (0: the x list X, 1: the y list Y) in buffer b at id + (l + 2b) nid: point indices */
+  double        *ot;       /* at ot + (l + 2b) nco: the coordinate across list l that it carries (XO: y, YO: x) */
+  PetscInt64     nid, nco; /* (arithmetic: a kernel that indexes an array of pointers by a variable copies it to its stack) */
+  unsigned char *sel;      /* per segment of the round: bit l is the buffer of list l */
+} SplitLists;
+
+/* the buffer of list l of segment s */
+__device__ __forceinline__ int ListBuf(const SplitLists &L, int l, PetscInt s)
+{
+  return (L.sel[s] >> l) & 1;
+}
+
+__device__ __forceinline__ PetscInt *ListId(const SplitLists &L, int l, int b)
+{
+  return L.id + (l + 2 * b) * L.nid;
+}
+
+__device__ __forceinline__ double *ListOt(const SplitLists &L, int l, int b)
+{
+  return L.ot + (l + 2 * b) * L.nco;
+}
+
 /* the other coordinate over a run of ranks: y over the X list, x over the Y list */
 typedef struct {
   double ylo, yhi, xlo, xhi;
@@ -145,14 +176,19 @@ __device__ __forceinline__ void BoxSet(double *q, PetscInt n, double xmin, doubl
    (xmin, ymin, -xmax, -ymax), or PETSC_MAX_REAL for an empty box.  With the
    compact split (core not NULL) also the starting values of the segment's
    reductions (core: ylo, yhi, xlo, xhi of the ranks below the window, then of
-   those above it, as order keys). */
-__global__ void SegmentKernel(PetscInt nseg, const PetscInt *off, const PetscInt *X, const PetscInt *Y, const double *xy, PetscInt *noff, char *dir, double *bb, unsigned long long *core, unsigned long long *best, PetscInt *rank)
+   those above it, as order keys).  With cseg (not NULL), thread i also finds
+   the segment of position i SEG_CHUNK (i < nc; cseg[nc] = nseg - 1), for
+   SegmentOf. */
+#define SEG_CHUNK 256
+__global__ void SegmentKernel(PetscInt nseg, const PetscInt *off, SplitLists L, const double *xy, PetscInt *noff, char *dir, double *bb, unsigned long long *core, unsigned long long *best, PetscInt *rank, PetscInt nc, PetscInt *cseg)
 {
   const PetscInt s = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
+  if (cseg && s <= nc) cseg[s] = s < nc ? FMMLastLE(off, 0, nseg, s * SEG_CHUNK) : nseg - 1;
   if (s >= nseg) return;
   const PetscInt o = off[s], n = off[s + 1] - o;
   double         xmin = 0, xmax = 0, ymin = 0, ymax = 0;
   if (n > 0) {
+    const PetscInt *X = ListId(L, 0, ListBuf(L, 0, s)), *Y = ListId(L, 1, ListBuf(L, 1, s));
     xmin = xy[2 * X[o]];
     xmax = xy[2 * X[o + n - 1]];
     ymin = xy[2 * Y[o] + 1];
@@ -172,6 +208,15 @@ __global__ void SegmentKernel(PetscInt nseg, const PetscInt *off, const PetscInt
   }
 }
 
+/* the segment of position k < U: the last s with off[s] <= k, searched
+   between the segments of the chunk's ends (one or two steps, where a search
+   of all segments, a step a round deeper, took a tenth of a round's time) */
+__device__ __forceinline__ PetscInt SegmentOf(PetscInt k, const PetscInt *off, const PetscInt *cseg)
+{
+  const PetscInt c = k / SEG_CHUNK;
+  return FMMLastLE(off, cseg[c], cseg[c + 1] + 1, k);
+}
+
 /* the direction d and the cut of segment s: the compact split's pick (rank
    given, two points or more), else SegmentKernel's median */
 __device__ __forceinline__ void SplitOf(PetscInt s, const PetscInt *off, const PetscInt *noff, const char *dir, const PetscInt *rank, int *d, PetscInt *cut)
@@ -187,62 +232,93 @@ __device__ __forceinline__ void SplitOf(PetscInt s, const PetscInt *off, const P
   }
 }
 
-/* whether position k of the list other than d goes to the first child: its
-   point comes before the cut's point in the sort order (coordinate d, then
-   index) of the d-list.  The other list carries coordinate d (YO, XO). */
-__device__ __forceinline__ int LeftOfCut(PetscInt k, int d, PetscInt cut, const PetscInt *X, const PetscInt *Y, const double *XO, const double *YO, const double *xy)
+/* the split of a round: one segmented scan over all positions (CUB's
+   DeviceScan), whose input evaluates each position's flag and whose output
+   moves the position's point, so the flags and their scan never go through
+   memory (a flag kernel, a scan and a partition kernel measured 0.36 ms a
+   round at 10^7 points, H100).  Position k of the list other than its
+   segment's d goes to the first child when its point comes before the cut's
+   point in the sort order (coordinate d, then index) of the d-list; the first
+   child takes the flagged points in order, then the second the rest (a stable
+   partition).  The scan's values: the count of flagged positions since the
+   segment's start (SPLIT_CNT bits), whether a segment starts at the position
+   (SPLIT_HEAD), and the position's own flag (SPLIT_FLAG) and segment (from
+   bit SPLIT_SEG: segments of a round in global memory are fewer than 2^27). */
+#define SPLIT_CNT  0xffffffffll
+#define SPLIT_HEAD (1ll << 32)
+#define SPLIT_FLAG (1ll << 33)
+#define SPLIT_SEG  34
+
+/* the segmented sum: a head restarts the count; the result keeps b's flag and segment */
+struct SplitCountOp {
+  __device__ __forceinline__ long long operator()(long long a, long long b) const { return (b & SPLIT_HEAD) ? b : (a & (SPLIT_CNT | SPLIT_HEAD)) + b; }
+};
+
+/* position k: its segment s (offset o, n points), the split's direction d and
+   cut, the list l other than d in buffer b, and the point p there with its
+   coordinate v along d */
+typedef struct {
+  PetscInt s, o, n, cut, p;
+  int      d, l, b;
+  double   v;
+} SplitMove;
+
+__device__ __forceinline__ SplitMove SplitMoveAt(PetscInt k, PetscInt s, const PetscInt *off, const PetscInt *noff, const char *dir, const PetscInt *rank, const SplitLists &L)
 {
-  const PetscInt p = d ? X[k] : Y[k], q = d ? Y[cut] : X[cut];
-  const double   v = d ? XO[k] : YO[k], cv = xy[2 * q + d];
-  return (v < cv || (v == cv && p < q)) ? 1 : 0;
+  SplitMove m;
+  m.s = s;
+  m.o = off[m.s];
+  m.n = off[m.s + 1] - m.o;
+  SplitOf(m.s, off, noff, dir, rank, &m.d, &m.cut);
+  m.l = 1 - m.d;
+  m.b = ListBuf(L, m.l, m.s);
+  m.p = ListId(L, m.l, m.b)[k];
+  m.v = ListOt(L, m.l, m.b)[k];
+  return m;
 }
 
-/* f[k]: LeftOfCut for position k of the list other than its segment's d; f[U] = 0
-   (evaluating the flags in the scan's input instead, as the lists do, and
-   again in PartitionKernel measured the same: assembly again 19.0-19.4 ms
-   at 10^7, 2.8-3.0 ms at 10^6, H100) */
-__global__ void FlagKernel(PetscInt U, const PetscInt *seg, const PetscInt *off, const PetscInt *noff, const char *dir, const PetscInt *rank, const PetscInt *X, const PetscInt *Y, const double *XO, const double *YO, const double *xy, PetscInt *f)
-{
-  const PetscInt k = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
-  int            d;
-  PetscInt       cut;
-  if (k > U) return;
-  if (k == U) {
-    f[k] = 0;
-    return;
+/* the scan's input at position k */
+struct SplitFlagOf {
+  const PetscInt *cseg, *off, *noff, *rank;
+  const char     *dir;
+  SplitLists      L;
+  const double   *xy;
+  __device__ __forceinline__ long long operator()(PetscInt k) const
+  {
+    const SplitMove m = SplitMoveAt(k, SegmentOf(k, off, cseg), off, noff, dir, rank, L);
+    const PetscInt  q = ListId(L, m.d, ListBuf(L, m.d, m.s))[m.cut];
+    const double    cv = xy[2 * q + m.d];
+    const long long f  = (m.v < cv || (m.v == cv && m.p < q)) ? 1 : 0;
+    return f * (1 + SPLIT_FLAG) + (k == m.o ? SPLIT_HEAD : 0) + ((long long)m.s << SPLIT_SEG);
   }
-  SplitOf(seg[k], off, noff, dir, rank, &d, &cut);
-  f[k] = LeftOfCut(k, d, cut, X, Y, XO, YO, xy);
-}
+};
 
-/* the split: the d-list stays, the other list is partitioned stably (first
-   child: flagged points in order, then the rest in order; sc: the exclusive
-   scan of the flags f); seg[k] becomes the child that position k falls in,
-   and the compact split's cut goes to noff for the next round */
-__global__ void PartitionKernel(PetscInt U, PetscInt *seg, const PetscInt *off, PetscInt *noff, const char *dir, const PetscInt *rank, const PetscInt *X, const PetscInt *Y, const double *XO, const double *YO, const PetscInt *f, const PetscInt *sc, PetscInt *X2, PetscInt *Y2, double *XO2, double *YO2)
-{
-  const PetscInt k = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
-  int            d;
-  PetscInt       cut;
-  if (k >= U) return;
-  const PetscInt s = seg[k], o = off[s];
-  SplitOf(s, off, noff, dir, rank, &d, &cut);
-  const PetscInt h = cut - o, lb = sc[k] - sc[o];
-  const PetscInt np = f[k] ? o + lb : o + h + (k - o - lb);
-  if (d) {
-    X2[np]  = X[k];
-    XO2[np] = XO[k];
-    Y2[k]   = Y[k];
-    YO2[k]  = YO[k];
-  } else {
-    Y2[np]  = Y[k];
-    YO2[np] = YO[k];
-    X2[k]   = X[k];
-    XO2[k]  = XO[k];
+/* the scan's output at position k (x: the inclusive scan there): the point
+   goes to its place in the other buffer; at the segment's start, the
+   children's buffers (nsel) and the compact split's cut (noff, for the next
+   round) */
+struct SplitPlace {
+  const PetscInt *off;
+  PetscInt       *noff;
+  const char     *dir;
+  const PetscInt *rank;
+  SplitLists      L;
+  unsigned char  *nsel;
+  __device__ __forceinline__ void operator()(ptrdiff_t kk, long long x) const
+  {
+    const PetscInt  k = (PetscInt)kk;
+    const SplitMove m = SplitMoveAt(k, (PetscInt)(x >> SPLIT_SEG), off, noff, dir, rank, L);
+    const int       f = (x & SPLIT_FLAG) ? 1 : 0;
+    const PetscInt  lb = (PetscInt)(x & SPLIT_CNT) - f, h = m.cut - m.o; /* flagged before k in the segment; the first child's size */
+    const PetscInt  np = f ? m.o + lb : m.o + h + (k - m.o - lb);
+    ListId(L, m.l, 1 - m.b)[np] = m.p;
+    ListOt(L, m.l, 1 - m.b)[np] = m.v;
+    if (k == m.o) {
+      nsel[2 * m.s] = nsel[2 * m.s + 1] = (unsigned char)(L.sel[m.s] ^ (1 << m.l));
+      if (rank && m.n >= 2) noff[2 * m.s + 1] = m.cut;
+    }
   }
-  seg[k] = 2 * s + (k - o >= h ? 1 : 0);
-  if (rank && k == o && off[s + 1] - o >= 2) noff[2 * s + 1] = cut;
-}
+};
 
 /* ------------------------------------------------ the compact split
 
@@ -288,12 +364,13 @@ __device__ __forceinline__ bool SplitSlotCandidate(PetscInt c, PetscInt s, const
 
 /* slot c of segment s (its owner): the candidate j, and the key s with the
    other coordinates of window rank j (none for j = 2w), or key -1 */
-__device__ __forceinline__ SplitRun SplitSlot(PetscInt c, PetscInt s, const PetscInt *off, const double *XO, const double *YO, PetscInt *j)
+__device__ __forceinline__ SplitRun SplitSlot(PetscInt c, PetscInt s, const PetscInt *off, const SplitLists &L, PetscInt *j)
 {
   if (!SplitSlotCandidate(c, s, off, j)) return SplitRun{-1, SPLIT_EXT_NONE};
   const PetscInt o = off[s], n = off[s + 1] - o, w = n / FMM_SPLIT_WINDOW, k = o + n / 2 - w + *j;
   if (*j == 2 * w) return SplitRun{s, SPLIT_EXT_NONE};
-  return SplitRun{s, SplitExt{XO[k], XO[k], YO[k], YO[k]}};
+  const double yv = ListOt(L, 0, ListBuf(L, 0, s))[k], xv = ListOt(L, 1, ListBuf(L, 1, s))[k];
+  return SplitRun{s, SplitExt{yv, yv, xv, xv}};
 }
 
 /* the cost of candidate j of a segment with window w from its children's
@@ -379,12 +456,16 @@ __device__ __forceinline__ void BlockRunAtomics(long long key, unsigned long lon
 /* blocks t < nt (first: their chains of loads are the longest): the window
    extents of slot tile t, for the carries of SplitWindowKernel: tile[2t] of
    its last segment (read for full tiles only) and tile[2t + 1] of its first.
-   The others: one thread per list position k, both lists: the other
-   coordinate of rank k - o goes to the segment's lower or upper core unless it
-   is in the window (min and max do not depend on the order of the atomics). */
-__global__ void __launch_bounds__(BS) SplitCoreKernel(PetscInt U, PetscInt nt, PetscInt nseg, PetscInt nslot, const PetscInt *seg, const PetscInt *off, const double *XO, const double *YO, unsigned long long *core, SplitExt *tile)
+   The others: CIT consecutive list positions k a thread, both lists: the
+   other coordinate of rank k - o goes to the segment's lower or upper core
+   unless it is in the window (min and max do not depend on the order of the
+   atomics).  A thread joins its positions' runs itself; runs that end within
+   it go to the atomics at once, its last run to the block's atomics (with a
+   position a thread, the shuffles of BlockRunAtomics and the load of each
+   position's segment, then of its values, held the kernel up). */
+#define CIT 4
+__global__ void __launch_bounds__(BS) SplitCoreKernel(PetscInt U, PetscInt nt, PetscInt nseg, PetscInt nslot, const PetscInt *off, const PetscInt *cseg, SplitLists L, unsigned long long *core, SplitExt *tile)
 {
-  const PetscInt     k    = ((PetscInt)blockIdx.x - nt) * blockDim.x + threadIdx.x;
   long long          tag  = -1;           /* 2s (lower core) or 2s + 1 (upper core); -1: none */
   unsigned long long v[4] = {0, 0, 0, 0}; /* ylo, yhi, xlo, xhi as order keys */
 
@@ -396,8 +477,8 @@ __global__ void __launch_bounds__(BS) SplitCoreKernel(PetscInt U, PetscInt nt, P
     PetscInt                                j, ga = -1, gb = -1; /* owners of the last slots */
     for (int i = 0; i < WTILE / BS; i++) {
       const PetscInt a = t * WTILE + threadIdx.x * (WTILE / BS) + i, b = (2 * t + 1) * WTILE - 1 - a; /* forward, backward */
-      if (a < nslot) fwd = SplitRunOp()(fwd, SplitSlot(a, ga = SplitOwner(a, nseg, off, ga), off, XO, YO, &j));
-      if (b < nslot) bwd = SplitRunOp()(bwd, SplitSlot(b, gb = SplitOwner(b, nseg, off, gb), off, XO, YO, &j));
+      if (a < nslot) fwd = SplitRunOp()(fwd, SplitSlot(a, ga = SplitOwner(a, nseg, off, ga), off, L, &j));
+      if (b < nslot) bwd = SplitRunOp()(bwd, SplitSlot(b, gb = SplitOwner(b, nseg, off, gb), off, L, &j));
     }
     const SplitRun last = Reduce(tmp).Reduce(fwd, SplitRunOp());
     __syncthreads();
@@ -408,13 +489,40 @@ __global__ void __launch_bounds__(BS) SplitCoreKernel(PetscInt U, PetscInt nt, P
     }
     return;
   }
-  if (k < U) {
-    const PetscInt s = seg[k], o = off[s], n = off[s + 1] - o, h = n / 2, w = n / FMM_SPLIT_WINDOW, r = k - o;
-    const double   yv = XO[k], xv = YO[k];
-    if (r < h - w || r >= h + w) {
-      tag  = 2 * (long long)s + (r < h - w ? 0 : 1);
-      v[0] = v[1] = OrderKey(yv);
-      v[2] = v[3] = OrderKey(xv);
+  {
+    const PetscInt k0 = ((PetscInt)blockIdx.x - nt) * (BS * CIT) + threadIdx.x * CIT;
+    long long      tg[CIT];
+    double         yv[CIT], xv[CIT];
+    PetscInt       s = k0 < U ? SegmentOf(k0, off, cseg) : 0;
+#pragma unroll
+    for (int q = 0; q < CIT; q++) { /* the loads first, all of them independent */
+      const PetscInt k = k0 + q;
+      tg[q]            = -1;
+      if (k >= U) continue;
+      while (off[s + 1] <= k) s++;
+      const PetscInt o = off[s], n = off[s + 1] - o, h = n / 2, w = n / FMM_SPLIT_WINDOW, r = k - o;
+      if (r >= h - w && r < h + w) continue;
+      tg[q] = 2 * (long long)s + (r < h - w ? 0 : 1);
+      yv[q] = ListOt(L, 0, ListBuf(L, 0, s))[k];
+      xv[q] = ListOt(L, 1, ListBuf(L, 1, s))[k];
+    }
+#pragma unroll
+    for (int q = 0; q < CIT; q++) {
+      if (tg[q] != tag) {
+        if (tag >= 0) {
+          unsigned long long *a = core + 8 * (tag / 2) + 4 * (tag % 2);
+          for (int j = 0; j < 4; j++) (j % 2) ? atomicMax(&a[j], v[j]) : atomicMin(&a[j], v[j]);
+        }
+        tag  = tg[q];
+        v[0] = v[2] = ~0ull;
+        v[1] = v[3] = 0;
+      }
+      if (tag < 0) continue;
+      const unsigned long long ky = OrderKey(yv[q]), kx = OrderKey(xv[q]);
+      v[0] = MinU(v[0], ky);
+      v[1] = MaxU(v[1], ky);
+      v[2] = MinU(v[2], kx);
+      v[3] = MaxU(v[3], kx);
     }
   }
   BlockRunAtomics<4, BS>(tag, v, [core](long long t) { return core + 8 * (t / 2) + 4 * (t % 2); });
@@ -427,7 +535,7 @@ __global__ void __launch_bounds__(BS) SplitCoreKernel(PetscInt U, PetscInt nt, P
    segment's tiles before and after it (SplitCoreKernel), then every candidate
    computes its costs as Split() of src/plan.c (x, then y), and each segment
    its least cost (atomicMin on the bits: costs are >= 0). */
-__global__ void __launch_bounds__(WNT) SplitWindowKernel(PetscInt nslot, PetscInt nseg, PetscInt stride, const PetscInt *off, const PetscInt *X, const PetscInt *Y, const double *XO, const double *YO, const double *xy, const unsigned long long *core, const SplitExt *tile, double *cost, unsigned long long *best)
+__global__ void __launch_bounds__(WNT) SplitWindowKernel(PetscInt nslot, PetscInt nseg, PetscInt stride, const PetscInt *off, SplitLists L, const double *xy, const unsigned long long *core, const SplitExt *tile, double *cost, unsigned long long *best)
 {
   typedef cub::BlockScan<SplitRun, WNT, cub::BLOCK_SCAN_WARP_SCANS> Scan; /* raking: bank conflicts on 40-byte items */
   typedef cub::BlockReduce<SplitExt, WNT>                           Reduce;
@@ -447,8 +555,8 @@ __global__ void __launch_bounds__(WNT) SplitWindowKernel(PetscInt nslot, PetscIn
   const PetscInt nin = PetscMin((PetscInt)WTILE, nslot - c0);
   for (int i = 0; i < WIT; i++) { /* slot a forward, b backward */
     const PetscInt a = threadIdx.x * WIT + i, b = WTILE - 1 - a;
-    fwd[i]           = a < nin ? SplitSlot(c0 + a, ga = SplitOwner(c0 + a, nseg, off, ga), off, XO, YO, &jf[i]) : SplitRun{-1, SPLIT_EXT_NONE};
-    bwd[i]           = b < nin ? SplitSlot(c0 + b, gb = SplitOwner(c0 + b, nseg, off, gb), off, XO, YO, &jb) : SplitRun{-1, SPLIT_EXT_NONE};
+    fwd[i]           = a < nin ? SplitSlot(c0 + a, ga = SplitOwner(c0 + a, nseg, off, ga), off, L, &jf[i]) : SplitRun{-1, SPLIT_EXT_NONE};
+    bwd[i]           = b < nin ? SplitSlot(c0 + b, gb = SplitOwner(c0 + b, nseg, off, gb), off, L, &jb) : SplitRun{-1, SPLIT_EXT_NONE};
     if (a == 0) ends[0] = (PetscInt)fwd[i].key, ends[1] = jf[i];
     if (a == nin - 1) ends[2] = (PetscInt)fwd[i].key, ends[3] = jf[i];
   }
@@ -483,7 +591,7 @@ __global__ void __launch_bounds__(WNT) SplitWindowKernel(PetscInt nslot, PetscIn
     const PetscInt            o = off[s], n = off[s + 1] - o, w = n / FMM_SPLIT_WINDOW, k = o + n / 2 - w + j;
     const unsigned long long *cs = core + 8 * s;
     for (int d = 0; d < 2; d++) {
-      const PetscInt *D = d ? Y : X;
+      const PetscInt *D = ListId(L, d, ListBuf(L, d, s));
       /* along the list: the ends of the two children */
       const double al0 = xy[2 * D[o] + d], al1 = xy[2 * D[k - 1] + d], ar0 = xy[2 * D[k] + d], ar1 = xy[2 * D[o + n - 1] + d];
       /* across it: the cores and the window's prefix / suffix */
@@ -625,9 +733,10 @@ __device__ __forceinline__ SplitRun SplitBlockScan(SplitRun v, SplitRun *ws)
 }
 
 /* rounds r0 .. r0 + R - 1 of the segments of round r0 (block s0: segment s0,
-   off of round r0): X (in place; Y, XO, YO are not needed after), seg, the
-   leaf offsets loff, and bb as SegmentKernel's */
-__global__ void __launch_bounds__(SNT) SplitLocalKernel(int R, PetscInt r0, int median, const PetscInt *off, PetscInt *X, const PetscInt *Y, const double *XO, const double *YO, const double *xy, PetscInt *seg, PetscInt *loff, double *bb)
+   off and lists L of round r0): the x list in the first buffer (ListId(L, 0, 0);
+   the other lists are not needed after), seg, the leaf offsets loff, and bb
+   as SegmentKernel's */
+__global__ void __launch_bounds__(SNT) SplitLocalKernel(int R, PetscInt r0, int median, const PetscInt *off, SplitLists L, const double *xy, PetscInt *seg, PetscInt *loff, double *bb)
 {
   typedef cub::BlockScan<int, SNT, cub::BLOCK_SCAN_WARP_SCANS> IntScan;
   __shared__ typename IntScan::TempStorage tmp;
@@ -640,6 +749,8 @@ __global__ void __launch_bounds__(SNT) SplitLocalKernel(int R, PetscInt r0, int 
   unsigned short     *sg = (unsigned short *)(base + SHALF);
   const PetscInt      s0 = blockIdx.x, g0 = off[s0];
   const int           n = (int)(off[s0 + 1] - g0), t = threadIdx.x, c0 = t * SIPT;
+  const PetscInt     *X = ListId(L, 0, ListBuf(L, 0, s0)), *Y = ListId(L, 1, ListBuf(L, 1, s0));
+  const double       *XO = ListOt(L, 0, ListBuf(L, 0, s0)), *YO = ListOt(L, 1, ListBuf(L, 1, s0));
 
   for (int k = t; k < n; k += SNT) {
     const int      j = SplitSlotOf(k);
@@ -765,7 +876,7 @@ __global__ void __launch_bounds__(SNT) SplitLocalKernel(int R, PetscInt r0, int 
       __syncthreads();
     }
 
-    { /* the split: the list other than d partitioned stably by LeftOfCut, as PartitionKernel */
+    { /* the split: the list other than d partitioned stably, as SplitPlace */
       int      fl[SIPT], cnt = 0, sc;
       PetscInt p[SIPT];
       double   u[SIPT], v[SIPT]; /* the moving point's coordinates across and along its list */
@@ -814,8 +925,8 @@ __global__ void __launch_bounds__(SNT) SplitLocalKernel(int R, PetscInt r0, int 
     const PetscInt *o1 = so + (R % 2) * (SLEAF + 1), l0 = s0 << R;
     for (int k = t; k < n; k += SNT) {
       const int j = SplitSlotOf(k);
-      X[g0 + k]   = xi[j];
-      seg[g0 + k] = l0 + sg[j];
+      ListId(L, 0, 0)[g0 + k] = xi[j]; /* read into shared memory above, before the block's first barrier */
+      seg[g0 + k]        = l0 + sg[j];
     }
     for (int m = t; m < (1 << R); m += SNT) loff[l0 + m] = g0 + o1[m];
     if (!t && s0 == (PetscInt)gridDim.x - 1) loff[l0 + (1 << R)] = g0 + n;
@@ -1167,18 +1278,44 @@ static PetscErrorCode SplitLocalSetup(FMM_CUDA *c, size_t *bytes)
   PetscFunctionReturn(0);
 }
 
+/* the split of every segment of a round (SplitFlagOf, SplitPlace): one
+   inclusive scan over the U positions */
+static PetscErrorCode SplitPartition(FMM_CUDA *c, Scratch *w, PetscInt U, const PetscInt *cseg, const PetscInt *off, PetscInt *noff, const char *dir, const PetscInt *rank, const SplitLists &L, unsigned char *nsel, const double *xy)
+{
+  const auto in   = thrust::make_transform_iterator(thrust::counting_iterator<PetscInt>(0), SplitFlagOf{cseg, off, noff, rank, dir, L, xy});
+  const auto out  = thrust::make_tabulate_output_iterator(SplitPlace{off, noff, dir, rank, L, nsel});
+  size_t     need = 0;
+
+  PetscFunctionBegin;
+  FMMCallCUDA(cub::DeviceScan::InclusiveScan(NULL, need, in, out, SplitCountOp(), (int)U, c->stream));
+  PetscCall(ScratchEnsure(c, w, need));
+  FMMCallCUDA(cub::DeviceScan::InclusiveScan(w->tmp, need, in, out, SplitCountOp(), (int)U, c->stream));
+  PetscFunctionReturn(0);
+}
+
+/* after rounds in global memory only: the leaf of each position, and the x
+   list in its first buffer where a leaf's is in the second */
+__global__ void LeafOfKernel(PetscInt U, PetscInt nleaves, const PetscInt *off, SplitLists L, PetscInt *seg)
+{
+  const PetscInt k = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
+  if (k >= U) return;
+  const PetscInt b = FMMLastLE(off, 0, nleaves, k);
+  seg[k]           = b;
+  if (ListBuf(L, 0, b)) ListId(L, 0, 0)[k] = ListId(L, 0, 1)[k];
+}
+
 /* the compact split of every segment of a round: rank[s], the candidate
    picked (SegmentKernel has set the starting values); the window's carries
    between tiles only where a round has several */
-static PetscErrorCode CompactSplit(FMM_CUDA *c, SplitWork *w, PetscInt nseg, PetscInt U, const PetscInt *off, const PetscInt *seg, const PetscInt *X, const PetscInt *Y, const double *XO, const double *YO, const double *xy)
+static PetscErrorCode CompactSplit(FMM_CUDA *c, SplitWork *w, PetscInt nseg, PetscInt U, const PetscInt *off, const PetscInt *cseg, const SplitLists &L, const double *xy)
 {
   const PetscInt nc = SplitSlots(U, nseg);
   const unsigned nt = FMMCUDABlocks(nc, WTILE), ntc = nt > 1 ? nt : 0;
 
   PetscFunctionBegin;
-  SplitCoreKernel<<<ntc + FMMCUDABlocks(U, BS), BS, 0, c->stream>>>(U, ntc, nseg, nc, seg, off, XO, YO, w->core, w->tile);
+  SplitCoreKernel<<<ntc + FMMCUDABlocks(U, BS * CIT), BS, 0, c->stream>>>(U, ntc, nseg, nc, off, cseg, L, w->core, w->tile);
   FMMCheckLaunch();
-  SplitWindowKernel<<<nt, WNT, 0, c->stream>>>(nc, nseg, w->nslot, off, X, Y, XO, YO, xy, w->core, w->tile, w->cost, w->best);
+  SplitWindowKernel<<<nt, WNT, 0, c->stream>>>(nc, nseg, w->nslot, off, L, xy, w->core, w->tile, w->cost, w->best);
   FMMCheckLaunch();
   SplitPickKernel<<<dim3(FMMCUDABlocks(nc, BS), 2), BS, 0, c->stream>>>(nc, nseg, w->nslot, off, w->cost, w->best, w->rank);
   FMMCheckLaunch();
@@ -1592,15 +1729,17 @@ PetscErrorCode FMMCUDANearSources(FMM_CUDA *c, const FMMPlan *P, PetscBool globa
   the device plan of c (sperm ... scale, faroff, far, nearoff, near, tleafof)
   and the counts and statistics of P (no host arrays).
 */
-PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal theta, PetscBool median, PetscBool same, PetscInt t0, PetscReal alpha, PetscReal beta, const double *xy, const double *nrm, const double *wts, PetscErrorCode (*late)(FMM_CUDA *, void *, cudaEvent_t *), void *lctx, PetscInt U)
+PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal theta, PetscBool median, PetscBool splitlocal, PetscBool same, PetscInt t0, PetscReal alpha, PetscReal beta, const double *xy, const double *nrm, const double *wts, PetscErrorCode (*late)(FMM_CUDA *, void *, cudaEvent_t *), void *lctx, PetscInt U)
 {
   const PetscInt      N = P->N, M = P->M;
-  PetscInt            L = 0, nleaves, nboxes;
+  PetscInt            L = 0, nleaves, nboxes, nc;
   Scratch             s = {NULL, 0};
   unsigned long long *kx, *ky, *kt;
-  PetscInt           *val, *X, *Y, *X2, *Y2, *seg, *f, *sc, *offbase, *off, *noff, *fs, *ss, *ft, *st;
+  PetscInt           *val, *X, *Y, *seg, *cseg, *offbase, *off, *noff, *fs, *ss, *ft, *st;
   char               *dir;
-  double             *bb, *XO, *YO, *XO2, *YO2;
+  unsigned char      *sel, *nsel;
+  double             *bb, *XO, *YO;
+  SplitLists          lists;
   SplitWork           sp  = {0, NULL, NULL, NULL, NULL, NULL};
   size_t              lbytes = 0; /* shared memory of SplitLocalKernel, 0: not on this device */
   PetscBool           local  = PETSC_FALSE;
@@ -1618,23 +1757,19 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
   P->nleaves = nleaves;
   P->nboxes  = nboxes;
 
-  /* work arrays of the tree (freed at the end); the sort keys' space then holds the other coordinates */
+  /* work arrays of the tree (freed at the end); the sort keys' space then
+     holds the other coordinates: XO, YO, then their second buffers */
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&kx, sizeof(unsigned long long) * 4 * (size_t)PetscMax(U, 1), "the sort keys"));
   ky  = kx + PetscMax(U, 1);
   kt  = ky + PetscMax(U, 1);
   XO  = (double *)kx;
   YO  = (double *)ky;
-  XO2 = (double *)kt;
-  YO2 = (double *)(kt + PetscMax(U, 1));
-  PetscCall(FMMCUDAMalloc(c->stream, (void **)&val, sizeof(PetscInt) * (12 * (size_t)(U + 1)), "the point lists"));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&val, sizeof(PetscInt) * (11 * (size_t)(U + 1)), "the point lists"));
   X   = val + (U + 1);
   Y   = X + (U + 1);
-  X2  = Y + (U + 1);
-  Y2  = X2 + (U + 1);
-  seg = Y2 + (U + 1);
-  f   = seg + (U + 1);
-  sc  = f + (U + 1);
-  fs  = sc + (U + 1);
+  seg = Y + 3 * (U + 1); /* after Y, the second buffers of X and Y */
+  cseg = seg + (U + 1); /* the chunks' segments (SegmentOf), from the largest segment's size before the local rounds */
+  fs  = cseg + (U + 1);
   ss  = fs + (U + 1);
   ft  = ss + (U + 1);
   st  = ft + (U + 1);
@@ -1642,9 +1777,12 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
   off  = offbase;
   noff = off + nleaves + 1;
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&dir, (size_t)nleaves, "the split directions"));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&sel, 2 * (size_t)nleaves, "the list buffers of the segments"));
+  nsel = sel + nleaves;
+  FMMCallCUDA(cudaMemsetAsync(sel, 0, 2 * (size_t)nleaves, c->stream));
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&bb, sizeof(double) * 4 * (size_t)nboxes, "the bounding boxes"));
   if (!median && L > 0 && U) PetscCall(SplitWorkCreate(c, U, nleaves / 2, &sp));
-  if (L > 0 && U) PetscCall(SplitLocalSetup(c, &lbytes));
+  if (L > 0 && U && splitlocal) PetscCall(SplitLocalSetup(c, &lbytes));
 
   /* the two sorted lists (sorting them at the same time, the y list on a
      second stream with its own scratch, measured slower: the sort stage at
@@ -1661,13 +1799,14 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
     FMMCheckLaunch();
   }
   if (late) PetscCall(late(c, lctx, &lated)); /* host copies while the GPU sorts and splits */
-  FMMCallCUDA(cudaMemsetAsync(seg, 0, sizeof(PetscInt) * (U + 1), c->stream));
   {
     PetscInt h[2] = {0, U};
     FMMCallCUDA(cudaMemcpyAsync(off, h, sizeof(h), cudaMemcpyHostToDevice, c->stream));
   }
 
   PetscCall(StageMark(c, &stg));
+  lists = SplitLists{X, XO, U + 1, PetscMax(U, 1), sel}; /* X, Y, X2, Y2 and XO, YO, XO2, YO2 follow each other */
+  nc    = (U + SEG_CHUNK - 1) / SEG_CHUNK;
   /* 2L rounds of halving; the boxes of level l are the segments of round 2l.
      The last rounds run in shared memory (SplitLocalKernel) from the first
      round whose largest segment fits a block (one readback, when the
@@ -1677,12 +1816,12 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
     double        *lbb  = (r % 2 == 0) ? bb + 4 * FMMLevelStart(r / 2) : NULL;
     if (lbytes && 2 * L - r <= SRMAX && U <= (PetscInt64)SCAP * nseg) {
       PetscInt nmax = 0;
-      FMMCallCUDA(cudaMemsetAsync(f, 0, sizeof(PetscInt), c->stream));
-      SegmentMaxKernel<<<LAUNCH_N(nseg)>>>(nseg, off, f);
+      FMMCallCUDA(cudaMemsetAsync(cseg, 0, sizeof(PetscInt), c->stream));
+      SegmentMaxKernel<<<LAUNCH_N(nseg)>>>(nseg, off, cseg);
       FMMCheckLaunch();
-      PetscCall(FMMCUDAReadback(c->stream, &nmax, f, sizeof(PetscInt)));
+      PetscCall(FMMCUDAReadback(c->stream, &nmax, cseg, sizeof(PetscInt)));
       if (nmax <= SCAP) {
-        SplitLocalKernel<<<(unsigned)nseg, SNT, lbytes, c->stream>>>((int)(2 * L - r), r, median ? 1 : 0, off, X, Y, XO, YO, xy, seg, noff, bb);
+        SplitLocalKernel<<<(unsigned)nseg, SNT, lbytes, c->stream>>>((int)(2 * L - r), r, median ? 1 : 0, off, lists, xy, seg, noff, bb);
         FMMCheckLaunch();
         PetscCall(PetscInfo(NULL, "GPU tree build: rounds %" PetscInt_FMT " to %" PetscInt_FMT " of %" PetscInt_FMT " in shared memory, %" PetscInt_FMT " blocks of up to %" PetscInt_FMT " points\n", r, 2 * L - 1, 2 * L, nseg, nmax));
         { PetscInt *t = off; off = noff; noff = t; }
@@ -1690,22 +1829,17 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
         break;
       }
     }
-    SegmentKernel<<<LAUNCH_N(nseg)>>>(nseg, off, X, Y, xy, noff, dir, lbb, sp.core, sp.best, sp.rank);
+    SegmentKernel<<<LAUNCH_N(PetscMax(nseg, nc + 1))>>>(nseg, off, lists, xy, noff, dir, lbb, sp.core, sp.best, sp.rank, nc, cseg);
     FMMCheckLaunch();
-    if (U && sp.core) PetscCall(CompactSplit(c, &sp, nseg, U, off, seg, X, Y, XO, YO, xy));
-    if (U) {
-      FlagKernel<<<LAUNCH_N(U + 1)>>>(U, seg, off, noff, dir, sp.rank, X, Y, XO, YO, xy, f);
-      FMMCheckLaunch();
-      PetscCall(ExclusiveScan(c, &s, f, sc, U));
-      PartitionKernel<<<LAUNCH_N(U)>>>(U, seg, off, noff, dir, sp.rank, X, Y, XO, YO, f, sc, X2, Y2, XO2, YO2);
-      FMMCheckLaunch();
-      { PetscInt *t = X; X = X2; X2 = t; t = Y; Y = Y2; Y2 = t; }
-      { double *t = XO; XO = XO2; XO2 = t; t = YO; YO = YO2; YO2 = t; }
-    }
+    if (U && sp.core) PetscCall(CompactSplit(c, &sp, nseg, U, off, cseg, lists, xy));
+    if (U) PetscCall(SplitPartition(c, &s, U, cseg, off, noff, dir, sp.rank, lists, nsel, xy));
     { PetscInt *t = off; off = noff; noff = t; }
+    { unsigned char *t = lists.sel; lists.sel = nsel; nsel = t; }
   }
-  if (!local) { /* the leaves' bounding boxes */
-    SegmentKernel<<<LAUNCH_N(nleaves)>>>(nleaves, off, X, Y, xy, NULL, NULL, bb + 4 * FMMLevelStart(L), NULL, NULL, NULL);
+  if (!local) { /* the leaves' bounding boxes, the leaf of each position, the x list in one buffer */
+    SegmentKernel<<<LAUNCH_N(nleaves)>>>(nleaves, off, lists, xy, NULL, NULL, bb + 4 * FMMLevelStart(L), NULL, NULL, NULL, 0, NULL);
+    FMMCheckLaunch();
+    if (U) LeafOfKernel<<<LAUNCH_N(U)>>>(U, nleaves, off, lists, seg);
     FMMCheckLaunch();
   }
 
@@ -1805,6 +1939,7 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
   PetscCall(FMMCUDAFree(c->stream, val));
   PetscCall(FMMCUDAFree(c->stream, offbase));
   PetscCall(FMMCUDAFree(c->stream, dir));
+  PetscCall(FMMCUDAFree(c->stream, sel));
   PetscCall(FMMCUDAFree(c->stream, bb));
   if (sp.core) PetscCall(SplitWorkDestroy(c, &sp));
   if (s.tmp) PetscCall(FMMCUDAFree(c->stream, s.tmp));

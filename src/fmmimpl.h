@@ -120,6 +120,7 @@ typedef struct {
   PetscBool    cuda_m2l_tc, cuda_log_fast; /* CUDA kernel choices (-mat_fmm_cuda_m2l, -mat_fmm_cuda_log) */
   PetscBool    cuda_tree_gpu;              /* the CUDA backend builds the plan on the GPU (-mat_fmm_cuda_tree) */
   PetscBool    cuda_p2p_sym;               /* CUDA tiled P2P evaluates each unordered pair once when it can (-mat_fmm_cuda_p2p_symmetric) */
+  PetscBool    cuda_split_local;           /* the GPU tree's last splitting rounds in shared memory where the device allows (-mat_fmm_cuda_split_local) */
   /* diagonal terms: y = scale*K x + diag .* x + shift*x */
   PetscScalar  scale, shift;
   Vec          diag; /* NULL when none (row layout) */

@@ -21,7 +21,9 @@ Every -mat_fmm_ option applies to both devices; -mat_fmm_cuda_m2l <tc,fma> and -
   with tests/output/gpu_*.out.  Tests need a GPU: CI skips them.
   curve_median_chunks is a plan whose symmetric P2P sums long slot lists in
   chunks (P2PChunkSumKernel): with the median split, 10 of its leaves have
-  more than FMMCUDA_SYM_GMAX = 64 lower near-list entries.
+  more than FMMCUDA_SYM_GMAX = 64 lower near-list entries.  The *_global
+  cases build the tree with every splitting round in global memory
+  (-mat_fmm_cuda_split_local false), as on devices with less shared memory.
 */
 #include <petscfmm.h>
 #include "testutil.h"
@@ -553,6 +555,21 @@ int main(int argc, char **argv)
     suffix: tree_deep
     requires: cuda
     args: -n 200000 -geometry clusters -mat_fmm_ct 4 -tree_only
+
+  test:
+    suffix: tree_global
+    requires: cuda
+    args: -n 200000 -geometry curve -mat_fmm_ct 64 -tree_only -mat_fmm_cuda_split_local false
+
+  test:
+    suffix: tree_global_median
+    requires: cuda
+    args: -n 50000 -geometry clusters -mat_fmm_ct 8 -targets -tree_only -mat_fmm_tree_split median -mat_fmm_cuda_split_local false
+
+  test:
+    suffix: curve_global
+    requires: cuda
+    args: -n 3000 -geometry curve -mat_fmm_ct 16 -mat_fmm_cuda_split_local false
 
   test:
     suffix: curve_fma

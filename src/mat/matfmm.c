@@ -714,6 +714,9 @@ static PetscErrorCode MatSetFromOptions_FMM(Mat A, PetscOptionItems PetscOptions
     PetscCall(PetscOptionsBool("-mat_fmm_cuda_p2p_symmetric", "CUDA tiled P2P: evaluate each pair of points once for both sums when the targets are the sources (single layer, table log, one rank)", "MATFMM", fmm->cuda_p2p_sym, &bval, &set));
     if (set && fmm->cuda_p2p_sym != bval) PetscCall(MatFMMInvalidate(A));
     if (set) fmm->cuda_p2p_sym = bval;
+    PetscCall(PetscOptionsBool("-mat_fmm_cuda_split_local", "GPU tree: the last splitting rounds in shared memory, a block per box, where the device grants the block 210 KB (false: every round in global memory; the same tree)", "MATFMM", fmm->cuda_split_local, &bval, &set));
+    if (set && fmm->cuda_split_local != bval) PetscCall(MatFMMInvalidate(A));
+    if (set) fmm->cuda_split_local = bval;
   }
 #endif
   PetscCall(PetscOptionsEnum("-mat_fmm_kernel", "Laplace layer potential", "MatFMMSetKernel", MatFMMKernels, (PetscEnum)kernel, &e, &set));
@@ -1211,6 +1214,7 @@ static PetscErrorCode MatDestroy_FMM(Mat A)
 .  -mat_fmm_cuda_log <fast,libm> - CUDA near-field log from a table (default; within 1e-16 absolute) or the math library
 .  -mat_fmm_cuda_tree <gpu,cpu> - CUDA backend: tree and interaction lists built on the GPU (default) or on the CPU and uploaded
 .  -mat_fmm_cuda_p2p_symmetric <bool> - CUDA tiled P2P evaluates each unordered pair of points once, for both of its sums (default true; used when the targets are the sources on one rank, with the single layer, the table log and 8 to 256 points per leaf)
+.  -mat_fmm_cuda_split_local <bool> - GPU tree build: once the boxes of a round fit in a thread block, the rounds left run in shared memory, a block per box (default true; used where the device grants a block 210 KB of shared memory, as sm_90 does; false, or a device with less: every round in global memory, the same tree)
 -  -mat_fmm_kernel <single,double,combined>, -mat_fmm_alpha, -mat_fmm_beta - the operator
 
    Usage:
@@ -1256,27 +1260,28 @@ PETSC_EXTERN PetscErrorCode MatCreate_FMM(Mat A)
   PetscFunctionBegin;
   PetscCall(PetscFMMInitializePackage());
   PetscCall(PetscNew(&fmm));
-  A->data            = (void *)fmm;
-  fmm->ntgt          = -1;
-  fmm->badsrc        = fmm->badnrm = fmm->badwts = fmm->badtgt = -1;
-  fmm->nsrc          = -1; /* MatFMMSetSources() not called yet */
-  fmm->kernel        = MATFMM_KERNEL_SINGLE;
-  fmm->alpha         = 0.0;
-  fmm->beta          = 1.0;
-  fmm->ct            = 32; /* CPU default; 64 with CUDA unless set (see MatFMMSetClusteringThreshold()) */
-  fmm->cuda_m2l_tc   = PETSC_TRUE;
-  fmm->cuda_log_fast = PETSC_TRUE;
-  fmm->cuda_p2p_sym  = PETSC_TRUE;
-  fmm->cuda_tree_gpu = PETSC_TRUE;
-  fmm->p_user        = 0;
-  fmm->eps           = 1e-10;
-  fmm->theta         = 0.5;
-  fmm->layout        = MATFMM_LAYOUT_TILED;
-  fmm->method        = MATFMM_METHOD_FMM;
-  fmm->device        = MATFMM_DEVICE_AUTO;
-  fmm->repetition_mb = 256.0;
-  fmm->scale         = 1.0;
-  fmm->shift         = 0.0;
+  A->data               = (void *)fmm;
+  fmm->ntgt             = -1;
+  fmm->badsrc           = fmm->badnrm = fmm->badwts = fmm->badtgt = -1;
+  fmm->nsrc             = -1; /* MatFMMSetSources() not called yet */
+  fmm->kernel           = MATFMM_KERNEL_SINGLE;
+  fmm->alpha            = 0.0;
+  fmm->beta             = 1.0;
+  fmm->ct               = 32; /* CPU default; 64 with CUDA unless set (see MatFMMSetClusteringThreshold()) */
+  fmm->cuda_m2l_tc      = PETSC_TRUE;
+  fmm->cuda_log_fast    = PETSC_TRUE;
+  fmm->cuda_p2p_sym     = PETSC_TRUE;
+  fmm->cuda_split_local = PETSC_TRUE;
+  fmm->cuda_tree_gpu    = PETSC_TRUE;
+  fmm->p_user           = 0;
+  fmm->eps              = 1e-10;
+  fmm->theta            = 0.5;
+  fmm->layout           = MATFMM_LAYOUT_TILED;
+  fmm->method           = MATFMM_METHOD_FMM;
+  fmm->device           = MATFMM_DEVICE_AUTO;
+  fmm->repetition_mb    = 256.0;
+  fmm->scale            = 1.0;
+  fmm->shift            = 0.0;
 
   A->ops->mult           = MatMult_FMM;
   A->ops->multadd        = MatMultAdd_FMM;
