@@ -1885,7 +1885,10 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
 
   PetscCall(StageMark(c, &stg));
   /* interaction lists, level by level: the strong lists of level l (stroff,
-     str, and the box owning each entry) give the candidates of level l+1 */
+     str, and the box owning each entry) give the candidates of level l+1.
+     (Writing the top three levels to arrays sized by bounds, without their
+     readbacks, measured no gain: assembly again at 10^6 2.5-2.7 ms against
+     2.5-2.6, the host still 0.5 ms in this stage, H100) */
   {
     PetscInt *stroff, *str, *owner, *far = NULL, nfar = 0, farcap = 0, nstrong = (N > 0 && M > 0) ? 1 : 0, root[3] = {0, nstrong, 0};
     PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->faroff, sizeof(PetscInt) * (nboxes + 1), "the M2L offsets"));
