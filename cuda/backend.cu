@@ -227,7 +227,7 @@ typedef struct {
   cudaEvent_t    ready;
 } LateUpload;
 
-static PetscErrorCode UploadLate(FMM_CUDA *c, void *ctx, cudaEvent_t *done)
+static PetscErrorCode UploadLate(FMM_CUDA *c, void *ctx, cudaEvent_t after, cudaEvent_t *done)
 {
   LateUpload  *u = (LateUpload *)ctx;
   cudaStream_t s;
@@ -236,10 +236,34 @@ static PetscErrorCode UploadLate(FMM_CUDA *c, void *ctx, cudaEvent_t *done)
   FMMCallCUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   FMMCallCUDA(cudaEventCreateWithFlags(done, cudaEventDisableTiming));
   FMMCallCUDA(cudaStreamWaitEvent(s, u->ready, 0));
+  if (after) FMMCallCUDA(cudaStreamWaitEvent(s, after, 0)); /* the points first */
   if (u->nrm) PetscCall(CopyIn(s, u->nrm, u->fmm->gnrm, 2 * u->fmm->plan.N, MemOf(c, u->fmm->gnrm)));
   if (u->wts) PetscCall(CopyIn(s, u->wts, u->fmm->gwts, u->fmm->plan.N, MemOf(c, u->fmm->gwts)));
   FMMCallCUDA(cudaEventRecord(*done, s));
   FMMCallCUDA(cudaStreamDestroy(s)); /* released once its work is done */
+  PetscFunctionReturn(0);
+}
+
+/* the points [a, b) of the U = N + Mg of the plan (the sources, then the
+   targets of all ranks) to xy on stream s: FMMCUDATreeBuild uploads them in
+   parts, each sorted while the next goes up */
+typedef struct {
+  const Mat_FMM *fmm;
+  double        *xy;
+  PetscInt       N;
+  FMMMem         msrc, mtgt;
+} PointUpload;
+
+static PetscErrorCode UploadPoints(FMM_CUDA *c, void *ctx, PetscInt a, PetscInt b, cudaStream_t s)
+{
+  PointUpload *u = (PointUpload *)ctx;
+
+  PetscFunctionBegin;
+  if (a < u->N) PetscCall(CopyIn(s, u->xy + 2 * a, u->fmm->gsrc + 2 * a, 2 * (PetscMin(b, u->N) - a), u->msrc));
+  if (b > u->N) {
+    const PetscInt t = PetscMax(a, u->N);
+    PetscCall(CopyIn(s, u->xy + 2 * t, u->fmm->gtgt + 2 * (t - u->N), 2 * (b - t), u->mtgt));
+  }
   PetscFunctionReturn(0);
 }
 
@@ -292,14 +316,15 @@ PetscErrorCode FMMCUDAUnpin(void *p)
 /* plan(): the points to the GPU, the tree and lists built there (tree.cu) */
 static PetscErrorCode FMMCUDAPlan(Mat A)
 {
-  Mat_FMM   *fmm  = (Mat_FMM *)A->data;
-  FMMPlan   *P    = &fmm->plan;
-  PetscBool  same = fmm->ntgt < 0 ? PETSC_TRUE : PETSC_FALSE;
-  PetscInt   N = A->cmap->N, Mg = same ? 0 : A->rmap->N, U = N + Mg;
-  FMM_CUDA  *c;
-  double    *xy;
-  LateUpload late = {fmm, NULL, NULL, NULL};
-  PetscLogDouble t0, t0b, t1, t2;
+  Mat_FMM       *fmm  = (Mat_FMM *)A->data;
+  FMMPlan       *P    = &fmm->plan;
+  PetscBool      same = fmm->ntgt < 0 ? PETSC_TRUE : PETSC_FALSE;
+  PetscInt       N = A->cmap->N, Mg = same ? 0 : A->rmap->N, U = N + Mg;
+  FMM_CUDA      *c;
+  double        *xy;
+  LateUpload     late = {fmm, NULL, NULL, NULL};
+  PointUpload    up;
+  PetscLogDouble t0, t0b, t1;
 
   PetscFunctionBegin;
   PetscCall(PetscTime(&t0));
@@ -315,13 +340,10 @@ static PetscErrorCode FMMCUDAPlan(Mat A)
   if (fmm->gwts) PetscCall(FMMCUDAMalloc(c->stream, (void **)&late.wts, sizeof(double) * N, "the weights"));
   FMMCallCUDA(cudaEventCreateWithFlags(&late.ready, cudaEventDisableTiming));
   FMMCallCUDA(cudaEventRecord(late.ready, c->stream));
-  PetscCall(CopyIn(c->stream, xy, fmm->gsrc, 2 * N, MemOf(c, fmm->gsrc)));
-  if (!same) PetscCall(CopyIn(c->stream, xy + 2 * N, fmm->gtgt, 2 * Mg, MemOf(c, fmm->gtgt)));
-  FMMCallCUDA(cudaStreamSynchronize(c->stream));
+  up = PointUpload{fmm, xy, N, MemOf(c, fmm->gsrc), same ? FMM_MEM_PAGEABLE : MemOf(c, fmm->gtgt)};
+  PetscCall(FMMCUDATreeBuild(c, P, fmm->ct, fmm->theta, fmm->split_median, fmm->cuda_split_local, same, same ? A->cmap->rstart : A->rmap->rstart, fmm->alpha, fmm->beta, xy, UploadPoints, &up, late.nrm, late.wts, (late.nrm || late.wts) ? UploadLate : NULL, &late, U));
   PetscCall(PetscTime(&t1));
-  PetscCall(FMMCUDATreeBuild(c, P, fmm->ct, fmm->theta, fmm->split_median, fmm->cuda_split_local, same, same ? A->cmap->rstart : A->rmap->rstart, fmm->alpha, fmm->beta, xy, late.nrm, late.wts, (late.nrm || late.wts) ? UploadLate : NULL, &late, U));
-  PetscCall(PetscTime(&t2));
-  PetscCall(PetscInfo(A, "GPU plan: context and staging %.2f ms, %" PetscInt_FMT " points up %.2f ms, tree and lists (with the normals and weights up) %.2f ms\n", 1e3 * (t0b - t0), U, 1e3 * (t1 - t0b), 1e3 * (t2 - t1)));
+  PetscCall(PetscInfo(A, "GPU plan: context and staging %.2f ms, %" PetscInt_FMT " points up, tree and lists (with the normals and weights up) %.2f ms\n", 1e3 * (t0b - t0), U, 1e3 * (t1 - t0b)));
   FMMCallCUDA(cudaEventDestroy(late.ready));
   if (late.nrm) PetscCall(FMMCUDAFree(c->stream, late.nrm));
   if (late.wts) PetscCall(FMMCUDAFree(c->stream, late.wts));

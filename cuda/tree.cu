@@ -38,6 +38,7 @@
 #include <thrust/iterator/counting_iterator.h>
 #include <thrust/iterator/tabulate_output_iterator.h>
 #include <thrust/iterator/transform_iterator.h>
+#include <thrust/iterator/zip_iterator.h>
 
 #define BS 256
 
@@ -88,14 +89,24 @@ __device__ __forceinline__ double OrderValue(unsigned long long u)
 }
 
 /* radix keys of (coordinate, index); values are indices */
-__global__ void KeysKernel(PetscInt U, const double *xy, unsigned long long *kx, unsigned long long *ky, PetscInt *val)
+__global__ void KeysKernel(PetscInt a, PetscInt b, const double *xy, unsigned long long *kx, unsigned long long *ky, PetscInt *val)
 {
-  const PetscInt i = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= U) return;
+  const PetscInt i = a + (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= b) return;
   kx[i]  = OrderKey(xy[2 * i]);
   ky[i]  = OrderKey(xy[2 * i + 1]);
   val[i] = i;
 }
+
+/* the order of (key, index) pairs: the merge of two sorted parts gives what
+   one stable sort of the keys gives (cub::DeviceMerge is not stable) */
+struct KeyIndexLess {
+  template <class T>
+  __device__ __forceinline__ bool operator()(const T &p, const T &q) const
+  {
+    return thrust::get<0>(p) < thrust::get<0>(q) || (thrust::get<0>(p) == thrust::get<0>(q) && thrust::get<1>(p) < thrust::get<1>(q));
+  }
+};
 
 /* the other coordinate along each sorted list: XO[k] = y of point X[k], YO[k] =
    x of point Y[k]; the splits carry them with the lists, so that the kernels
@@ -1230,6 +1241,7 @@ __global__ void ChunkKernel(PetscInt nchunks, PetscInt npairs, const PetscInt *p
 }
 
 #define LAUNCH_N(n) FMMCUDABlocks((PetscInt64)(n), BS), BS, 0, c->stream
+#define SORT_PARTS_MIN (1 << 18) /* points from which they go up and are sorted in two parts */
 
 /* the work arrays of the compact split, sized for the last round */
 typedef struct {
@@ -1726,16 +1738,18 @@ PetscErrorCode FMMCUDANearSources(FMM_CUDA *c, const FMMPlan *P, PetscBool globa
 /*
   FMMCUDATreeBuild - the plan of src/plan.c, built on the GPU (see the top of this file).
 
-  Input: xy, the U = N + Mg points of all ranks on the device (sources in
-  global order, then, when the targets are not the sources, the targets in
-  global order), nrm (2N, or NULL) and wts (N, or NULL) on the device, where
-  late(c, lctx, &done) (when not NULL), called once the sort is queued,
-  starts their upload and returns the event of its end, which the scatter of
-  the points waits for.  Fills
+  Input: xy, room on the device for the U = N + Mg points of all ranks
+  (sources in global order, then, when the targets are not the sources, the
+  targets in global order), which up(c, uctx, a, b, s) copies there, points
+  a to b - 1, on stream s; nrm (2N, or NULL) and wts (N, or NULL) on the
+  device, where late(c, lctx, after, &done) (when not NULL), called once the
+  sort is queued, starts their upload after the event after (the points up)
+  and returns the event of its end, which the scatter of the points waits
+  for.  Fills
   the device plan of c (sperm ... scale, faroff, far, nearoff, near, tleafof)
   and the counts and statistics of P (no host arrays).
 */
-PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal theta, PetscBool median, PetscBool splitlocal, PetscBool same, PetscInt t0, PetscReal alpha, PetscReal beta, const double *xy, const double *nrm, const double *wts, PetscErrorCode (*late)(FMM_CUDA *, void *, cudaEvent_t *), void *lctx, PetscInt U)
+PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal theta, PetscBool median, PetscBool splitlocal, PetscBool same, PetscInt t0, PetscReal alpha, PetscReal beta, const double *xy, PetscErrorCode (*up)(FMM_CUDA *, void *, PetscInt, PetscInt, cudaStream_t), void *uctx, const double *nrm, const double *wts, PetscErrorCode (*late)(FMM_CUDA *, void *, cudaEvent_t, cudaEvent_t *), void *lctx, PetscInt U)
 {
   const PetscInt      N = P->N, M = P->M;
   PetscInt            L = 0, nleaves, nboxes, nc;
@@ -1790,21 +1804,49 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
   if (!median && L > 0 && U) PetscCall(SplitWorkCreate(c, U, nleaves / 2, &sp));
   if (L > 0 && U && splitlocal) PetscCall(SplitLocalSetup(c, &lbytes));
 
-  /* the two sorted lists (sorting them at the same time, the y list on a
-     second stream with its own scratch, measured slower: the sort stage at
-     10^6 points 0.53-0.62 -> 0.68-0.75 ms, H100) */
+  /* the points go up in parts on a second stream, each part's two lists
+     sorted while the next goes up, then merged (at 10^7 points an assembly
+     again 15.4-16.0 -> 15.0-15.3 ms, at 10^6 no change; sorting the x and y lists at
+     the same time, the y list on a second stream with its own scratch,
+     measured slower: the sort stage at 10^6 points 0.53-0.62 -> 0.68-0.75
+     ms, H100) */
   if (U) {
-    size_t need = 0;
-    KeysKernel<<<LAUNCH_N(U)>>>(U, xy, kx, ky, val);
-    FMMCheckLaunch();
-    FMMCallCUDA(cub::DeviceRadixSort::SortPairs(NULL, need, kx, kt, val, X, (int)U, 0, 64, c->stream));
+    const PetscInt K = U >= SORT_PARTS_MIN ? 2 : 1, h = K == 2 ? U / 2 : U; /* parts [0, h) and [h, U) */
+    PetscInt      *X1 = K == 2 ? Y + (U + 1) : X, *Y1 = K == 2 ? Y + 2 * (U + 1) : Y; /* the parts' lists: the second buffers, when merged */
+    cudaStream_t   us;
+    cudaEvent_t    ev;
+    size_t         need = 0;
+
+    FMMCallCUDA(cudaStreamCreateWithFlags(&us, cudaStreamNonBlocking));
+    FMMCallCUDA(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    FMMCallCUDA(cudaEventRecord(ev, c->stream)); /* xy is allocated */
+    FMMCallCUDA(cudaStreamWaitEvent(us, ev, 0));
+    FMMCallCUDA(cub::DeviceRadixSort::SortPairs(NULL, need, kx, kt, val, X1, (int)(U - h > h ? U - h : h), 0, 64, c->stream));
     PetscCall(ScratchEnsure(c, &s, need));
-    FMMCallCUDA(cub::DeviceRadixSort::SortPairs(s.tmp, need, kx, kt, val, X, (int)U, 0, 64, c->stream));
-    FMMCallCUDA(cub::DeviceRadixSort::SortPairs(s.tmp, need, ky, kt, val, Y, (int)U, 0, 64, c->stream));
+    for (PetscInt j = 0; j < K; j++) {
+      const PetscInt a = j ? h : 0, b = j ? U : h;
+      PetscCall(up(c, uctx, a, b, us));
+      FMMCallCUDA(cudaEventRecord(ev, us));
+      FMMCallCUDA(cudaStreamWaitEvent(c->stream, ev, 0));
+      KeysKernel<<<LAUNCH_N(b - a)>>>(a, b, xy, kx, ky, val);
+      FMMCheckLaunch();
+      FMMCallCUDA(cub::DeviceRadixSort::SortPairs(s.tmp, need, kx + a, kt + a, val + a, X1 + a, (int)(b - a), 0, 64, c->stream));
+      FMMCallCUDA(cub::DeviceRadixSort::SortPairs(s.tmp, need, ky + a, kt + U + a, val + a, Y1 + a, (int)(b - a), 0, 64, c->stream));
+    }
+    if (K == 2) { /* the merges write keys over the sort's inputs (XO, YO below) */
+      const auto xa = thrust::make_zip_iterator(kt, X1), xb = thrust::make_zip_iterator(kt + h, X1 + h), xo = thrust::make_zip_iterator(kx, X);
+      const auto ya = thrust::make_zip_iterator(kt + U, Y1), yb = thrust::make_zip_iterator(kt + U + h, Y1 + h), yo = thrust::make_zip_iterator(ky, Y);
+      FMMCallCUDA(cub::DeviceMerge::MergeKeys(NULL, need, xa, h, xb, U - h, xo, KeyIndexLess(), c->stream));
+      PetscCall(ScratchEnsure(c, &s, need));
+      FMMCallCUDA(cub::DeviceMerge::MergeKeys(s.tmp, need, xa, h, xb, U - h, xo, KeyIndexLess(), c->stream));
+      FMMCallCUDA(cub::DeviceMerge::MergeKeys(s.tmp, need, ya, h, yb, U - h, yo, KeyIndexLess(), c->stream));
+    }
     OtherKernel<<<LAUNCH_N(U)>>>(U, X, Y, xy, XO, YO);
     FMMCheckLaunch();
-  }
-  if (late) PetscCall(late(c, lctx, &lated)); /* host copies while the GPU sorts and splits */
+    if (late) PetscCall(late(c, lctx, ev, &lated)); /* after the points, while the GPU sorts and splits */
+    FMMCallCUDA(cudaEventDestroy(ev));
+    FMMCallCUDA(cudaStreamDestroy(us)); /* released once its work is done */
+  } else if (late) PetscCall(late(c, lctx, NULL, &lated));
   {
     PetscInt h[2] = {0, U};
     FMMCallCUDA(cudaMemcpyAsync(off, h, sizeof(h), cudaMemcpyHostToDevice, c->stream));
