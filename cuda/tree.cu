@@ -1806,10 +1806,10 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
 
   /* the points go up in parts on a second stream, each part's two lists
      sorted while the next goes up, then merged (at 10^7 points an assembly
-     again 15.4-16.0 -> 15.0-15.3 ms, at 10^6 no change; sorting the x and y lists at
-     the same time, the y list on a second stream with its own scratch,
-     measured slower: the sort stage at 10^6 points 0.53-0.62 -> 0.68-0.75
-     ms, H100) */
+     again 15.4-16.0 -> 15.0-15.3 ms, at 10^6 no change; sorting the x and y
+     lists at the same time, the y list on a second stream with its own
+     scratch, measured slower: the sort stage at 10^6 points 0.53-0.62 ->
+     0.68-0.75 ms, H100) */
   if (U) {
     const PetscInt K = U >= SORT_PARTS_MIN ? 2 : 1, h = K == 2 ? U / 2 : U; /* parts [0, h) and [h, U) */
     PetscInt      *X1 = K == 2 ? Y + (U + 1) : X, *Y1 = K == 2 ? Y + 2 * (U + 1) : Y; /* the parts' lists: the second buffers, when merged */
