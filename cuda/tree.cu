@@ -1241,7 +1241,7 @@ __global__ void ChunkKernel(PetscInt nchunks, PetscInt npairs, const PetscInt *p
 }
 
 #define LAUNCH_N(n) FMMCUDABlocks((PetscInt64)(n), BS), BS, 0, c->stream
-#define SORT_PARTS_MIN (1 << 18) /* points from which they go up and are sorted in two parts */
+#define SORT_PARTS_MIN (1 << 21) /* points from which they go up and are sorted in two parts (from 2^18 on, 10^6 points measured 0.1 ms slower) */
 
 /* the work arrays of the compact split, sized for the last round */
 typedef struct {
@@ -1806,13 +1806,13 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
 
   /* the points go up in parts on a second stream, each part's two lists
      sorted while the next goes up, then merged (at 10^7 points an assembly
-     again 15.4-16.0 -> 15.0-15.3 ms, at 10^6 no change; sorting the x and y
+     again 15.4-16.0 -> 15.0-15.3 ms, H100; sorting the x and y
      lists at the same time, the y list on a second stream with its own
      scratch, measured slower: the sort stage at 10^6 points 0.53-0.62 ->
      0.68-0.75 ms, H100) */
-  if (U) {
-    const PetscInt K = U >= SORT_PARTS_MIN ? 2 : 1, h = K == 2 ? U / 2 : U; /* parts [0, h) and [h, U) */
-    PetscInt      *X1 = K == 2 ? Y + (U + 1) : X, *Y1 = K == 2 ? Y + 2 * (U + 1) : Y; /* the parts' lists: the second buffers, when merged */
+  if (U >= SORT_PARTS_MIN) {
+    const PetscInt h = U / 2;                                 /* parts [0, h) and [h, U) */
+    PetscInt      *X1 = Y + (U + 1), *Y1 = Y + 2 * (U + 1); /* the parts' lists: the second buffers */
     cudaStream_t   us;
     cudaEvent_t    ev;
     size_t         need = 0;
@@ -1821,9 +1821,9 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
     FMMCallCUDA(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
     FMMCallCUDA(cudaEventRecord(ev, c->stream)); /* xy is allocated */
     FMMCallCUDA(cudaStreamWaitEvent(us, ev, 0));
-    FMMCallCUDA(cub::DeviceRadixSort::SortPairs(NULL, need, kx, kt, val, X1, (int)(U - h > h ? U - h : h), 0, 64, c->stream));
+    FMMCallCUDA(cub::DeviceRadixSort::SortPairs(NULL, need, kx, kt, val, X1, (int)(U - h), 0, 64, c->stream));
     PetscCall(ScratchEnsure(c, &s, need));
-    for (PetscInt j = 0; j < K; j++) {
+    for (PetscInt j = 0; j < 2; j++) {
       const PetscInt a = j ? h : 0, b = j ? U : h;
       PetscCall(up(c, uctx, a, b, us));
       FMMCallCUDA(cudaEventRecord(ev, us));
@@ -1833,7 +1833,7 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
       FMMCallCUDA(cub::DeviceRadixSort::SortPairs(s.tmp, need, kx + a, kt + a, val + a, X1 + a, (int)(b - a), 0, 64, c->stream));
       FMMCallCUDA(cub::DeviceRadixSort::SortPairs(s.tmp, need, ky + a, kt + U + a, val + a, Y1 + a, (int)(b - a), 0, 64, c->stream));
     }
-    if (K == 2) { /* the merges write keys over the sort's inputs (XO, YO below) */
+    { /* the merges write keys over the sorts' inputs (XO, YO below) */
       const auto xa = thrust::make_zip_iterator(kt, X1), xb = thrust::make_zip_iterator(kt + h, X1 + h), xo = thrust::make_zip_iterator(kx, X);
       const auto ya = thrust::make_zip_iterator(kt + U, Y1), yb = thrust::make_zip_iterator(kt + U + h, Y1 + h), yo = thrust::make_zip_iterator(ky, Y);
       FMMCallCUDA(cub::DeviceMerge::MergeKeys(NULL, need, xa, h, xb, U - h, xo, KeyIndexLess(), c->stream));
@@ -1846,7 +1846,25 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
     if (late) PetscCall(late(c, lctx, ev, &lated)); /* after the points, while the GPU sorts and splits */
     FMMCallCUDA(cudaEventDestroy(ev));
     FMMCallCUDA(cudaStreamDestroy(us)); /* released once its work is done */
-  } else if (late) PetscCall(late(c, lctx, NULL, &lated));
+  } else {
+    size_t      need  = 0;
+    cudaEvent_t upped = NULL;
+    if (U) {
+      PetscCall(up(c, uctx, 0, U, c->stream));
+      FMMCallCUDA(cudaEventCreateWithFlags(&upped, cudaEventDisableTiming));
+      FMMCallCUDA(cudaEventRecord(upped, c->stream));
+      KeysKernel<<<LAUNCH_N(U)>>>(0, U, xy, kx, ky, val);
+      FMMCheckLaunch();
+      FMMCallCUDA(cub::DeviceRadixSort::SortPairs(NULL, need, kx, kt, val, X, (int)U, 0, 64, c->stream));
+      PetscCall(ScratchEnsure(c, &s, need));
+      FMMCallCUDA(cub::DeviceRadixSort::SortPairs(s.tmp, need, kx, kt, val, X, (int)U, 0, 64, c->stream));
+      FMMCallCUDA(cub::DeviceRadixSort::SortPairs(s.tmp, need, ky, kt, val, Y, (int)U, 0, 64, c->stream));
+      OtherKernel<<<LAUNCH_N(U)>>>(U, X, Y, xy, XO, YO);
+      FMMCheckLaunch();
+    }
+    if (late) PetscCall(late(c, lctx, upped, &lated)); /* after the points, while the GPU sorts and splits */
+    if (upped) FMMCallCUDA(cudaEventDestroy(upped));
+  }
   {
     PetscInt h[2] = {0, U};
     FMMCallCUDA(cudaMemcpyAsync(off, h, sizeof(h), cudaMemcpyHostToDevice, c->stream));

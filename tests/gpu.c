@@ -24,7 +24,7 @@ Every -mat_fmm_ option applies to both devices; -mat_fmm_cuda_m2l <tc,fma> and -
   more than FMMCUDA_SYM_GMAX = 64 lower near-list entries.  The *_global
   cases build the tree with every splitting round in global memory
   (-mat_fmm_cuda_split_local false), as on devices with less shared memory.
-  The tree_parts cases have 2^18 points or more, which go up and are sorted
+  The tree_parts cases have 2^21 points or more, which go up and are sorted
   in two parts (tree_parts_targets: the second part holds sources and
   targets).
 */
@@ -562,12 +562,12 @@ int main(int argc, char **argv)
   test:
     suffix: tree_parts
     requires: cuda
-    args: -n 300000 -geometry curve -mat_fmm_ct 64 -tree_only
+    args: -n 2200000 -geometry curve -mat_fmm_ct 64 -tree_only
 
   test:
     suffix: tree_parts_targets
     requires: cuda
-    args: -n 200000 -geometry clusters -mat_fmm_ct 16 -targets -tree_only
+    args: -n 1500000 -geometry clusters -mat_fmm_ct 16 -targets -tree_only
 
   test:
     suffix: tree_global
