@@ -246,7 +246,7 @@ static PetscErrorCode UploadLate(FMM_CUDA *c, void *ctx, cudaEvent_t after, cuda
 
 /* the points [a, b) of the U = N + Mg of the plan (the sources, then the
    targets of all ranks) to xy on stream s: FMMCUDATreeBuild uploads them in
-   parts, each sorted while the next goes up */
+   two parts from 2^21 points on, each sorted while the next goes up */
 typedef struct {
   const Mat_FMM *fmm;
   double        *xy;
