@@ -82,13 +82,13 @@ static FMMMem MemOf(const FMM_CUDA *c, const void *a)
   return at.type == cudaMemoryTypeDevice && at.device == c->dev ? FMM_MEM_HERE : FMM_MEM_DIRECT;
 }
 
-/* n doubles between the caller's array (in memory m, MemOf) and the GPU.
-   Memory other than pageable is copied directly (cudaMemcpyDefault); pageable
-   host memory goes through the process's pinned staging rings in slots of
-   FMM_STAGE_SLOT doubles, the host-side copies (all OpenMP threads)
-   overlapping the DMA of the other slots (FMMCopyReals). */
-
-/* h (n doubles) to device d, in stream s; returns when h may be changed */
+/* CopyIn, CopyOut: n doubles between the caller's array (in memory m,
+   MemOf) and the GPU.  Memory other than pageable is copied directly
+   (cudaMemcpyDefault); pageable host memory goes through the process's
+   pinned staging rings in slots of FMM_STAGE_SLOT doubles, the host-side
+   copies (all OpenMP threads) overlapping the DMA of the other slots
+   (FMMCopyReals).  CopyIn: h to device d, in stream s; returns when h may
+   be changed */
 static PetscErrorCode CopyIn(cudaStream_t s, double *d, const double *h, PetscInt n, FMMMem m)
 {
   FMMCUDAStage *st = &FMMCUDAStaging;

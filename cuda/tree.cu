@@ -428,6 +428,13 @@ __device__ __forceinline__ bool RunMinMax(long long key, unsigned long long *v)
   return lane == 31 || next != key;
 }
 
+/* a[j] = min (even j) / max (odd j) of a[j] and v[j], j < nv, by atomics */
+template <int nv>
+__device__ __forceinline__ void MinMaxAtomics(unsigned long long *a, const unsigned long long *v)
+{
+  for (int j = 0; j < nv; j++) (j % 2) ? atomicMax(&a[j], v[j]) : atomicMin(&a[j], v[j]);
+}
+
 /* min (even j) / max (odd j) of v[0..nv) over the nt threads of the block with
    one key >= 0 (equal keys are contiguous; -1: nothing), applied to dst(key)
    by atomics: one set per run of lanes, and one per run of warps that hold a
@@ -446,8 +453,7 @@ __device__ __forceinline__ void BlockRunAtomics(long long key, unsigned long lon
   if (uniform && lane == 31)
     for (int j = 0; j < nv; j++) bv[wid][j] = v[j];
   if (!uniform && last && key >= 0) {
-    unsigned long long *a = dst(key);
-    for (int j = 0; j < nv; j++) (j % 2) ? atomicMax(&a[j], v[j]) : atomicMin(&a[j], v[j]);
+    MinMaxAtomics<nv>(dst(key), v);
   }
   __syncthreads();
   if (threadIdx.x) return;
@@ -455,8 +461,7 @@ __device__ __forceinline__ void BlockRunAtomics(long long key, unsigned long lon
     for (w1 = w0 + 1; w1 < nt / 32 && bkey[w1] == bkey[w0]; w1++)
       for (int j = 0; j < nv; j++) bv[w0][j] = (j % 2) ? MaxU(bv[w0][j], bv[w1][j]) : MinU(bv[w0][j], bv[w1][j]);
     if (bkey[w0] < 0) continue;
-    unsigned long long *a = dst(bkey[w0]);
-    for (int j = 0; j < nv; j++) (j % 2) ? atomicMax(&a[j], bv[w0][j]) : atomicMin(&a[j], bv[w0][j]);
+    MinMaxAtomics<nv>(dst(bkey[w0]), bv[w0]);
   }
 }
 
@@ -485,6 +490,7 @@ __global__ void __launch_bounds__(BS) SplitCoreKernel(PetscInt U, PetscInt nt, P
 {
   long long          tag  = -1;           /* 2s (lower core) or 2s + 1 (upper core); -1: none */
   unsigned long long v[4] = {0, 0, 0, 0}; /* ylo, yhi, xlo, xhi as order keys */
+  const auto         dst  = [core](long long t) { return core + 8 * (t / 2) + 4 * (t % 2); };
 
   if (blockIdx.x < nt) {
     typedef cub::BlockReduce<SplitRun, BS> Reduce;
@@ -526,10 +532,7 @@ __global__ void __launch_bounds__(BS) SplitCoreKernel(PetscInt U, PetscInt nt, P
 #pragma unroll
     for (int q = 0; q < CIT; q++) {
       if (tg[q] != tag) {
-        if (tag >= 0) {
-          unsigned long long *a = core + 8 * (tag / 2) + 4 * (tag % 2);
-          for (int j = 0; j < 4; j++) (j % 2) ? atomicMax(&a[j], v[j]) : atomicMin(&a[j], v[j]);
-        }
+        if (tag >= 0) MinMaxAtomics<4>(dst(tag), v);
         tag  = tg[q];
         v[0] = v[2] = ~0ull;
         v[1] = v[3] = 0;
@@ -542,7 +545,7 @@ __global__ void __launch_bounds__(BS) SplitCoreKernel(PetscInt U, PetscInt nt, P
       v[3] = MaxU(v[3], kx);
     }
   }
-  BlockRunAtomics<4, BS>(tag, v, [core](long long t) { return core + 8 * (t / 2) + 4 * (t % 2); });
+  BlockRunAtomics<4, BS>(tag, v, dst);
 }
 
 /* the window scans and the costs, a tile of WTILE slots per block (WIT
@@ -1752,7 +1755,7 @@ PetscErrorCode FMMCUDANearSources(FMM_CUDA *c, const FMMPlan *P, PetscBool globa
 PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal theta, PetscBool median, PetscBool splitlocal, PetscBool same, PetscInt t0, PetscReal alpha, PetscReal beta, const double *xy, PetscErrorCode (*up)(FMM_CUDA *, void *, PetscInt, PetscInt, cudaStream_t), void *uctx, const double *nrm, const double *wts, PetscErrorCode (*late)(FMM_CUDA *, void *, cudaEvent_t, cudaEvent_t *), void *lctx, PetscInt U)
 {
   const PetscInt      N = P->N, M = P->M;
-  PetscInt            L = 0, nleaves, nboxes, nc;
+  PetscInt            L = 0, nleaves, nboxes, nch;
   Scratch             s = {NULL, 0};
   unsigned long long *kx, *ky, *kt;
   PetscInt           *val, *X, *Y, *seg, *cseg, *offbase, *off, *noff, *fs, *ss, *ft, *st;
@@ -1810,30 +1813,32 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
      lists at the same time, the y list on a second stream with its own
      scratch, measured slower: the sort stage at 10^6 points 0.53-0.62 ->
      0.68-0.75 ms, H100) */
-  if (U >= SORT_PARTS_MIN) {
-    const PetscInt h = U / 2;                                 /* parts [0, h) and [h, U) */
-    PetscInt      *X1 = Y + (U + 1), *Y1 = Y + 2 * (U + 1); /* the parts' lists: the second buffers */
-    cudaStream_t   us;
+  if (U) {
+    const PetscInt K = U >= SORT_PARTS_MIN ? 2 : 1, h = U / K;                  /* parts [0, h) and [h, U) */
+    PetscInt      *X1 = K == 2 ? Y + (U + 1) : X, *Y1 = K == 2 ? Y + 2 * (U + 1) : Y; /* the parts' lists: the second buffers, when merged */
+    cudaStream_t   us = c->stream;                                                /* the upload's */
     cudaEvent_t    ev;
     size_t         need = 0;
 
-    FMMCallCUDA(cudaStreamCreateWithFlags(&us, cudaStreamNonBlocking));
     FMMCallCUDA(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
-    FMMCallCUDA(cudaEventRecord(ev, c->stream)); /* xy is allocated */
-    FMMCallCUDA(cudaStreamWaitEvent(us, ev, 0));
-    FMMCallCUDA(cub::DeviceRadixSort::SortPairs(NULL, need, kx, kt, val, X1, (int)(U - h), 0, 64, c->stream));
+    if (K == 2) {
+      FMMCallCUDA(cudaStreamCreateWithFlags(&us, cudaStreamNonBlocking));
+      FMMCallCUDA(cudaEventRecord(ev, c->stream)); /* xy is allocated */
+      FMMCallCUDA(cudaStreamWaitEvent(us, ev, 0));
+    }
+    FMMCallCUDA(cub::DeviceRadixSort::SortPairs(NULL, need, kx, kt, val, X1, (int)(U - h > h ? U - h : h), 0, 64, c->stream));
     PetscCall(ScratchEnsure(c, &s, need));
-    for (PetscInt j = 0; j < 2; j++) {
-      const PetscInt a = j ? h : 0, b = j ? U : h;
+    for (PetscInt j = 0; j < K; j++) {
+      const PetscInt a = j ? h : 0, b = j == K - 1 ? U : h;
       PetscCall(up(c, uctx, a, b, us));
       FMMCallCUDA(cudaEventRecord(ev, us));
-      FMMCallCUDA(cudaStreamWaitEvent(c->stream, ev, 0));
+      if (us != c->stream) FMMCallCUDA(cudaStreamWaitEvent(c->stream, ev, 0));
       KeysKernel<<<LAUNCH_N(b - a)>>>(a, b, xy, kx, ky, val);
       FMMCheckLaunch();
       FMMCallCUDA(cub::DeviceRadixSort::SortPairs(s.tmp, need, kx + a, kt + a, val + a, X1 + a, (int)(b - a), 0, 64, c->stream));
       FMMCallCUDA(cub::DeviceRadixSort::SortPairs(s.tmp, need, ky + a, kt + U + a, val + a, Y1 + a, (int)(b - a), 0, 64, c->stream));
     }
-    { /* the merges write keys over the sorts' inputs (XO, YO below) */
+    if (K == 2) { /* the merges write keys over the sorts' inputs (XO, YO below) */
       const auto xa = thrust::make_zip_iterator(kt, X1), xb = thrust::make_zip_iterator(kt + h, X1 + h), xo = thrust::make_zip_iterator(kx, X);
       const auto ya = thrust::make_zip_iterator(kt + U, Y1), yb = thrust::make_zip_iterator(kt + U + h, Y1 + h), yo = thrust::make_zip_iterator(ky, Y);
       FMMCallCUDA(cub::DeviceMerge::MergeKeys(NULL, need, xa, h, xb, U - h, xo, KeyIndexLess(), c->stream));
@@ -1845,26 +1850,8 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
     FMMCheckLaunch();
     if (late) PetscCall(late(c, lctx, ev, &lated)); /* after the points, while the GPU sorts and splits */
     FMMCallCUDA(cudaEventDestroy(ev));
-    FMMCallCUDA(cudaStreamDestroy(us)); /* released once its work is done */
-  } else {
-    size_t      need  = 0;
-    cudaEvent_t upped = NULL;
-    if (U) {
-      PetscCall(up(c, uctx, 0, U, c->stream));
-      FMMCallCUDA(cudaEventCreateWithFlags(&upped, cudaEventDisableTiming));
-      FMMCallCUDA(cudaEventRecord(upped, c->stream));
-      KeysKernel<<<LAUNCH_N(U)>>>(0, U, xy, kx, ky, val);
-      FMMCheckLaunch();
-      FMMCallCUDA(cub::DeviceRadixSort::SortPairs(NULL, need, kx, kt, val, X, (int)U, 0, 64, c->stream));
-      PetscCall(ScratchEnsure(c, &s, need));
-      FMMCallCUDA(cub::DeviceRadixSort::SortPairs(s.tmp, need, kx, kt, val, X, (int)U, 0, 64, c->stream));
-      FMMCallCUDA(cub::DeviceRadixSort::SortPairs(s.tmp, need, ky, kt, val, Y, (int)U, 0, 64, c->stream));
-      OtherKernel<<<LAUNCH_N(U)>>>(U, X, Y, xy, XO, YO);
-      FMMCheckLaunch();
-    }
-    if (late) PetscCall(late(c, lctx, upped, &lated)); /* after the points, while the GPU sorts and splits */
-    if (upped) FMMCallCUDA(cudaEventDestroy(upped));
-  }
+    if (us != c->stream) FMMCallCUDA(cudaStreamDestroy(us)); /* released once its work is done */
+  } else if (late) PetscCall(late(c, lctx, NULL, &lated));
   {
     PetscInt h[2] = {0, U};
     FMMCallCUDA(cudaMemcpyAsync(off, h, sizeof(h), cudaMemcpyHostToDevice, c->stream));
@@ -1872,7 +1859,7 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
 
   PetscCall(StageMark(c, &stg));
   lists = SplitLists{X, XO, U + 1, PetscMax(U, 1), sel}; /* X, Y, X2, Y2 and XO, YO, XO2, YO2 follow each other */
-  nc    = (U + SEG_CHUNK - 1) / SEG_CHUNK;
+  nch   = (U + SEG_CHUNK - 1) / SEG_CHUNK; /* chunks of positions (SegmentOf) */
   /* 2L rounds of halving; the boxes of level l are the segments of round 2l.
      The last rounds run in shared memory (SplitLocalKernel) from the first
      round whose largest segment fits a block (one readback, when the
@@ -1895,7 +1882,7 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
         break;
       }
     }
-    SegmentKernel<<<LAUNCH_N(PetscMax(nseg, nc + 1))>>>(nseg, off, lists, xy, noff, dir, lbb, sp.core, sp.best, sp.rank, nc, cseg);
+    SegmentKernel<<<LAUNCH_N(PetscMax(nseg, nch + 1))>>>(nseg, off, lists, xy, noff, dir, lbb, sp.core, sp.best, sp.rank, nch, cseg);
     FMMCheckLaunch();
     if (U && sp.core) PetscCall(CompactSplit(c, &sp, nseg, U, off, cseg, lists, xy));
     if (U) PetscCall(SplitPartition(c, &s, U, cseg, off, noff, dir, sp.rank, lists, nsel, xy));
