@@ -6,18 +6,22 @@ static char help[] = "MATFMM benchmark: setup, MatMult (median of -reps), time p
   -reassemble <k>               then k more assemblies with the points set again (default 0)\n\
   -host_vectors <bool>          MatMult on host vectors (VECSTANDARD) where MatCreateVecs gives device\n\
                                 ones (a PETSc configured with CUDA); default false\n\
+  -device_points <bool>         give MatFMMSetSources() the points, normals and weights in device memory\n\
+                                (a PETSc configured with CUDA), as a code whose points live on the GPU; default false\n\
   -kernel <single,double>       via -mat_fmm_kernel; every -mat_fmm_ option applies\n\n";
 
 /*
   Prints, for the options given:
-    bench: device=.. vec=.. N=.. geometry=.. eps=.. p=.. ct=.. layout=.. levels=.. setup_s=.. assembly_s=.. cuda_init_s=.. mult_med_s=.. mult_min_s=.. mult_max_s=.. points_per_s=..
+    bench: device=.. vec=.. points=.. N=.. geometry=.. eps=.. p=.. ct=.. layout=.. levels=.. setup_s=.. assembly_s=.. cuda_init_s=.. mult_med_s=.. mult_min_s=.. mult_max_s=.. points_per_s=..
   vec is the type of x and y (seqcuda: the product moves no vector between
   host and device); setup_s is MatCreate to MatAssemblyEnd (the sources copied in, the tree, the
   lists, the device arrays); assembly_s is MatAssemblyBegin/End alone;
   cuda_init_s is PetscFMMCUDAInitialize(), the CUDA context, once per process;
   with -reassemble k, reassembly_med_s is the median of k assemblies after
   MatFMMSetSources() with the same points (what a time-stepping code pays when
-  its points move: the tree is rebuilt).
+  its points move: the tree is rebuilt), and setsources_med_s the median of
+  those MatFMMSetSources() calls (the copy and check of the points; points=
+  says whether they are given in host or device memory).
     phases_ms: P2M=.. M2M=.. M2L=.. L2L=.. L2P=.. P2P=..   (per MatMult)
     rates: p2p_pairs_per_s=.. m2l_gflops=.. m2l_count=.. p2p_pairs=.. relerr_sample=..
     check: y_sum=..   (the sum of the last product, to 17 digits)
@@ -27,6 +31,13 @@ static char help[] = "MATFMM benchmark: setup, MatMult (median of -reps), time p
 */
 #include <petscfmm.h>
 #include "../tests/testutil.h"
+#if defined(PETSC_HAVE_CUDA)
+  #if PETSC_VERSION_LT(3, 19, 0)
+    #include <petscdevice.h>
+  #else
+    #include <petscdevice_cuda.h>
+  #endif
+#endif
 
 static int CmpReal(const void *a, const void *b)
 {
@@ -37,10 +48,11 @@ static int CmpReal(const void *a, const void *b)
 int main(int argc, char **argv)
 {
   PetscInt           N = 1000000, reps = 10, nsample = 200, nre = 0, n, rstart, p, L, m2l, ct;
-  PetscBool          curve = PETSC_TRUE, hostvecs = PETSC_FALSE;
+  PetscBool          curve = PETSC_TRUE, hostvecs = PETSC_FALSE, devpts = PETSC_FALSE;
   VecType            vtype;
   char               geom[16] = "curve";
-  PetscReal         *xy, *nrm, *w, *times, eps = 1e-10, reas = 0;
+  PetscReal         *xy, *nrm, *w, *times, eps = 1e-10, reas = 0, sets = 0;
+  PetscReal         *sxy, *snrm, *sw; /* what MatFMMSetSources() is given: xy, nrm, w or their device copies */
   PetscLogDouble     t0, t1, ta, ti0, ti1;
   Mat                A;
   Vec                x, y;
@@ -60,6 +72,7 @@ int main(int argc, char **argv)
   PetscCall(PetscOptionsInt("-sample", "Targets checked against exact summation", NULL, nsample, &nsample, NULL));
   PetscCall(PetscOptionsInt("-reassemble", "Assemblies after setting the points again", NULL, nre, &nre, NULL));
   PetscCall(PetscOptionsBool("-host_vectors", "MatMult on host vectors", NULL, hostvecs, &hostvecs, NULL));
+  PetscCall(PetscOptionsBool("-device_points", "Points, normals and weights given in device memory", NULL, devpts, &devpts, NULL));
   PetscOptionsEnd();
   curve = (PetscBool)(strcmp(geom, "square") != 0);
   PetscCall(PetscOptionsGetReal(NULL, NULL, "-mat_fmm_eps", &eps, NULL));
@@ -86,11 +99,24 @@ int main(int argc, char **argv)
   PetscCall(PetscTime(&ti0));
   PetscCall(PetscFMMCUDAInitialize());
   PetscCall(PetscTime(&ti1));
+  sxy = xy, snrm = nrm, sw = w;
+  if (devpts) {
+#if defined(PETSC_HAVE_CUDA)
+    PetscCallCUDA(cudaMalloc((void **)&sxy, sizeof(PetscReal) * 5 * PetscMax(n, 1)));
+    snrm = sxy + 2 * n;
+    sw   = sxy + 4 * n;
+    PetscCallCUDA(cudaMemcpy(sxy, xy, sizeof(PetscReal) * 2 * n, cudaMemcpyHostToDevice));
+    PetscCallCUDA(cudaMemcpy(snrm, nrm, sizeof(PetscReal) * 2 * n, cudaMemcpyHostToDevice));
+    PetscCallCUDA(cudaMemcpy(sw, w, sizeof(PetscReal) * n, cudaMemcpyHostToDevice));
+#else
+    SETERRQ(PETSC_COMM_WORLD, PETSC_ERR_SUP, "-device_points needs a PETSc configured with CUDA");
+#endif
+  }
   PetscCall(PetscTime(&t0));
   PetscCall(MatCreate(PETSC_COMM_WORLD, &A));
   PetscCall(MatSetSizes(A, n, n, PETSC_DETERMINE, PETSC_DETERMINE));
   PetscCall(MatSetType(A, MATFMM));
-  PetscCall(MatFMMSetSources(A, n, xy, nrm, w));
+  PetscCall(MatFMMSetSources(A, n, sxy, snrm, sw));
   PetscCall(MatSetFromOptions(A));
   PetscCall(PetscTime(&ta));
   PetscCall(MatAssemblyBegin(A, MAT_FINAL_ASSEMBLY));
@@ -119,11 +145,15 @@ int main(int argc, char **argv)
   qsort(times, reps, sizeof(PetscReal), CmpReal);
 
   if (nre > 0) { /* the tree rebuilt: the points set again */
-    PetscReal *rt;
-    PetscCall(PetscMalloc1(nre, &rt));
+    PetscReal *rt, *st;
+    PetscCall(PetscMalloc2(nre, &rt, nre, &st));
     for (PetscInt r = 0; r < nre; r++) {
       PetscLogDouble a, b;
-      PetscCall(MatFMMSetSources(A, n, xy, nrm, w));
+      PetscCall(PetscBarrier((PetscObject)A));
+      PetscCall(PetscTime(&a));
+      PetscCall(MatFMMSetSources(A, n, sxy, snrm, sw));
+      PetscCall(PetscTime(&b));
+      st[r] = b - a;
       PetscCall(PetscBarrier((PetscObject)A));
       PetscCall(PetscTime(&a));
       PetscCall(MatAssemblyBegin(A, MAT_FINAL_ASSEMBLY));
@@ -133,8 +163,10 @@ int main(int argc, char **argv)
       rt[r] = b - a;
     }
     qsort(rt, nre, sizeof(PetscReal), CmpReal);
+    qsort(st, nre, sizeof(PetscReal), CmpReal);
     reas = rt[nre / 2];
-    PetscCall(PetscFree(rt));
+    sets = st[nre / 2];
+    PetscCall(PetscFree2(rt, st));
   }
   PetscCall(MatFMMGetExpansionOrder(A, &p));
   PetscCall(MatFMMGetClusteringThreshold(A, &ct));
@@ -154,9 +186,9 @@ int main(int argc, char **argv)
     pairs = (PetscReal)p2p;
     PetscCall(MPIU_Allreduce(&mloc, &msum, 1, MPIU_REAL, MPIU_SUM, PETSC_COMM_WORLD));
     PetscCall(MPIU_Allreduce(MPI_IN_PLACE, &pairs, 1, MPIU_REAL, MPIU_SUM, PETSC_COMM_WORLD));
-    PetscCall(PetscPrintf(PETSC_COMM_WORLD, "bench: device=%s vec=%s N=%" PetscInt_FMT " geometry=%s eps=%g p=%" PetscInt_FMT " ct=%" PetscInt_FMT " layout=%s levels=%" PetscInt_FMT " setup_s=%.4f assembly_s=%.4f cuda_init_s=%.3f mult_med_s=%.5f mult_min_s=%.5f mult_max_s=%.5f points_per_s=%.3e", MatFMMDevices[dev], vtype, N,
+    PetscCall(PetscPrintf(PETSC_COMM_WORLD, "bench: device=%s vec=%s points=%s N=%" PetscInt_FMT " geometry=%s eps=%g p=%" PetscInt_FMT " ct=%" PetscInt_FMT " layout=%s levels=%" PetscInt_FMT " setup_s=%.4f assembly_s=%.4f cuda_init_s=%.3f mult_med_s=%.5f mult_min_s=%.5f mult_max_s=%.5f points_per_s=%.3e", MatFMMDevices[dev], vtype, devpts ? "device" : "host", N,
                            curve ? "curve" : "square", (double)eps, p, ct, layout, L, (double)(t1 - t0), (double)(t1 - ta), (double)(ti1 - ti0), (double)med, (double)times[0], (double)times[reps - 1], (double)(N / med)));
-    if (nre) PetscCall(PetscPrintf(PETSC_COMM_WORLD, " reassembly_med_s=%.4f", (double)reas));
+    if (nre) PetscCall(PetscPrintf(PETSC_COMM_WORLD, " reassembly_med_s=%.4f setsources_med_s=%.4f", (double)reas, (double)sets));
     PetscCall(PetscPrintf(PETSC_COMM_WORLD, "\n"));
     PetscCall(PetscPrintf(PETSC_COMM_WORLD, "phases_ms: P2M=%.3f M2M=%.3f M2L=%.3f L2L=%.3f L2P=%.3f P2P=%.3f\n", 1e3 * ph[0], 1e3 * ph[1], 1e3 * ph[2], 1e3 * ph[3], 1e3 * ph[4], 1e3 * ph[5]));
     if (ph[5] > 0 && ph[2] > 0) PetscCall(PetscPrintf(PETSC_COMM_WORLD, "rates: p2p_pairs_per_s=%.3e m2l_gflops=%.2f m2l_count=%.0f p2p_pairs=%.0f", (double)(pairs / ph[5]), (double)(msum * (4.0 * p * p + 20.0 * p) / ph[2] * 1e-9), (double)msum, (double)pairs));
@@ -216,6 +248,9 @@ int main(int argc, char **argv)
   PetscCall(VecDestroy(&x));
   PetscCall(VecDestroy(&y));
   PetscCall(MatDestroy(&A));
+#if defined(PETSC_HAVE_CUDA)
+  if (devpts) PetscCallCUDA(cudaFree(sxy));
+#endif
   PetscCall(PetscFree4(xy, nrm, w, times));
   PetscCall(PetscFinalize());
   return 0;

@@ -290,7 +290,7 @@ static PetscErrorCode PinSources(Mat A)
   cudaError_t    e;
 
   PetscFunctionBegin;
-  if (!fmm->galias || fmm->srcpinned || fmm->srcpinno || fmm->nrefill < FMM_PIN_REFILLS || !bytes) PetscFunctionReturn(0);
+  if (!fmm->galias || fmm->srcdev || fmm->srcpinned || fmm->srcpinno || fmm->nrefill < FMM_PIN_REFILLS || !bytes) PetscFunctionReturn(0);
   PetscCall(PetscTime(&t0));
   e = cudaHostRegister(fmm->src, bytes, cudaHostRegisterDefault);
   PetscCall(PetscTime(&t1));
@@ -324,6 +324,7 @@ static PetscErrorCode FMMCUDAPlan(Mat A)
   double        *xy;
   LateUpload     late = {fmm, NULL, NULL, NULL};
   PointUpload    up;
+  PetscBool      fromhost;
   PetscLogDouble t0, t0b, t1;
 
   PetscFunctionBegin;
@@ -340,8 +341,9 @@ static PetscErrorCode FMMCUDAPlan(Mat A)
   if (fmm->gwts) PetscCall(FMMCUDAMalloc(c->stream, (void **)&late.wts, sizeof(double) * N, "the weights"));
   FMMCallCUDA(cudaEventCreateWithFlags(&late.ready, cudaEventDisableTiming));
   FMMCallCUDA(cudaEventRecord(late.ready, c->stream));
-  up = PointUpload{fmm, xy, N, MemOf(c, fmm->gsrc), same ? FMM_MEM_PAGEABLE : MemOf(c, fmm->gtgt)};
-  PetscCall(FMMCUDATreeBuild(c, P, fmm->ct, fmm->theta, fmm->split_median, fmm->cuda_split_local, same, same ? A->cmap->rstart : A->rmap->rstart, fmm->alpha, fmm->beta, xy, UploadPoints, &up, late.nrm, late.wts, (late.nrm || late.wts) ? UploadLate : NULL, &late, U));
+  up       = PointUpload{fmm, xy, N, MemOf(c, fmm->gsrc), same ? FMM_MEM_PAGEABLE : MemOf(c, fmm->gtgt)};
+  fromhost = (up.msrc != FMM_MEM_HERE || (!same && up.mtgt != FMM_MEM_HERE)) ? PETSC_TRUE : PETSC_FALSE; /* else no upload to overlap */
+  PetscCall(FMMCUDATreeBuild(c, P, fmm->ct, fmm->theta, fmm->split_median, fmm->cuda_split_local, same, same ? A->cmap->rstart : A->rmap->rstart, fmm->alpha, fmm->beta, xy, UploadPoints, &up, late.nrm, late.wts, (late.nrm || late.wts) ? UploadLate : NULL, &late, fromhost, U));
   PetscCall(PetscTime(&t1));
   PetscCall(PetscInfo(A, "GPU plan: context and staging %.2f ms, %" PetscInt_FMT " points up, tree and lists (with the normals and weights up) %.2f ms\n", 1e3 * (t0b - t0), U, 1e3 * (t1 - t0b)));
   FMMCallCUDA(cudaEventDestroy(late.ready));

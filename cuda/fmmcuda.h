@@ -150,7 +150,7 @@ PETSC_INTERN PetscErrorCode FMMCUDASelectDevice(MPI_Comm, int *);
 PETSC_INTERN PetscErrorCode FMMCUDAReadback(cudaStream_t, void *, const void *, size_t);
 
 /* tree.cu */
-PETSC_INTERN PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *, FMMPlan *, PetscInt, PetscReal, PetscBool, PetscBool, PetscBool, PetscInt, PetscReal, PetscReal, const double *, PetscErrorCode (*)(FMM_CUDA *, void *, PetscInt, PetscInt, cudaStream_t), void *, const double *, const double *, PetscErrorCode (*)(FMM_CUDA *, void *, cudaEvent_t, cudaEvent_t *), void *, PetscInt);
+PETSC_INTERN PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *, FMMPlan *, PetscInt, PetscReal, PetscBool, PetscBool, PetscBool, PetscInt, PetscReal, PetscReal, const double *, PetscErrorCode (*)(FMM_CUDA *, void *, PetscInt, PetscInt, cudaStream_t), void *, const double *, const double *, PetscErrorCode (*)(FMM_CUDA *, void *, cudaEvent_t, cudaEvent_t *), void *, PetscBool, PetscInt);
 PETSC_INTERN PetscErrorCode FMMCUDAM2LPlan(FMM_CUDA *, const FMMPlan *);
 PETSC_INTERN PetscErrorCode FMMCUDAP2PPlan(FMM_CUDA *, FMMPlan *, PetscBool);
 PETSC_INTERN PetscErrorCode FMMCUDAP2PSymmetricPlan(FMM_CUDA *, const FMMPlan *);

@@ -1748,11 +1748,12 @@ PetscErrorCode FMMCUDANearSources(FMM_CUDA *c, const FMMPlan *P, PetscBool globa
   device, where late(c, lctx, after, &done) (when not NULL), called once the
   sort is queued, starts their upload after the event after (the points up)
   and returns the event of its end, which the scatter of the points waits
-  for.  Fills
+  for.  parts: the points come from host memory (from SORT_PARTS_MIN on,
+  they go up in two parts, each sorted while the next goes up).  Fills
   the device plan of c (sperm ... scale, faroff, far, nearoff, near, tleafof)
   and the counts and statistics of P (no host arrays).
 */
-PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal theta, PetscBool median, PetscBool splitlocal, PetscBool same, PetscInt t0, PetscReal alpha, PetscReal beta, const double *xy, PetscErrorCode (*up)(FMM_CUDA *, void *, PetscInt, PetscInt, cudaStream_t), void *uctx, const double *nrm, const double *wts, PetscErrorCode (*late)(FMM_CUDA *, void *, cudaEvent_t, cudaEvent_t *), void *lctx, PetscInt U)
+PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal theta, PetscBool median, PetscBool splitlocal, PetscBool same, PetscInt t0, PetscReal alpha, PetscReal beta, const double *xy, PetscErrorCode (*up)(FMM_CUDA *, void *, PetscInt, PetscInt, cudaStream_t), void *uctx, const double *nrm, const double *wts, PetscErrorCode (*late)(FMM_CUDA *, void *, cudaEvent_t, cudaEvent_t *), void *lctx, PetscBool parts, PetscInt U)
 {
   const PetscInt      N = P->N, M = P->M;
   PetscInt            L = 0, nleaves, nboxes, nch;
@@ -1814,7 +1815,7 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
      scratch, measured slower: the sort stage at 10^6 points 0.53-0.62 ->
      0.68-0.75 ms, H100) */
   if (U) {
-    const PetscInt K = U >= SORT_PARTS_MIN ? 2 : 1, h = U / K;                  /* parts [0, h) and [h, U) */
+    const PetscInt K = parts && U >= SORT_PARTS_MIN ? 2 : 1, h = U / K;         /* parts [0, h) and [h, U) */
     PetscInt      *X1 = K == 2 ? Y + (U + 1) : X, *Y1 = K == 2 ? Y + 2 * (U + 1) : Y; /* the parts' lists: the second buffers, when merged */
     cudaStream_t   us = c->stream;                                                /* the upload's */
     cudaEvent_t    ev;

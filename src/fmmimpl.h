@@ -105,6 +105,9 @@ typedef struct {
   PetscInt     nrefill;             /* MatFMMSetSources() calls that refilled that block (same sizes) */
   PetscBool    srcpinned, srcpinno; /* the CUDA backend page-locked the block; it tried and was refused */
   PetscInt     badsrc, badnrm, badwts, badtgt; /* first NaN/Inf entry of each copy, -1: none (found while copying) */
+  PetscReal    badv[4];                        /* their values (src, nrm, wts, tgt) */
+  PetscBool    srcdev, tgtdev;                 /* the copies (src block, tgt) are in device memory: given there (CUDA backend) */
+  PetscInt     srcdistinct;                    /* srcdev: the first local source not at source 0's place (-1: none) */
   MatFMMKernel kernel;
   PetscReal    alpha, beta; /* operator = alpha D + beta S */
   /* parameters */
@@ -155,4 +158,9 @@ PETSC_INTERN PetscErrorCode FMMCUDADeviceCount(int *);
 PETSC_INTERN PetscErrorCode FMMCUDAInitializeContext(void);
 PETSC_INTERN PetscErrorCode FMMCUDAUnpin(void *);
 PETSC_INTERN PetscErrorCode FMMCUDAWarmUpSorts(void);
+PETSC_INTERN PetscErrorCode FMMCUDAIsDeviceMemory(const void *, PetscBool *);
+PETSC_INTERN PetscErrorCode FMMCUDAPointsAlloc(size_t, PetscReal **);
+PETSC_INTERN PetscErrorCode FMMCUDAPointsFree(PetscReal *);
+PETSC_INTERN PetscErrorCode FMMCUDACopyChecked(PetscInt, PetscReal *const[], const PetscReal *const[], const PetscInt[], PetscInt[], PetscReal[], PetscInt *);
+PETSC_INTERN PetscErrorCode FMMCUDAPointsToHost(PetscReal *, const PetscReal *, size_t);
 #endif

@@ -12,6 +12,7 @@ For the single layer in the tiled layout it prints the P2P kernel the GPU runs\n
   -oom <bool>                        only check that a GPU allocation failure is a PETSC_ERR_MEM error\n\
   -tree_only <bool>                  only check the tree and lists (large N)\n\
   -device_vectors <bool>             only check MatMult on device vectors (needs a PETSc configured with CUDA)\n\
+  -device_points <bool>              only check points given in device memory (needs a PETSc configured with CUDA)\n\
   -refill <k>                        also refill the sources k times (rotated) and assemble again, as a time-stepping code\n\
 First it checks the tree and lists built on the GPU against those built on the CPU (-mat_fmm_cuda_tree).\n\
 Every -mat_fmm_ option applies to both devices; -mat_fmm_cuda_m2l <tc,fma> and -mat_fmm_cuda_log <fast,libm> pick GPU kernels.\n\n";
@@ -413,11 +414,175 @@ static PetscErrorCode CheckDeviceVectors(MPI_Comm comm, const Problem *pb, Vec x
 #endif
 }
 
+#if defined(PETSC_HAVE_CUDA)
+/* d = a device copy of h (n reals) */
+static PetscErrorCode ToDevice(const PetscReal *h, PetscInt n, PetscReal **d)
+{
+  PetscFunctionBegin;
+  *d = NULL;
+  if (!h || n <= 0) PetscFunctionReturn(0);
+  PetscCallCUDA(cudaMalloc((void **)d, sizeof(PetscReal) * n));
+  PetscCallCUDA(cudaMemcpy(*d, h, sizeof(PetscReal) * n, cudaMemcpyHostToDevice));
+  PetscFunctionReturn(0);
+}
+
+/* y = A x on a fresh y; *same: y equals yref bitwise (prints the case) */
+static PetscErrorCode MultSame(MPI_Comm comm, const char *what, Mat A, Vec x, Vec yref, PetscInt *nfail)
+{
+  Vec       y;
+  PetscReal rel;
+  PetscBool bit;
+
+  PetscFunctionBegin;
+  PetscCall(VecDuplicate(yref, &y));
+  PetscCall(MatMult(A, x, y));
+  PetscCall(Compare(y, yref, &rel, &bit));
+  if (bit) PetscCall(PetscPrintf(comm, "%s: equal bitwise: ok\n", what));
+  else {
+    PetscCall(PetscPrintf(comm, "%s: FAILED, differs by %.3e\n", what, (double)rel));
+    (*nfail)++;
+  }
+  PetscCall(VecDestroy(&y));
+  PetscFunctionReturn(0);
+}
+
+static PetscErrorCode ExpectCode(MPI_Comm comm, const char *what, PetscErrorCode got, PetscErrorCode want, PetscInt *nfail)
+{
+  PetscFunctionBegin;
+  if (got == want) PetscCall(PetscPrintf(comm, "%s: error %d: ok\n", what, (int)got));
+  else {
+    PetscCall(PetscPrintf(comm, "%s: FAILED, error %d, expected %d\n", what, (int)got, (int)want));
+    (*nfail)++;
+  }
+  PetscFunctionReturn(0);
+}
+#endif
+
+/* sources (and targets) given in device memory (MatFMMSetSources() with
+   device arrays, as from a device vector): the same products, bitwise, as
+   from host arrays, on the GPU and, copied back, on the CPU; refills; the
+   diagonal; and the bad inputs (NaN/Inf, coincident points, host and device
+   arrays mixed) with the matrix left as it was */
+static PetscErrorCode CheckDevicePoints(MPI_Comm comm, const Problem *pb, Vec x, PetscInt *nfail)
+{
+#if defined(PETSC_HAVE_CUDA)
+  Problem        pd = *pb;
+  Mat            Ah, Ad, Ch, Cd;
+  Vec            yh, dh, dd;
+  PetscReal     *mv, *dmv = NULL, rel;
+  PetscBool      bit;
+  PetscErrorCode ierr;
+
+  PetscFunctionBegin;
+  PetscCall(ToDevice(pb->xy, 2 * pb->n, &pd.xy));
+  PetscCall(ToDevice(pb->nrm, 2 * pb->n, &pd.nrm));
+  PetscCall(ToDevice(pb->w, pb->n, &pd.w));
+  if (pb->m >= 0) PetscCall(ToDevice(pb->txy, 2 * pb->m, &pd.txy));
+  PetscCall(CreateFMM(comm, pb, MATFMM_KERNEL_COMBINED, MATFMM_LAYOUT_TILED, MATFMM_METHOD_FMM, MATFMM_DEVICE_CUDA, &Ah));
+  PetscCall(CreateFMM(comm, &pd, MATFMM_KERNEL_COMBINED, MATFMM_LAYOUT_TILED, MATFMM_METHOD_FMM, MATFMM_DEVICE_CUDA, &Ad));
+  PetscCall(MatCreateVecs(Ah, NULL, &yh));
+  PetscCall(MatMult(Ah, x, yh));
+  PetscCall(MultSame(comm, "GPU, points in device memory vs host memory", Ad, x, yh, nfail));
+  if (pb->m < 0) { /* the diagonal (Jacobi) reads the points on the host */
+    PetscCall(MatCreateVecs(Ah, NULL, &dh));
+    PetscCall(VecDuplicate(dh, &dd));
+    PetscCall(MatGetDiagonal(Ah, dh));
+    PetscCall(MatGetDiagonal(Ad, dd));
+    PetscCall(Compare(dd, dh, &rel, &bit));
+    if (bit) PetscCall(PetscPrintf(comm, "MatGetDiagonal, points in device memory vs host memory: equal bitwise: ok\n"));
+    else {
+      PetscCall(PetscPrintf(comm, "MatGetDiagonal, points in device memory: FAILED, differs by %.3e\n", (double)rel));
+      (*nfail)++;
+    }
+    PetscCall(VecDestroy(&dh));
+    PetscCall(VecDestroy(&dd));
+  }
+  if (pb->n <= 100000) { /* the CPU backend from device arrays (copied back at assembly) */
+    PetscCall(CreateFMM(comm, pb, MATFMM_KERNEL_COMBINED, MATFMM_LAYOUT_TILED, MATFMM_METHOD_FMM, MATFMM_DEVICE_CPU, &Ch));
+    PetscCall(CreateFMM(comm, &pd, MATFMM_KERNEL_COMBINED, MATFMM_LAYOUT_TILED, MATFMM_METHOD_FMM, MATFMM_DEVICE_CPU, &Cd));
+    PetscCall(MatMult(Ch, x, yh));
+    PetscCall(MultSame(comm, "CPU, points in device memory vs host memory", Cd, x, yh, nfail));
+    PetscCall(MatDestroy(&Ch));
+    PetscCall(MatDestroy(&Cd));
+  }
+
+  /* moved points, refilled three times: in place on the GPU */
+  PetscCall(PetscMalloc1(2 * pb->n + 1, &mv));
+  for (PetscInt r = 1; r <= 3; r++) {
+    for (PetscInt i = 0; i < 2 * pb->n; i++) mv[i] = pb->xy[i] * (1.0 + 0.01 * r) + 0.001 * r;
+    if (!dmv) PetscCall(ToDevice(mv, 2 * pb->n, &dmv));
+    else PetscCallCUDA(cudaMemcpy(dmv, mv, sizeof(PetscReal) * 2 * pb->n, cudaMemcpyHostToDevice));
+    PetscCall(MatFMMSetSources(Ah, pb->n, mv, pb->nrm, pb->w));
+    PetscCall(MatFMMSetSources(Ad, pb->n, dmv, pd.nrm, pd.w));
+    PetscCall(MatAssemblyBegin(Ah, MAT_FINAL_ASSEMBLY));
+    PetscCall(MatAssemblyEnd(Ah, MAT_FINAL_ASSEMBLY));
+    PetscCall(MatAssemblyBegin(Ad, MAT_FINAL_ASSEMBLY));
+    PetscCall(MatAssemblyEnd(Ad, MAT_FINAL_ASSEMBLY));
+    PetscCall(MatMult(Ah, x, yh));
+  }
+  PetscCall(MultSame(comm, "GPU, points in device memory refilled 3 times", Ad, x, yh, nfail));
+
+  /* bad input: mixed memory is refused before anything changes */
+  PetscCall(PetscPushErrorHandler(PetscReturnErrorHandler, NULL));
+  ierr = MatFMMSetSources(Ad, pb->n, dmv, pb->nrm, pd.w);
+  PetscCall(PetscPopErrorHandler());
+  PetscCall(ExpectCode(comm, "points in device memory, normals in host memory", ierr, pb->n ? PETSC_ERR_ARG_WRONG : 0, nfail));
+  PetscCall(MultSame(comm, "after the refused call, the matrix as it was", Ad, x, yh, nfail));
+  /* NaN and coincident points, found on the GPU, raised at assembly */
+  {
+    const PetscReal nan = PETSC_MAX_REAL * 10 - PETSC_MAX_REAL * 10;
+    PetscInt        k   = pb->n / 2;
+    PetscErrorCode  e1 = 0, e2 = 0, e3 = 0; /* a NaN on every rank: each raises its own error (the others' would be "invalid input on another rank") */
+    if (pb->n > 0) PetscCallCUDA(cudaMemcpy(dmv + 2 * k + 1, &nan, sizeof(PetscReal), cudaMemcpyHostToDevice));
+    PetscCall(MatFMMSetSources(Ad, pb->n, dmv, pd.nrm, pd.w));
+    PetscCall(MatAssemblyBegin(Ad, MAT_FINAL_ASSEMBLY));
+    PetscCall(PetscPushErrorHandler(PetscReturnErrorHandler, NULL));
+    e1 = MatAssemblyEnd(Ad, MAT_FINAL_ASSEMBLY);
+    PetscCall(PetscPopErrorHandler());
+    PetscCall(ExpectCode(comm, "NaN in a point in device memory, at assembly", e1, PETSC_ERR_ARG_OUTOFRANGE, nfail));
+    for (PetscInt i = 0; i < pb->n; i++) mv[2 * i] = 0.25, mv[2 * i + 1] = -0.5;
+    PetscCallCUDA(cudaMemcpy(dmv, mv, sizeof(PetscReal) * 2 * pb->n, cudaMemcpyHostToDevice));
+    PetscCall(MatFMMSetSources(Ad, pb->n, dmv, pd.nrm, pd.w));
+    PetscCall(MatAssemblyBegin(Ad, MAT_FINAL_ASSEMBLY));
+    PetscCall(PetscPushErrorHandler(PetscReturnErrorHandler, NULL));
+    e2 = MatAssemblyEnd(Ad, MAT_FINAL_ASSEMBLY);
+    PetscCall(PetscPopErrorHandler());
+    PetscCall(ExpectCode(comm, "all points in device memory at one place, at assembly", e2, PETSC_ERR_ARG_WRONG, nfail));
+    if (pb->m >= 0) { /* a NaN target */
+      if (pb->m > 0) PetscCallCUDA(cudaMemcpy(pd.txy, &nan, sizeof(PetscReal), cudaMemcpyHostToDevice));
+      PetscCall(MatFMMSetSources(Ad, pb->n, pd.xy, pd.nrm, pd.w));
+      PetscCall(MatFMMSetTargets(Ad, pb->m, pd.txy));
+      PetscCall(MatAssemblyBegin(Ad, MAT_FINAL_ASSEMBLY));
+      PetscCall(PetscPushErrorHandler(PetscReturnErrorHandler, NULL));
+      e3 = MatAssemblyEnd(Ad, MAT_FINAL_ASSEMBLY);
+      PetscCall(PetscPopErrorHandler());
+      PetscCall(ExpectCode(comm, "NaN in a target in device memory, at assembly", e3, PETSC_ERR_ARG_OUTOFRANGE, nfail));
+    }
+  }
+  PetscCall(PetscFree(mv));
+  PetscCallCUDA(cudaFree(dmv));
+  PetscCallCUDA(cudaFree(pd.xy));
+  PetscCallCUDA(cudaFree(pd.nrm));
+  PetscCallCUDA(cudaFree(pd.w));
+  PetscCallCUDA(cudaFree(pd.txy));
+  PetscCall(VecDestroy(&yh));
+  PetscCall(MatDestroy(&Ah));
+  PetscCall(MatDestroy(&Ad));
+  PetscFunctionReturn(0);
+#else
+  PetscFunctionBegin;
+  (void)pb;
+  (void)x;
+  (void)nfail;
+  SETERRQ(comm, PETSC_ERR_SUP, "-device_points needs a PETSc configured with CUDA");
+#endif
+}
+
 int main(int argc, char **argv)
 {
   PetscInt    N = 3000, n, rstart, nfail = 0, ndev, refill = 0;
   Geometry    g       = GEOM_CURVE;
-  PetscBool   targets = PETSC_FALSE, oom = PETSC_FALSE, treeonly = PETSC_FALSE, devvecs = PETSC_FALSE;
+  PetscBool   targets = PETSC_FALSE, oom = PETSC_FALSE, treeonly = PETSC_FALSE, devvecs = PETSC_FALSE, devpts = PETSC_FALSE;
   PetscReal  *xy, *nrm, *w, *txy = NULL;
   Problem     pb;
   Vec         x, yg, yd;
@@ -434,6 +599,7 @@ int main(int argc, char **argv)
   PetscCall(PetscOptionsBool("-oom", "Check the out-of-memory error only", NULL, oom, &oom, NULL));
   PetscCall(PetscOptionsBool("-tree_only", "Check the tree and lists only", NULL, treeonly, &treeonly, NULL));
   PetscCall(PetscOptionsBool("-device_vectors", "Check MatMult on device vectors only", NULL, devvecs, &devvecs, NULL));
+  PetscCall(PetscOptionsBool("-device_points", "Check points given in device memory only", NULL, devpts, &devpts, NULL));
   PetscCall(PetscOptionsInt("-refill", "Also refill the sources this many times and assemble again", NULL, refill, &refill, NULL));
   PetscOptionsEnd();
   PetscCall(PetscFMMCUDAGetDeviceCount(&ndev));
@@ -485,9 +651,10 @@ int main(int argc, char **argv)
   PetscCall(PetscRandomSeed(rnd));
   PetscCall(VecSetRandom(x, rnd));
   if (devvecs) PetscCall(CheckDeviceVectors(comm, &pb, x, &nfail));
+  else if (devpts) PetscCall(CheckDevicePoints(comm, &pb, x, &nfail));
   else PetscCall(CheckTree(comm, &pb, x, &nfail));
-  if (refill > 0 && pb.m < 0 && !devvecs) PetscCall(CheckRefill(comm, &pb, x, refill, &nfail));
-  if (!treeonly && !devvecs) {
+  if (refill > 0 && pb.m < 0 && !devvecs && !devpts) PetscCall(CheckRefill(comm, &pb, x, refill, &nfail));
+  if (!treeonly && !devvecs && !devpts) {
     for (int k = MATFMM_KERNEL_SINGLE; k <= MATFMM_KERNEL_COMBINED; k++) {
       for (int l = MATFMM_LAYOUT_TILED; l <= MATFMM_LAYOUT_REPETITION; l++) PetscCall(CheckCase(comm, &pb, (MatFMMKernel)k, (MatFMMLayout)l, MATFMM_METHOD_FMM, x, yg, &nfail));
       PetscCall(CheckCase(comm, &pb, (MatFMMKernel)k, MATFMM_LAYOUT_TILED, MATFMM_METHOD_DIRECT, x, yd, &nfail));
@@ -644,6 +811,27 @@ int main(int argc, char **argv)
     suffix: device_vectors_targets
     requires: cuda petsc_cuda
     args: -n 6000 -geometry square -targets -mat_fmm_ct 20 -device_vectors -malloc_dump
+
+  test:
+    suffix: device_points
+    requires: cuda petsc_cuda
+    args: -n 20000 -geometry curve -device_points -malloc_dump
+
+  test:
+    suffix: device_points_targets
+    requires: cuda petsc_cuda
+    args: -n 6000 -geometry square -targets -mat_fmm_ct 20 -device_points -malloc_dump
+
+  test:
+    suffix: device_points_parts
+    requires: cuda petsc_cuda
+    args: -n 2200000 -geometry curve -mat_fmm_p 8 -device_points
+
+  test:
+    suffix: device_points_mpi
+    requires: cuda petsc_cuda
+    nsize: 2
+    args: -n 6000 -geometry curve -targets -mat_fmm_ct 20 -device_points
 
   test:
     suffix: oom

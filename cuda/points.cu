@@ -1,0 +1,182 @@
+/* The caller's points, normals and weights given in device memory
+   (MatFMMSetSources(), MatFMMSetTargets()): recognised, copied into the
+   matrix's block on the GPU with the NaN/Inf check of the host copy, and
+   brought to the host where a host path needs them. */
+#include "fmmcuda.h"
+
+/* cuCtxGetCurrent through the runtime's driver entry points (the library
+   does not link libcuda, so that it loads where there is no driver):
+   whether this thread has a CUDA context.  Without one no device pointer
+   can be the caller's, and asking the runtime about a pointer would create
+   a context (about 0.25 s and GPU memory) for a user who never uses the GPU. */
+typedef int (*FMMCtxGetCurrent)(void **);
+
+static PetscBool HasContext(void)
+{
+  static FMMCtxGetCurrent get  = NULL;
+  static PetscBool        init = PETSC_FALSE, nodev = PETSC_FALSE;
+  void                   *ctx  = NULL;
+
+  if (!init) {
+    int n = 0;
+    init = PETSC_TRUE;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+      (void)cudaGetLastError();
+      nodev = PETSC_TRUE;
+    }
+#if CUDART_VERSION >= 12050
+    {
+      cudaDriverEntryPointQueryResult q;
+      if (cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", (void **)&get, 12000, cudaEnableDefault, &q) != cudaSuccess || q != cudaDriverEntryPointSuccess) get = NULL;
+    }
+#elif CUDART_VERSION >= 12000
+    {
+      cudaDriverEntryPointQueryResult q;
+      if (cudaGetDriverEntryPoint("cuCtxGetCurrent", (void **)&get, cudaEnableDefault, &q) != cudaSuccess || q != cudaDriverEntryPointSuccess) get = NULL;
+    }
+#endif
+    (void)cudaGetLastError();
+  }
+  if (nodev) return PETSC_FALSE;
+  if (!get) return PETSC_TRUE; /* cannot tell: ask about the pointer (a context then exists) */
+  return (get(&ctx) == 0 && ctx) ? PETSC_TRUE : PETSC_FALSE;
+}
+
+/* *dev: whether p is device memory (cudaMemoryTypeDevice; managed and
+   page-locked memory the host reads as its own) */
+PetscErrorCode FMMCUDAIsDeviceMemory(const void *p, PetscBool *dev)
+{
+  cudaPointerAttributes at;
+
+  PetscFunctionBegin;
+  *dev = PETSC_FALSE;
+  if (!p || !HasContext()) PetscFunctionReturn(0);
+  if (cudaPointerGetAttributes(&at, p) != cudaSuccess) {
+    (void)cudaGetLastError();
+    PetscFunctionReturn(0);
+  }
+  *dev = at.type == cudaMemoryTypeDevice ? PETSC_TRUE : PETSC_FALSE;
+  PetscFunctionReturn(0);
+}
+
+/* the matrix's block of n reals on this rank's GPU (cudaMalloc: it lives
+   with the matrix, not with an assembly) */
+PetscErrorCode FMMCUDAPointsAlloc(size_t n, PetscReal **d)
+{
+  cudaError_t e;
+
+  PetscFunctionBegin;
+  *d = NULL;
+  PetscCall(FMMCUDAInitializeContext()); /* this rank's device */
+  if (!n) PetscFunctionReturn(0);
+  e = cudaMalloc((void **)d, sizeof(PetscReal) * n);
+  if (e == cudaErrorMemoryAllocation && FMMCUDAPool) { /* the pool may hold what an earlier assembly freed */
+    (void)cudaGetLastError();
+    FMMCallCUDA(cudaDeviceSynchronize());
+    FMMCallCUDA(cudaMemPoolTrimTo(FMMCUDAPool, 0));
+    e = cudaMalloc((void **)d, sizeof(PetscReal) * n);
+  }
+  if (e == cudaErrorMemoryAllocation) {
+    size_t fr = 0, tot = 0;
+    (void)cudaGetLastError();
+    (void)cudaMemGetInfo(&fr, &tot);
+    *d = NULL;
+    SETERRQ(PETSC_COMM_SELF, PETSC_ERR_MEM, "MATFMM CUDA: out of GPU memory: the copy of the points given in device memory needs %.1f MB, the GPU has %.1f MB free of %.1f MB", sizeof(PetscReal) * n / 1048576.0, fr / 1048576.0, tot / 1048576.0);
+  }
+  FMMCallCUDA(e);
+  PetscFunctionReturn(0);
+}
+
+PetscErrorCode FMMCUDAPointsFree(PetscReal *d)
+{
+  PetscFunctionBegin;
+  if (d && cudaFree(d) != cudaSuccess) (void)cudaGetLastError(); /* the context may be gone at exit */
+  PetscFunctionReturn(0);
+}
+
+/* the smallest of each warp's values to *r, one atomic a warp */
+__device__ static void WarpMinAtomic(unsigned long long v, unsigned long long *r)
+{
+  for (int o = 16; o > 0; o /= 2) {
+    const unsigned long long w = __shfl_down_sync(0xffffffffu, v, o);
+    v                          = w < v ? w : v;
+  }
+  if ((threadIdx.x & 31) == 0 && v != ~0ull) atomicMin(r, v);
+}
+
+/* d = s (n reals) and r[0] = the first index of a NaN/Inf (unchanged: none) */
+__global__ static void CopyFiniteKernel(PetscInt64 n, const double *__restrict__ s, double *__restrict__ d, unsigned long long *r)
+{
+  unsigned long long first = ~0ull;
+  for (PetscInt64 i = blockIdx.x * (PetscInt64)blockDim.x + threadIdx.x; i < n; i += (PetscInt64)gridDim.x * blockDim.x) {
+    const double v = s[i];
+    d[i]           = v;
+    if (!(fabs(v) <= DBL_MAX) && (unsigned long long)i < first) first = (unsigned long long)i;
+  }
+  WarpMinAtomic(first, r);
+}
+
+/* r[0] = the first point (of n, interleaved) not at the first point's place (unchanged: all there) */
+__global__ static void DistinctKernel(PetscInt64 n, const double *__restrict__ xy, unsigned long long *r)
+{
+  unsigned long long first = ~0ull;
+  const double       x0 = xy[0], y0 = xy[1];
+  for (PetscInt64 i = 1 + blockIdx.x * (PetscInt64)blockDim.x + threadIdx.x; i < n; i += (PetscInt64)gridDim.x * blockDim.x)
+    if ((xy[2 * i] != x0 || xy[2 * i + 1] != y0) && (unsigned long long)i < first) first = (unsigned long long)i;
+  WarpMinAtomic(first, r);
+}
+
+/*
+  FMMCUDACopyChecked - dst[k][0..n[k]) = src[k][0..n[k]) for k < na (device
+  arrays, the caller's and the matrix's), with bad[k] the index of the first
+  NaN/Inf of array k (-1: none) and badv[k] its value; with distinct not
+  NULL, *distinct the first point of array 0 (interleaved x, y) at another
+  place than its point 0 (-1: all at one place).  Reads the caller's arrays
+  after the work queued on the legacy default stream, and returns when they
+  may be changed.
+*/
+PetscErrorCode FMMCUDACopyChecked(PetscInt na, PetscReal *const dst[], const PetscReal *const src[], const PetscInt n[], PetscInt bad[], PetscReal badv[], PetscInt *distinct)
+{
+  unsigned long long *r, h[8];
+  int                 sms = 1, dev = 0;
+  cudaStream_t        s;
+
+  PetscFunctionBegin;
+  PetscCheck(na <= 4, PETSC_COMM_SELF, PETSC_ERR_PLIB, "at most 4 arrays");
+  PetscCall(FMMCUDAInitializeContext());
+  FMMCallCUDA(cudaGetDevice(&dev));
+  FMMCallCUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  FMMCallCUDA(cudaStreamCreate(&s)); /* a blocking stream: after the legacy default stream's work */
+  PetscCall(FMMCUDAMalloc(s, (void **)&r, sizeof(h), "the check of the points"));
+  FMMCallCUDA(cudaMemsetAsync(r, 0xff, sizeof(h), s));
+  for (PetscInt k = 0; k < na; k++) {
+    const unsigned nb = (unsigned)PetscMax(1, PetscMin((PetscInt64)4 * sms, (n[k] + 255) / 256));
+    if (!n[k]) continue;
+    CopyFiniteKernel<<<nb, 256, 0, s>>>(n[k], src[k], dst[k], r + k);
+    FMMCheckLaunch();
+  }
+  if (distinct && n[0] > 2) {
+    DistinctKernel<<<(unsigned)PetscMax(1, PetscMin((PetscInt64)4 * sms, (n[0] / 2 + 255) / 256)), 256, 0, s>>>(n[0] / 2, dst[0], r + 4);
+    FMMCheckLaunch();
+  }
+  FMMCallCUDA(cudaMemcpyAsync(h, r, sizeof(h), cudaMemcpyDeviceToHost, s));
+  FMMCallCUDA(cudaStreamSynchronize(s));
+  for (PetscInt k = 0; k < na; k++) {
+    bad[k]  = h[k] == ~0ull ? -1 : (PetscInt)h[k];
+    badv[k] = 0.0;
+    if (bad[k] >= 0) FMMCallCUDA(cudaMemcpy(&badv[k], dst[k] + bad[k], sizeof(PetscReal), cudaMemcpyDeviceToHost));
+  }
+  if (distinct) *distinct = (n[0] > 2 && h[4] != ~0ull) ? (PetscInt)h[4] : -1;
+  PetscCall(FMMCUDAFree(s, r));
+  FMMCallCUDA(cudaStreamSynchronize(s));
+  FMMCallCUDA(cudaStreamDestroy(s));
+  PetscFunctionReturn(0);
+}
+
+/* h[0..n) = d[0..n) (device to host, waits) */
+PetscErrorCode FMMCUDAPointsToHost(PetscReal *h, const PetscReal *d, size_t n)
+{
+  PetscFunctionBegin;
+  if (n) FMMCallCUDA(cudaMemcpy(h, d, sizeof(PetscReal) * n, cudaMemcpyDeviceToHost));
+  PetscFunctionReturn(0);
+}
