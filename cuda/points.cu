@@ -7,8 +7,9 @@
 /* cuCtxGetCurrent through the runtime's driver entry points (the library
    does not link libcuda, so that it loads where there is no driver):
    whether this thread has a CUDA context.  Without one no device pointer
-   can be the caller's, and asking the runtime about a pointer would create
-   a context (about 0.25 s and GPU memory) for a user who never uses the GPU. */
+   can be the caller's, and asking the runtime about a pointer
+   (cudaPointerGetAttributes) would initialise its primary context (about
+   0.25 s and GPU memory) for a user who never uses the GPU. */
 typedef int (*FMMCtxGetCurrent)(void **);
 
 static PetscBool HasContext(void)
