@@ -60,38 +60,22 @@ PetscErrorCode FMMCUDAIsDeviceMemory(const void *p, PetscBool *dev)
   PetscFunctionReturn(0);
 }
 
-/* the matrix's block of n reals on this rank's GPU (cudaMalloc: it lives
-   with the matrix, not with an assembly) */
+/* the matrix's block of n reals on this rank's GPU, from petscfmm's pool
+   (FMMCUDAMalloc, with its out-of-memory error); it lives with the matrix */
 PetscErrorCode FMMCUDAPointsAlloc(size_t n, PetscReal **d)
 {
-  cudaError_t e;
-
   PetscFunctionBegin;
-  *d = NULL;
   PetscCall(FMMCUDAInitializeContext()); /* this rank's device */
-  if (!n) PetscFunctionReturn(0);
-  e = cudaMalloc((void **)d, sizeof(PetscReal) * n);
-  if (e == cudaErrorMemoryAllocation && FMMCUDAPool) { /* the pool may hold what an earlier assembly freed */
-    (void)cudaGetLastError();
-    FMMCallCUDA(cudaDeviceSynchronize());
-    FMMCallCUDA(cudaMemPoolTrimTo(FMMCUDAPool, 0));
-    e = cudaMalloc((void **)d, sizeof(PetscReal) * n);
-  }
-  if (e == cudaErrorMemoryAllocation) {
-    size_t fr = 0, tot = 0;
-    (void)cudaGetLastError();
-    (void)cudaMemGetInfo(&fr, &tot);
-    *d = NULL;
-    SETERRQ(PETSC_COMM_SELF, PETSC_ERR_MEM, "MATFMM CUDA: out of GPU memory: the copy of the points given in device memory needs %.1f MB, the GPU has %.1f MB free of %.1f MB", sizeof(PetscReal) * n / 1048576.0, fr / 1048576.0, tot / 1048576.0);
-  }
-  FMMCallCUDA(e);
+  PetscCall(FMMCUDAMalloc(0, (void **)d, sizeof(PetscReal) * n, "the copy of the points given in device memory"));
   PetscFunctionReturn(0);
 }
 
+/* after the work of the legacy default stream and the streams it waits for
+   (the tree build has synchronised its own stream) */
 PetscErrorCode FMMCUDAPointsFree(PetscReal *d)
 {
   PetscFunctionBegin;
-  if (d && cudaFree(d) != cudaSuccess) (void)cudaGetLastError(); /* the context may be gone at exit */
+  PetscCall(FMMCUDAFree(0, d));
   PetscFunctionReturn(0);
 }
 
@@ -160,8 +144,7 @@ PetscErrorCode FMMCUDACopyChecked(PetscInt na, PetscReal *const dst[], const Pet
     DistinctKernel<<<(unsigned)PetscMax(1, PetscMin((PetscInt64)4 * sms, (n[0] / 2 + 255) / 256)), 256, 0, s>>>(n[0] / 2, dst[0], r + 4);
     FMMCheckLaunch();
   }
-  FMMCallCUDA(cudaMemcpyAsync(h, r, sizeof(h), cudaMemcpyDeviceToHost, s));
-  FMMCallCUDA(cudaStreamSynchronize(s));
+  PetscCall(FMMCUDAReadback(s, h, r, sizeof(h)));
   for (PetscInt k = 0; k < na; k++) {
     bad[k]  = h[k] == ~0ull ? -1 : (PetscInt)h[k];
     badv[k] = 0.0;

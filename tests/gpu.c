@@ -456,6 +456,20 @@ static PetscErrorCode ExpectCode(MPI_Comm comm, const char *what, PetscErrorCode
   }
   PetscFunctionReturn(0);
 }
+
+/* assembles A with errors returned, not raised, and expects the code want */
+static PetscErrorCode AssembleExpect(MPI_Comm comm, const char *what, Mat A, PetscErrorCode want, PetscInt *nfail)
+{
+  PetscErrorCode e;
+
+  PetscFunctionBegin;
+  PetscCall(MatAssemblyBegin(A, MAT_FINAL_ASSEMBLY));
+  PetscCall(PetscPushErrorHandler(PetscReturnErrorHandler, NULL));
+  e = MatAssemblyEnd(A, MAT_FINAL_ASSEMBLY);
+  PetscCall(PetscPopErrorHandler());
+  PetscCall(ExpectCode(comm, what, e, want, nfail));
+  PetscFunctionReturn(0);
+}
 #endif
 
 /* sources (and targets) given in device memory (MatFMMSetSources() with
@@ -532,31 +546,19 @@ static PetscErrorCode CheckDevicePoints(MPI_Comm comm, const Problem *pb, Vec x,
   {
     const PetscReal nan = PETSC_MAX_REAL * 10 - PETSC_MAX_REAL * 10;
     PetscInt        k   = pb->n / 2;
-    PetscErrorCode  e1 = 0, e2 = 0, e3 = 0; /* a NaN on every rank: each raises its own error (the others' would be "invalid input on another rank") */
+    /* a NaN on every rank: each raises its own error (the others' would be "invalid input on another rank") */
     if (pb->n > 0) PetscCallCUDA(cudaMemcpy(dmv + 2 * k + 1, &nan, sizeof(PetscReal), cudaMemcpyHostToDevice));
     PetscCall(MatFMMSetSources(Ad, pb->n, dmv, pd.nrm, pd.w));
-    PetscCall(MatAssemblyBegin(Ad, MAT_FINAL_ASSEMBLY));
-    PetscCall(PetscPushErrorHandler(PetscReturnErrorHandler, NULL));
-    e1 = MatAssemblyEnd(Ad, MAT_FINAL_ASSEMBLY);
-    PetscCall(PetscPopErrorHandler());
-    PetscCall(ExpectCode(comm, "NaN in a point in device memory, at assembly", e1, PETSC_ERR_ARG_OUTOFRANGE, nfail));
+    PetscCall(AssembleExpect(comm, "NaN in a point in device memory, at assembly", Ad, PETSC_ERR_ARG_OUTOFRANGE, nfail));
     for (PetscInt i = 0; i < pb->n; i++) mv[2 * i] = 0.25, mv[2 * i + 1] = -0.5;
     PetscCallCUDA(cudaMemcpy(dmv, mv, sizeof(PetscReal) * 2 * pb->n, cudaMemcpyHostToDevice));
     PetscCall(MatFMMSetSources(Ad, pb->n, dmv, pd.nrm, pd.w));
-    PetscCall(MatAssemblyBegin(Ad, MAT_FINAL_ASSEMBLY));
-    PetscCall(PetscPushErrorHandler(PetscReturnErrorHandler, NULL));
-    e2 = MatAssemblyEnd(Ad, MAT_FINAL_ASSEMBLY);
-    PetscCall(PetscPopErrorHandler());
-    PetscCall(ExpectCode(comm, "all points in device memory at one place, at assembly", e2, PETSC_ERR_ARG_WRONG, nfail));
+    PetscCall(AssembleExpect(comm, "all points in device memory at one place, at assembly", Ad, PETSC_ERR_ARG_WRONG, nfail));
     if (pb->m >= 0) { /* a NaN target */
       if (pb->m > 0) PetscCallCUDA(cudaMemcpy(pd.txy, &nan, sizeof(PetscReal), cudaMemcpyHostToDevice));
       PetscCall(MatFMMSetSources(Ad, pb->n, pd.xy, pd.nrm, pd.w));
       PetscCall(MatFMMSetTargets(Ad, pb->m, pd.txy));
-      PetscCall(MatAssemblyBegin(Ad, MAT_FINAL_ASSEMBLY));
-      PetscCall(PetscPushErrorHandler(PetscReturnErrorHandler, NULL));
-      e3 = MatAssemblyEnd(Ad, MAT_FINAL_ASSEMBLY);
-      PetscCall(PetscPopErrorHandler());
-      PetscCall(ExpectCode(comm, "NaN in a target in device memory, at assembly", e3, PETSC_ERR_ARG_OUTOFRANGE, nfail));
+      PetscCall(AssembleExpect(comm, "NaN in a target in device memory, at assembly", Ad, PETSC_ERR_ARG_OUTOFRANGE, nfail));
     }
   }
   PetscCall(PetscFree(mv));

@@ -101,6 +101,26 @@ static PetscErrorCode FreeTargets(Mat_FMM *fmm)
   PetscFunctionReturn(0);
 }
 
+/* The arrays of device vectors, or device arrays the caller gives, may be
+   written by work queued on PETSc's stream (its current device context), not
+   on the backend's: with dev, the host waits for PETSc's stream before the
+   backend reads them or writes y.  The backend returns once y is written (its
+   stream synchronised), so PETSc's later work sees it. */
+static PetscErrorCode WaitForPETSc(PetscBool dev)
+{
+  PetscFunctionBegin;
+#if defined(PETSC_HAVE_CUDA)
+  if (dev) {
+    PetscDeviceContext dctx;
+    PetscCall(PetscDeviceContextGetCurrentContext(&dctx));
+    PetscCall(PetscDeviceContextSynchronize(dctx));
+  }
+#else
+  (void)dev;
+#endif
+  PetscFunctionReturn(0);
+}
+
 /* *dev: whether the caller's arrays a[0..k) (NULL ones aside) are in device
    memory; all or none of them must be.  Before anything is changed. */
 static PetscErrorCode ArraysOnDevice(PetscInt k, const PetscReal *const a[], const char *const name[], PetscBool *dev)
@@ -117,19 +137,20 @@ static PetscErrorCode ArraysOnDevice(PetscInt k, const PetscReal *const a[], con
       *dev  = d;
     } else PetscCheck(d == *dev, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "MATFMM: %s is in %s memory but %s is in %s memory; give them all in host memory or all in device memory", name[first], *dev ? "device" : "host", name[i], d ? "device" : "host");
   }
-  if (*dev) { /* their writers may be queued on PETSc's stream (a device vector's array) */
-  #if defined(PETSC_HAVE_CUDA)
-    PetscDeviceContext dctx;
-    PetscCall(PetscDeviceContextGetCurrentContext(&dctx));
-    PetscCall(PetscDeviceContextSynchronize(dctx));
-  #endif
-  }
+  PetscCall(WaitForPETSc(*dev));
 #else
   (void)k;
   (void)a;
   (void)name;
 #endif
   PetscFunctionReturn(0);
+}
+
+/* nrm and wts in the block at src (FMMSourceBlock) */
+static void SourceBlockViews(Mat_FMM *fmm)
+{
+  fmm->nrm = fmm->hasnrm ? fmm->src + 2 * fmm->nsrc : NULL;
+  fmm->wts = fmm->haswts ? fmm->src + (fmm->hasnrm ? 4 : 2) * fmm->nsrc : NULL;
 }
 
 /* the copies made in device memory, to host memory: for the paths that read
@@ -146,9 +167,8 @@ static PetscErrorCode PointsToHost(Mat_FMM *fmm)
     PetscCall(FMMCUDAPointsToHost(h, fmm->src, sz));
     PetscCall(FMMCUDAPointsFree(fmm->src));
     fmm->src    = h;
-    fmm->nrm    = fmm->hasnrm ? h + 2 * fmm->nsrc : NULL;
-    fmm->wts    = fmm->haswts ? h + (fmm->hasnrm ? 4 : 2) * fmm->nsrc : NULL;
     fmm->srcdev = PETSC_FALSE;
+    SourceBlockViews(fmm);
   }
   if (fmm->tgtdev) {
     PetscReal *h;
@@ -188,8 +208,10 @@ static PetscErrorCode MatFMMSetSources_FMM(Mat A, PetscInt n, const PetscReal xy
 #endif
       PetscCall(PetscMalloc1(sz, &fmm->src));
     fmm->srcdev = dev;
-    fmm->nrm    = nrm ? fmm->src + 2 * n : NULL;
-    fmm->wts    = w ? fmm->src + (nrm ? 4 : 2) * n : NULL;
+    fmm->nsrc   = n;
+    fmm->hasnrm = nrm ? PETSC_TRUE : PETSC_FALSE;
+    fmm->haswts = w ? PETSC_TRUE : PETSC_FALSE;
+    SourceBlockViews(fmm);
   } else fmm->nrefill++;
   if (dev) {
 #if defined(PETSCFMM_HAVE_CUDA)
@@ -210,9 +232,6 @@ static PetscErrorCode MatFMMSetSources_FMM(Mat A, PetscInt n, const PetscReal xy
     fmm->badv[1] = fmm->badnrm >= 0 ? fmm->nrm[fmm->badnrm] : 0.0;
     fmm->badv[2] = fmm->badwts >= 0 ? fmm->wts[fmm->badwts] : 0.0;
   }
-  fmm->hasnrm = nrm ? PETSC_TRUE : PETSC_FALSE;
-  fmm->haswts = w ? PETSC_TRUE : PETSC_FALSE;
-  fmm->nsrc   = n;
   if (A->cmap->n < 0) A->cmap->n = n;
   if (fmm->ntgt < 0 && A->rmap->n < 0) A->rmap->n = n;
   PetscFunctionReturn(0);
@@ -1071,28 +1090,6 @@ static PetscErrorCode MatAssemblyEnd_FMM(Mat A, MatAssemblyType type)
   PetscFunctionReturn(0);
 }
 
-/* The arrays of device vectors are current on PETSc's stream (its current
-   device context), not on the backend's: the host waits for PETSc's stream
-   before the backend reads x or the diagonal or writes y.  The backend
-   returns once y is written (its stream synchronised), so PETSc's later
-   work sees it. */
-static PetscErrorCode WaitForVecs(PetscMemType mx, PetscMemType my, PetscMemType md)
-{
-  PetscFunctionBegin;
-#if defined(PETSC_HAVE_CUDA)
-  if (PetscMemTypeDevice(mx) || PetscMemTypeDevice(my) || PetscMemTypeDevice(md)) {
-    PetscDeviceContext dctx;
-    PetscCall(PetscDeviceContextGetCurrentContext(&dctx));
-    PetscCall(PetscDeviceContextSynchronize(dctx));
-  }
-#else
-  (void)mx;
-  (void)my;
-  (void)md;
-#endif
-  PetscFunctionReturn(0);
-}
-
 /* y = [y +] scale K x + (shift + diag) .* x
    On one rank the densities are x itself (no gather).  With the CUDA backend
    the arrays are taken where they live (host or device memory,
@@ -1143,7 +1140,7 @@ static PetscErrorCode MatApply_FMM(Mat A, Vec x, Vec y, PetscBool add)
     else PetscCall(VecGetArrayWrite(y, &ya));
     out = ya;
   } else out = ondev ? NULL : fmm->pot; /* NULL: the backend keeps K x for combine */
-  PetscCall(WaitForVecs(mx, my, md));
+  PetscCall(WaitForPETSc(PetscMemTypeDevice(mx) || PetscMemTypeDevice(my) || PetscMemTypeDevice(md) ? PETSC_TRUE : PETSC_FALSE));
   if (fmm->method == MATFMM_METHOD_DIRECT) PetscCall((*fmm->ops->direct)(A, sigma, out));
   else PetscCall((*fmm->ops->mult)(A, sigma, out));
   if (ondev) {
