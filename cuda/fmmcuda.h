@@ -147,6 +147,7 @@ struct FMMSymLeaf {
 PETSC_INTERN PetscErrorCode FMMCUDAMalloc(cudaStream_t, void **, size_t, const char *);
 PETSC_INTERN PetscErrorCode FMMCUDAFree(cudaStream_t, void *);
 PETSC_INTERN PetscErrorCode FMMCUDASelectDevice(MPI_Comm, int *);
+PETSC_INTERN PetscErrorCode FMMCUDAMallocKept(void **, size_t, const char *);
 PETSC_INTERN PetscErrorCode FMMCUDAReadback(cudaStream_t, void *, const void *, size_t);
 
 /* tree.cu */

@@ -60,22 +60,19 @@ PetscErrorCode FMMCUDAIsDeviceMemory(const void *p, PetscBool *dev)
   PetscFunctionReturn(0);
 }
 
-/* the matrix's block of n reals on this rank's GPU, from petscfmm's pool
-   (FMMCUDAMalloc, with its out-of-memory error); it lives with the matrix */
+/* the matrix's block of n reals on this rank's GPU (FMMCUDAMallocKept) */
 PetscErrorCode FMMCUDAPointsAlloc(size_t n, PetscReal **d)
 {
   PetscFunctionBegin;
   PetscCall(FMMCUDAInitializeContext()); /* this rank's device */
-  PetscCall(FMMCUDAMalloc(0, (void **)d, sizeof(PetscReal) * n, "the copy of the points given in device memory"));
+  PetscCall(FMMCUDAMallocKept((void **)d, sizeof(PetscReal) * n, "the copy of the points given in device memory"));
   PetscFunctionReturn(0);
 }
 
-/* after the work of the legacy default stream and the streams it waits for
-   (the tree build has synchronised its own stream) */
 PetscErrorCode FMMCUDAPointsFree(PetscReal *d)
 {
   PetscFunctionBegin;
-  PetscCall(FMMCUDAFree(0, d));
+  if (d && cudaFree(d) != cudaSuccess) (void)cudaGetLastError(); /* the context may be gone at exit */
   PetscFunctionReturn(0);
 }
 
