@@ -188,7 +188,7 @@ int main(int argc, char **argv)
     PetscCall(MPIU_Allreduce(MPI_IN_PLACE, &pairs, 1, MPIU_REAL, MPIU_SUM, PETSC_COMM_WORLD));
     PetscCall(PetscPrintf(PETSC_COMM_WORLD, "bench: device=%s vec=%s points=%s N=%" PetscInt_FMT " geometry=%s eps=%g p=%" PetscInt_FMT " ct=%" PetscInt_FMT " layout=%s levels=%" PetscInt_FMT " setup_s=%.4f assembly_s=%.4f cuda_init_s=%.3f mult_med_s=%.5f mult_min_s=%.5f mult_max_s=%.5f points_per_s=%.3e", MatFMMDevices[dev], vtype, devpts ? "device" : "host", N,
                            curve ? "curve" : "square", (double)eps, p, ct, layout, L, (double)(t1 - t0), (double)(t1 - ta), (double)(ti1 - ti0), (double)med, (double)times[0], (double)times[reps - 1], (double)(N / med)));
-    if (nre) PetscCall(PetscPrintf(PETSC_COMM_WORLD, " reassembly_med_s=%.4f setsources_med_s=%.4f", (double)reas, (double)sets));
+    if (nre) PetscCall(PetscPrintf(PETSC_COMM_WORLD, " reassembly_med_s=%.6f setsources_med_s=%.6f", (double)reas, (double)sets));
     PetscCall(PetscPrintf(PETSC_COMM_WORLD, "\n"));
     PetscCall(PetscPrintf(PETSC_COMM_WORLD, "phases_ms: P2M=%.3f M2M=%.3f M2L=%.3f L2L=%.3f L2P=%.3f P2P=%.3f\n", 1e3 * ph[0], 1e3 * ph[1], 1e3 * ph[2], 1e3 * ph[3], 1e3 * ph[4], 1e3 * ph[5]));
     if (ph[5] > 0 && ph[2] > 0) PetscCall(PetscPrintf(PETSC_COMM_WORLD, "rates: p2p_pairs_per_s=%.3e m2l_gflops=%.2f m2l_count=%.0f p2p_pairs=%.0f", (double)(pairs / ph[5]), (double)(msum * (4.0 * p * p + 20.0 * p) / ph[2] * 1e-9), (double)msum, (double)pairs));

@@ -46,11 +46,12 @@ static PetscErrorCode FMMCUDADestroy(Mat A)
   if (!c) PetscFunctionReturn(0);
   (void)cudaSetDevice(c->dev);
   if (c->stream) (void)cudaStreamSynchronize(c->stream);
+  if (c->treebuilt) c->nearoff = NULL; /* in near's block (tree.cu) */
   Free(c, &c->sperm), Free(c, &c->sleaf), Free(c, &c->tperm), Free(c, &c->tleaf), Free(c, &c->faroff), Free(c, &c->far), Free(c, &c->nearoff), Free(c, &c->near), Free(c, &c->tleafof);
-  Free(c, &c->sx), Free(c, &c->sy), Free(c, &c->cq), Free(c, &c->cdx), Free(c, &c->cdy), Free(c, &c->tx), Free(c, &c->ty), Free(c, &c->cx), Free(c, &c->cy), Free(c, &c->scale), Free(c, &c->binom), Free(c, &c->m2l), Free(c, &c->m2lpad);
+  Free(c, &c->sx), Free(c, &c->sy), Free(c, &c->cq), Free(c, &c->cdx), Free(c, &c->cdy), Free(c, &c->tx), Free(c, &c->ty), Free(c, &c->cx), Free(c, &c->cy), Free(c, &c->scale);
   Free(c, &c->pairtgt), Free(c, &c->chunkpart), Free(c, &c->tpart), Free(c, &c->part);
   Free(c, &c->sigma), Free(c, &c->q), Free(c, &c->dx), Free(c, &c->dy), Free(c, &c->mpole), Free(c, &c->local), Free(c, &c->pot), Free(c, &c->y), Free(c, &c->dpart);
-  Free(c, &c->logtab), Free(c, &c->items), Free(c, &c->leafnsc), Free(c, &c->leafpart), Free(c, &c->p2ppart);
+  Free(c, &c->items), Free(c, &c->leafnsc), Free(c, &c->leafpart), Free(c, &c->p2ppart);
   Free(c, &c->nbroff), Free(c, &c->nearscan), Free(c, &c->entrysrc), Free(c, &c->nbr), Free(c, &c->nbrt), Free(c, &c->gxy), Free(c, &c->gq), Free(c, &c->gdx), Free(c, &c->gdy), Free(c, &c->recoff), Free(c, &c->rec);
   Free(c, &c->symleaf), Free(c, &c->symitem), Free(c, &c->colpart), Free(c, &c->chsum), Free(c, &c->symnext), Free(c, &c->symchleaf), Free(c, &c->symchdone);
   if (c->stream) (void)cudaStreamDestroy(c->stream);
@@ -396,7 +397,6 @@ static PetscErrorCode FMMCUDASetup(Mat A)
   Mat_FMM       *fmm = (Mat_FMM *)A->data;
   FMMPlan       *P   = &fmm->plan;
   FMM_CUDA      *c   = (FMM_CUDA *)fmm->backend;
-  const PetscInt p = fmm->p, nb = 2 * p + 1;
   PetscLogDouble t0, t1, t2;
   PetscBool      info;
 
@@ -416,24 +416,16 @@ static PetscErrorCode FMMCUDASetup(Mat A)
   PetscCall(Upload(c, &c->pot, (PetscReal *)NULL, P->M, "the potentials"));
   PetscCall(Upload(c, &c->y, (PetscReal *)NULL, P->M, "the potentials"));
   if (c->fmm) {
-    double *binom, *m2l;
-    PetscCall(PetscCalloc2(nb * nb, &binom, p * p, &m2l)); /* the tables of the CPU backend */
-    FMMTables((int)p, binom, m2l);
-    PetscCall(Upload(c, &c->binom, binom, nb * nb, "the binomial table"));
-    PetscCall(Upload(c, &c->m2l, m2l, p * p, "the M2L matrix"));
+    PetscCall(FMMCUDAM2LSetup(c)); /* the tables of the expansions */
     PetscCall(Upload(c, &c->mpole, (PetscReal *)NULL, (PetscInt64)P->nboxes * c->ne, "the multipole expansions"));
     PetscCall(Upload(c, &c->local, (PetscReal *)NULL, (PetscInt64)P->nboxes * c->ne, "the local expansions"));
-    FMMCallCUDA(cudaStreamSynchronize(c->stream));
-    PetscCall(PetscFree2(binom, m2l));
     PetscCall(FMMCUDAM2LPlan(c, P));
-    PetscCall(FMMCUDAM2LSetup(c));
   }
   PetscCall(PetscInfoEnabled(MAT_CLASSID, &info));
   if (info) FMMCallCUDA(cudaStreamSynchronize(c->stream)); /* for the -info times only */
   PetscCall(PetscTime(&t1));
-  PetscCall(FMMCUDAP2PPlan(c, P, fmm->layout == MATFMM_LAYOUT_REPETITION && c->fmm ? PETSC_TRUE : PETSC_FALSE)); /* also the statistics of the plan */
-  /* symmetric P2P: this rank's targets are all the sources, single layer, table log */
-  if (c->fmm && fmm->layout == MATFMM_LAYOUT_TILED && fmm->cuda_p2p_sym && c->kind == 0 && c->logtab && fmm->ntgt < 0 && P->M == P->N) PetscCall(FMMCUDAP2PSymmetricPlan(c, P));
+  /* also the statistics of the plan, and the symmetric P2P's work where it may run: this rank's targets are all the sources, single layer, table log */
+  PetscCall(FMMCUDAP2PPlan(c, P, fmm->layout == MATFMM_LAYOUT_REPETITION && c->fmm ? PETSC_TRUE : PETSC_FALSE, c->fmm && fmm->layout == MATFMM_LAYOUT_TILED && fmm->cuda_p2p_sym && c->kind == 0 && c->logtab && fmm->ntgt < 0 && P->M == P->N ? PETSC_TRUE : PETSC_FALSE));
   if (c->fmm && fmm->layout != MATFMM_LAYOUT_TILED) PetscCall(SetupNearLists(A, c, P));
   { /* direct: slice the sources when the targets alone do not fill the GPU */
     int      sms = 1;

@@ -102,25 +102,84 @@ PetscErrorCode FMMCUDAFree(cudaStream_t s, void *p)
   PetscFunctionReturn(0);
 }
 
+/*
+  The constant tables of the products (the near field's log table, the
+  expansions' binomial table and M2L matrices) are the same for every matrix
+  of one expansion order, so each is built once per process, device and key
+  (its first assembly) and kept, in cudaMalloc memory, until PetscFinalize().
+  An assembly again only looks them up: uploading them each time cost three
+  waits for the GPU and about 0.1 ms of host time per assembly at 10^6 points
+  (H100).  FMMCUDATableFind: the table what/key of this device, or NULL;
+  FMMCUDATableKeep: h (bytes) copied to a new table what/key of this device.
+*/
+typedef struct FMMCUDATable_ {
+  int                    dev;
+  const char            *what; /* a string literal of the caller: compared as text */
+  PetscInt               key;
+  void                  *d;
+  struct FMMCUDATable_ *next;
+} FMMCUDATable;
+static FMMCUDATable *FMMCUDATables = NULL;
+
+void *FMMCUDATableFind(int dev, const char *what, PetscInt key)
+{
+  for (FMMCUDATable *t = FMMCUDATables; t; t = t->next)
+    if (t->dev == dev && t->key == key && !strcmp(t->what, what)) return t->d;
+  return NULL;
+}
+
+PetscErrorCode FMMCUDATableKeep(int dev, const char *what, PetscInt key, const void *h, size_t bytes, void **d)
+{
+  FMMCUDATable *t;
+
+  PetscFunctionBegin;
+  PetscCall(Malloc(0, PETSC_FALSE, d, bytes, what));
+  FMMCallCUDA(cudaMemcpy(*d, h, bytes, cudaMemcpyHostToDevice));
+  FMMCallCUDA(cudaDeviceSynchronize()); /* a copy from pageable memory may return before it lands, and the kernels run on other streams */
+  PetscCall(PetscNew(&t));
+  *t            = FMMCUDATable{dev, what, key, *d, FMMCUDATables};
+  FMMCUDATables = t;
+  PetscFunctionReturn(0);
+}
+
 FMMCUDAStage FMMCUDAStaging;
 
 /* h = d (bytes) once the work queued on s is done: the sizes an assembly
    reads back, through the pinned buffer (a copy into pageable memory costs
-   a few microseconds more, and an assembly makes a dozen) */
+   a few microseconds more, and an assembly makes a dozen).  d may be the
+   pinned buffer itself (FMMCUDAReadbackTarget), written by the kernels:
+   then no copy follows them */
 PetscErrorCode FMMCUDAReadback(cudaStream_t s, void *h, const void *d, size_t bytes)
 {
   void *buf = (FMMCUDAStaging.scal && bytes <= sizeof(long long) * FMM_STAGE_SCAL) ? (void *)FMMCUDAStaging.scal : h;
 
   PetscFunctionBegin;
-  FMMCallCUDA(cudaMemcpyAsync(buf, d, bytes, cudaMemcpyDeviceToHost, s));
+  if (d != buf) FMMCallCUDA(cudaMemcpyAsync(buf, d, bytes, cudaMemcpyDeviceToHost, s));
   FMMCallCUDA(cudaStreamSynchronize(s));
   if (buf != h) PetscCall(PetscMemcpy(h, buf, bytes));
   PetscFunctionReturn(0);
 }
 
+/* where kernels may write the bytes of sizes the host reads back next
+   (FMMCUDAReadback): the pinned buffer, which they write directly (memory
+   of cudaMallocHost is mapped into the GPU's address space under unified
+   addressing), so that the host waits for the kernels only and not for a
+   copy after them (2-5 us per readback, H100); NULL without it, or without
+   unified addressing */
+void *FMMCUDAReadbackTarget(size_t bytes)
+{
+  return (FMMCUDAStaging.scalmap && bytes <= sizeof(long long) * FMM_STAGE_SCAL) ? (void *)FMMCUDAStaging.scal : NULL;
+}
+
 static PetscErrorCode FMMCUDAFinalizeContext(void)
 {
   PetscFunctionBegin;
+  while (FMMCUDATables) {
+    FMMCUDATable *t = FMMCUDATables;
+    FMMCUDATables   = t->next;
+    (void)cudaFree(t->d);
+    PetscCall(PetscFree(t));
+  }
   if (FMMCUDAStaging.in) (void)cudaFreeHost(FMMCUDAStaging.in);
   if (FMMCUDAStaging.out) (void)cudaFreeHost(FMMCUDAStaging.out);
   if (FMMCUDAStaging.scal) (void)cudaFreeHost(FMMCUDAStaging.scal);
@@ -177,6 +236,10 @@ PetscErrorCode FMMCUDAInitializeContext(void)
     FMMCUDAStaging.in = FMMCUDAStaging.out = NULL;
   }
   if (cudaMallocHost((void **)&FMMCUDAStaging.scal, sizeof(long long) * FMM_STAGE_SCAL) != cudaSuccess) FMMCUDAStaging.scal = NULL;
+  {
+    int ua = 0;
+    FMMCUDAStaging.scalmap = (FMMCUDAStaging.scal && cudaDeviceGetAttribute(&ua, cudaDevAttrUnifiedAddressing, dev) == cudaSuccess && ua) ? PETSC_TRUE : PETSC_FALSE;
+  }
   (void)cudaGetLastError();
   for (int k = 0; k < FMM_STAGE_CHUNKS; k++) {
     FMMCallCUDA(cudaEventCreateWithFlags(&FMMCUDAStaging.evin[k], cudaEventDisableTiming));

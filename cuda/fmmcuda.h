@@ -37,6 +37,7 @@ static constexpr FMMCUDAInvTable FMMCUDAInvMake()
 typedef struct {
   double     *in, *out;
   long long  *scal;
+  PetscBool   scalmap; /* kernels may write scal (FMMCUDAReadbackTarget) */
   cudaEvent_t evin[FMM_STAGE_CHUNKS], evout[FMM_STAGE_CHUNKS];
 } FMMCUDAStage;
 PETSC_INTERN FMMCUDAStage FMMCUDAStaging;
@@ -85,9 +86,10 @@ typedef struct {
   PetscInt  *tleafof; /* [M] leaf of each target (tree order) */
   PetscInt   nnear;    /* entries of the near lists, nearoff[nleaves] */
   PetscReal *sx, *sy, *cq, *cdx, *cdy, *tx, *ty, *cx, *cy, *scale;
+  /* the constant tables, kept per process (FMMCUDATableKeep): not the backend's to free */
   PetscReal *binom; /* (2p+1)^2 binomial table of fmmexpansions.h */
   PetscReal *m2l;    /* p x p M2L matrix, for the generic M2L */
-  PetscReal *m2lpad; /* kp x kp M2L matrix, for the tensor cores */
+  PetscReal *m2lpad; /* the M2L matrix of the tensor cores, padded (FMMCUDAM2LSetup) */
   /* M2L: pairs in chunks of 32 (one warp each); a chunk's run of pairs with one target box is a
      partial sum; box t owns partials tpart[t]..tpart[t+1]-1 (part has room for nparts =
      nchunks + nboxes, a bound) */
@@ -119,7 +121,7 @@ typedef struct {
   PetscInt           *symchleaf; /* [nsymch] the leaf of each chunk */
   unsigned           *symchdone; /* [nsymch] chunks of a leaf done, at its first chunk (reset to 0 by its last) */
   unsigned long long *symnext;   /* the next item to take (0 between products) */
-  double2    *logtab;   /* table of the near-field log (NULL: libm log, -mat_fmm_cuda_log libm) */
+  double2    *logtab;   /* table of the near-field log (NULL: libm log, -mat_fmm_cuda_log libm), kept per process as binom */
   /* one product */
   PetscReal *sigma, *q, *dx, *dy, *mpole, *local, *pot, *y;
   /* direct: source slices when targets are few */
@@ -149,12 +151,14 @@ PETSC_INTERN PetscErrorCode FMMCUDAFree(cudaStream_t, void *);
 PETSC_INTERN PetscErrorCode FMMCUDASelectDevice(MPI_Comm, int *);
 PETSC_INTERN PetscErrorCode FMMCUDAMallocKept(void **, size_t, const char *);
 PETSC_INTERN PetscErrorCode FMMCUDAReadback(cudaStream_t, void *, const void *, size_t);
+PETSC_INTERN void          *FMMCUDAReadbackTarget(size_t);
+PETSC_INTERN void          *FMMCUDATableFind(int, const char *, PetscInt);
+PETSC_INTERN PetscErrorCode FMMCUDATableKeep(int, const char *, PetscInt, const void *, size_t, void **);
 
 /* tree.cu */
 PETSC_INTERN PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *, FMMPlan *, PetscInt, PetscReal, PetscBool, PetscBool, PetscBool, PetscInt, PetscReal, PetscReal, const double *, PetscErrorCode (*)(FMM_CUDA *, void *, PetscInt, PetscInt, cudaStream_t), void *, const double *, const double *, PetscErrorCode (*)(FMM_CUDA *, void *, cudaEvent_t, cudaEvent_t *), void *, PetscBool, PetscInt);
 PETSC_INTERN PetscErrorCode FMMCUDAM2LPlan(FMM_CUDA *, const FMMPlan *);
-PETSC_INTERN PetscErrorCode FMMCUDAP2PPlan(FMM_CUDA *, FMMPlan *, PetscBool);
-PETSC_INTERN PetscErrorCode FMMCUDAP2PSymmetricPlan(FMM_CUDA *, const FMMPlan *);
+PETSC_INTERN PetscErrorCode FMMCUDAP2PPlan(FMM_CUDA *, FMMPlan *, PetscBool, PetscBool);
 PETSC_INTERN PetscErrorCode FMMCUDANearSources(FMM_CUDA *, const FMMPlan *, PetscBool, PetscInt **, PetscInt *);
 /* upward.cu */
 PETSC_INTERN PetscErrorCode FMMCUDAStrengths(FMM_CUDA *, const FMMPlan *, const double *);

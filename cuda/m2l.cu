@@ -50,17 +50,34 @@ static int M2LRegOrder(const FMM_CUDA *c)
   return (int)(8 * ((c->p + 8) / 8));
 }
 
-/* the CPU backend's tables (FMMTables), so the same rounded values for large n;
-   cM2L, the same for every matrix, once per process and device (the copy
-   waits for the device) */
+/* the tables of the expansions at order p: the binomial table and the p x p
+   M2L matrix of the CPU backend (FMMTables, so the same rounded values for
+   large n) for M2M, L2L and the generic M2L, and the padded matrix of the
+   tensor-core M2L; each kept once per process, device and order
+   (FMMCUDATableKeep).  cM2L, the same for every matrix, is set once per
+   process and device (the copy waits for the device). */
 PetscErrorCode FMMCUDAM2LSetup(FMM_CUDA *c)
 {
-  const int                nb   = 2 * FMMCUDA_PFAST + 1;
-  static unsigned long long done = 0; /* bit dev: cM2L is set on device dev */
+  const int                nb = 2 * FMMCUDA_PFAST + 1, kr = M2LRegOrder(c), p = (int)c->p;
+  const char              *padname = kr ? "the M2L matrix of the register tensor-core kernel" : "the M2L matrix of the WMMA kernel";
+  const PetscInt           padkey  = kr ? p : c->kp; /* the WMMA matrix depends on kp only */
+  static unsigned long long done   = 0;              /* bit dev: cM2L is set on device dev */
   double                  *binom, m2l[FMMCUDA_PFAST * FMMCUDA_PFAST], inv[FMMCUDA_PFAST + 1];
 
   PetscFunctionBegin;
-  PetscCall(PetscCalloc1(nb * nb, &binom));
+  c->binom  = (double *)FMMCUDATableFind(c->dev, "the binomial table", p);
+  c->m2l    = (double *)FMMCUDATableFind(c->dev, "the M2L matrix", p);
+  c->m2lpad = c->kp ? (double *)FMMCUDATableFind(c->dev, padname, padkey) : NULL;
+  if (c->binom && c->m2l && (c->m2lpad || !c->kp) && c->dev < 64 && (done >> c->dev & 1)) PetscFunctionReturn(0);
+  if (!c->binom || !c->m2l) { /* at order p */
+    double *pb, *pm;
+    PetscCall(PetscCalloc2((2 * p + 1) * (2 * p + 1), &pb, p * p, &pm));
+    FMMTables(p, pb, pm);
+    if (!c->binom) PetscCall(FMMCUDATableKeep(c->dev, "the binomial table", p, pb, sizeof(double) * (2 * p + 1) * (2 * p + 1), (void **)&c->binom));
+    if (!c->m2l) PetscCall(FMMCUDATableKeep(c->dev, "the M2L matrix", p, pm, sizeof(double) * p * p, (void **)&c->m2l));
+    PetscCall(PetscFree2(pb, pm));
+  }
+  PetscCall(PetscCalloc1(nb * nb, &binom)); /* at FMMCUDA_PFAST */
   FMMTables(FMMCUDA_PFAST, binom, m2l);
   FMMInverses(FMMCUDA_PFAST, inv);
   PetscCall(PetscFree(binom));
@@ -68,22 +85,18 @@ PetscErrorCode FMMCUDAM2LSetup(FMM_CUDA *c)
     FMMCallCUDA(cudaMemcpyToSymbol(cM2L, m2l, sizeof(m2l)));
     if (c->dev < 64) done |= 1ull << c->dev;
   }
-  if (c->kp) {
-    const int kr = M2LRegOrder(c);
-    double   *pad;
+  if (c->kp && !c->m2lpad) {
+    const size_t n = kr ? (size_t)kr * kr : (size_t)c->kp * c->kp;
+    double      *pad;
+    PetscCall(PetscCalloc1(n, &pad));
     if (kr) { /* the (p+1) x (p+1) matrix of the register kernel, zero-padded to kr x kr (see M2LRegKernel) */
-      PetscCall(PetscCalloc1(kr * kr, &pad));
       for (PetscInt l = 0; l <= c->p; l++)
         for (PetscInt k = 0; k <= c->p; k++) pad[l * kr + k] = l == 0 ? (k == 0 ? 0.0 : 1.0) : (k == 0 ? -inv[l] : m2l[(l - 1) * FMMCUDA_PFAST + k - 1]);
     } else { /* the kp x kp corner for the WMMA kernel */
-      PetscCall(PetscMalloc1(c->kp * c->kp, &pad));
       for (PetscInt l = 0; l < c->kp; l++)
         for (PetscInt k = 0; k < c->kp; k++) pad[l * c->kp + k] = m2l[l * FMMCUDA_PFAST + k];
     }
-    const size_t n = kr ? (size_t)kr * kr : (size_t)c->kp * c->kp;
-    PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->m2lpad, sizeof(double) * n, "the M2L matrix"));
-    FMMCallCUDA(cudaMemcpyAsync(c->m2lpad, pad, sizeof(double) * n, cudaMemcpyHostToDevice, c->stream));
-    FMMCallCUDA(cudaStreamSynchronize(c->stream));
+    PetscCall(FMMCUDATableKeep(c->dev, padname, padkey, pad, sizeof(double) * n, (void **)&c->m2lpad));
     PetscCall(PetscFree(pad));
   }
   PetscFunctionReturn(0);

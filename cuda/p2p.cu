@@ -53,18 +53,19 @@ __device__ __forceinline__ double FastLog(double x, const double2 *lt)
   return fma(e, FMM_LN2_HI, LogMantissa(m, lt[bin])) + e * FMM_LN2_LO;
 }
 
+/* the table, once per process and device (FMMCUDATableKeep) */
 PetscErrorCode FMMCUDALogTable(FMM_CUDA *c)
 {
   double2 h[FMM_LOGTAB];
 
   PetscFunctionBegin;
+  c->logtab = (double2 *)FMMCUDATableFind(c->dev, "the log table", 0);
+  if (c->logtab) PetscFunctionReturn(0);
   for (int i = 0; i < FMM_LOGTAB; i++) {
     h[i].x = 1.0 / (1.0 + (i + 0.5) / FMM_LOGTAB);
     h[i].y = -log(h[i].x);
   }
-  PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->logtab, sizeof(h), "the log table"));
-  FMMCallCUDA(cudaMemcpyAsync(c->logtab, h, sizeof(h), cudaMemcpyHostToDevice, c->stream));
-  FMMCallCUDA(cudaStreamSynchronize(c->stream));
+  PetscCall(FMMCUDATableKeep(c->dev, "the log table", 0, h, sizeof(h), (void **)&c->logtab));
   PetscFunctionReturn(0);
 }
 

@@ -28,7 +28,7 @@
   above): one exclusive scan counts and places them (the criterion is
   evaluated as the scan reads its input), one kernel writes them and the
   boxes' offsets, in the CPU's order; the host reads back one pair of sizes
-  per level.  Then the work arrays of the product
+  per level (the scan writes it to pinned host memory).  Then the work arrays of the product
   that depend on the lists: the M2L chunks and partial sums and the P2P items
   (see fmmcuda.h), and the statistics of the host plan.  Only the box-level
   statistics come back to the host; the host FMMPlan keeps no arrays.
@@ -70,6 +70,31 @@ static PetscErrorCode ExclusiveScan(FMM_CUDA *c, Scratch *s, const T *in, T *out
   FMMCallCUDA(cub::DeviceScan::ExclusiveSum(NULL, need, in, out, (int)(n + 1), c->stream));
   PetscCall(ScratchEnsure(c, s, need));
   FMMCallCUDA(cub::DeviceScan::ExclusiveSum(s->tmp, need, in, out, (int)(n + 1), c->stream));
+  PetscFunctionReturn(0);
+}
+
+/* the same for three arrays of one length in one scan of triples: one CUB
+   scan instead of three (each costs the host about 9 us of launches, and the
+   P2P work of an assembly at 10^6 points is bound by them, H100) */
+struct Sum3 {
+  template <class T>
+  __device__ __forceinline__ T operator()(const T &a, const T &b) const
+  {
+    return T(thrust::get<0>(a) + thrust::get<0>(b), thrust::get<1>(a) + thrust::get<1>(b), thrust::get<2>(a) + thrust::get<2>(b));
+  }
+};
+
+static PetscErrorCode ExclusiveScan3(FMM_CUDA *c, Scratch *s, const PetscInt *a, const PetscInt *b, const PetscInt *d, PetscInt *oa, PetscInt *ob, PetscInt *od, PetscInt n)
+{
+  const auto in = thrust::make_zip_iterator(a, b, d);
+  const auto out = thrust::make_zip_iterator(oa, ob, od);
+  const auto zero = thrust::tuple<PetscInt, PetscInt, PetscInt>(0, 0, 0);
+  size_t     need = 0;
+
+  PetscFunctionBegin;
+  FMMCallCUDA(cub::DeviceScan::ExclusiveScan(NULL, need, in, out, Sum3(), zero, (int)(n + 1), c->stream));
+  PetscCall(ScratchEnsure(c, s, need));
+  FMMCallCUDA(cub::DeviceScan::ExclusiveScan(s->tmp, need, in, out, Sum3(), zero, (int)(n + 1), c->stream));
   PetscFunctionReturn(0);
 }
 
@@ -1083,6 +1108,18 @@ struct CandidateKind {
   }
 };
 
+/* the scan of the candidates of a level to sc, its last entry (the totals)
+   also to tot, where the host reads it (FMMCUDAReadbackTarget) */
+struct ListScanOut {
+  ListCount *sc, *tot;
+  PetscInt   nc;
+  __device__ __forceinline__ void operator()(ptrdiff_t i, ListCount v) const
+  {
+    sc[i] = v;
+    if (i == nc) *tot = v;
+  }
+};
+
 /* one launch per level after its scan sc (the kind of candidate i is the step
    from sc[i] to sc[i + 1]): i < nc, candidate i to its place, the strong list
    of level l+1 (nstr, with its owners) or the far list; i <= nb, the
@@ -1407,16 +1444,26 @@ PetscErrorCode FMMCUDAM2LPlan(FMM_CUDA *c, const FMMPlan *P)
   PetscFunctionReturn(0);
 }
 
+/* the symmetric P2P's work between its counts and its items (SymCount, SymItems) */
+typedef struct {
+  PetscInt *w, *wslot; /* per leaf: item count, slot values, chunks; per near-list entry: the column slot */
+} SymWork;
+static PetscErrorCode SymCount(FMM_CUDA *, const FMMPlan *, Scratch *, SymWork *, long long *);
+static PetscErrorCode SymItems(FMM_CUDA *, const FMMPlan *, Scratch *, SymWork *, const long long *);
+
 /* the P2P items and partials from the leaf ranges and near lists (device), with
    c->nearscan (the sources before each near-list entry), c->entrysrc (its
    first source) and c->nbroff (the sources before each leaf's neighbour
-   sources); the host statistics of P too */
-PetscErrorCode FMMCUDAP2PPlan(FMM_CUDA *c, FMMPlan *P, PetscBool hostitems)
+   sources); the host statistics of P too.  sym: also the work of the
+   symmetric P2P (the caller has checked that the targets are the sources),
+   its sizes read back with the statistics (one wait for the GPU, not two) */
+PetscErrorCode FMMCUDAP2PPlan(FMM_CUDA *c, FMMPlan *P, PetscBool hostitems, PetscBool sym)
 {
   Scratch    own = {NULL, 0}, *s = &own;
   PetscInt  *ec, *ns, *nit, *npart, *itoff, *partoff, *choff, tot[3];
-  long long *dstat, stat[8];
+  long long *dstat, stat[12]; /* 8 statistics, then the symmetric P2P's 4 (SymCount) */
   PetscInt   nl = P->nleaves;
+  SymWork    sw = {NULL, NULL};
 
   PetscFunctionBegin;
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&ec, sizeof(PetscInt) * (c->nnear + 1), "the P2P entry counts"));
@@ -1427,7 +1474,8 @@ PetscErrorCode FMMCUDAP2PPlan(FMM_CUDA *c, FMMPlan *P, PetscBool hostitems)
   itoff   = npart + (nl + 1);
   partoff = itoff + (nl + 1);
   choff   = partoff + (nl + 1);
-  PetscCall(FMMCUDAMalloc(c->stream, (void **)&dstat, sizeof(stat), "the plan statistics"));
+  dstat = (long long *)FMMCUDAReadbackTarget(sizeof(stat));
+  if (!dstat) PetscCall(FMMCUDAMalloc(c->stream, (void **)&dstat, sizeof(stat), "the plan statistics"));
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->leafnsc, sizeof(PetscInt) * (nl + 1), "the P2P chunk counts"));
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->leafpart, sizeof(PetscInt) * nl, "the P2P partial offsets"));
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->nbroff, sizeof(PetscInt) * (nl + 1), "the neighbour-source offsets"));
@@ -1439,12 +1487,11 @@ PetscErrorCode FMMCUDAP2PPlan(FMM_CUDA *c, FMMPlan *P, PetscBool hostitems)
   FMMCheckLaunch();
   LeafWorkKernel<<<LAUNCH_N(nl + 1)>>>(nl, c->tleaf, c->nbroff, ns, c->leafnsc, nit, npart);
   FMMCheckLaunch();
-  PetscCall(ExclusiveScan(c, s, nit, itoff, nl));
-  PetscCall(ExclusiveScan(c, s, npart, partoff, nl));
-  PetscCall(ExclusiveScan(c, s, c->leafnsc, choff, nl));
+  PetscCall(ExclusiveScan3(c, s, nit, npart, c->leafnsc, itoff, partoff, choff, nl));
   StatsKernel<<<1, 1024, 0, c->stream>>>(nl, c->sleaf, c->tleaf, ns, Totals3{{itoff + nl, partoff + nl, choff + nl}}, dstat);
   FMMCheckLaunch();
-  PetscCall(FMMCUDAReadback(c->stream, stat, dstat, sizeof(stat)));
+  if (sym) PetscCall(SymCount(c, P, s, &sw, dstat + 8));
+  PetscCall(FMMCUDAReadback(c->stream, stat, dstat, sizeof(long long) * (sym ? 12 : 8)));
   for (int k = 0; k < 3; k++) tot[k] = (PetscInt)stat[5 + k];
   P->maxleafsrc = (PetscInt)stat[0];
   P->maxleaftgt = (PetscInt)stat[1];
@@ -1464,9 +1511,10 @@ PetscErrorCode FMMCUDAP2PPlan(FMM_CUDA *c, FMMPlan *P, PetscBool hostitems)
     FMMCallCUDA(cudaMemcpyAsync(c->itemstart, itoff, sizeof(PetscInt) * (nl + 1), cudaMemcpyDeviceToHost, c->stream));
     FMMCallCUDA(cudaStreamSynchronize(c->stream));
   }
+  if (sym) PetscCall(SymItems(c, P, s, &sw, stat + 8));
   PetscCall(FMMCUDAFree(c->stream, ec));
   PetscCall(FMMCUDAFree(c->stream, ns));
-  PetscCall(FMMCUDAFree(c->stream, dstat));
+  if (dstat != FMMCUDAReadbackTarget(sizeof(stat))) PetscCall(FMMCUDAFree(c->stream, dstat));
   if (own.tmp) PetscCall(FMMCUDAFree(c->stream, own.tmp));
   PetscFunctionReturn(0);
 }
@@ -1477,12 +1525,13 @@ PetscErrorCode FMMCUDAP2PPlan(FMM_CUDA *c, FMMPlan *P, PetscBool hostitems)
    lower entries are a prefix), its items of FMMCUDA_SYM_E upper entries, and
    its slots: one per lower entry (a column partial) plus one per item when
    there are several (row partials); long slot lists are summed in chunks */
-__global__ void SymLeafKernel(PetscInt nl, const PetscInt *nearoff, const PetscInt *near, const PetscInt *sleaf, PetscInt *dg, PetscInt *nk, PetscInt *nsl, PetscInt *nslv, PetscInt *nch)
+__global__ void SymLeafKernel(PetscInt nl, const PetscInt *nearoff, const PetscInt *near, const PetscInt *sleaf, PetscInt *dg, PetscInt *nk, PetscInt *nsl, PetscInt *nslv, PetscInt *nch, long long *bad)
 {
   const PetscInt A = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   if (A > nl) return;
-  if (A == nl) { /* for the scans */
+  if (A == nl) { /* for the scans; and the flag of SymEntryKernel, cleared */
     nk[A] = nslv[A] = nch[A] = 0;
+    *bad                     = 0;
     return;
   }
   PetscInt lo = nearoff[A], hi = nearoff[A + 1];
@@ -1560,7 +1609,7 @@ __global__ void SymChunkLeafKernel(PetscInt nl, const PetscInt *ch, PetscInt *ch
 /* one thread per near-list entry e, leaf A -> leaf B: lists must ascend, and
    hold A in B's list (found by binary search) whenever they hold B in A's;
    for B > A, wslot[e] is where A's warp writes B's column sums: B's slot of
-   its lower entry A.  out[3] = 1 when they do not (out zeroed before), and
+   its lower entry A.  out[3] = 1 when they do not (cleared by SymLeafKernel), and
    out[0..2] = *n.p[0..2] (the plan's sizes, one readback) */
 __global__ void SymEntryKernel(PetscInt nnear, PetscInt nl, const PetscInt *nearoff, const PetscInt *near, const PetscInt *sleaf, const PetscInt *slot, PetscInt *wslot, Totals3 n, long long *out)
 {
@@ -1578,56 +1627,63 @@ __global__ void SymEntryKernel(PetscInt nnear, PetscInt nl, const PetscInt *near
 }
 
 /*
-  The work of the symmetric P2P (after FMMCUDAP2PPlan; the caller has checked
-  that the targets are the sources).  Rows of a leaf go to groups of syma lanes
-  with symr rows per lane: the smallest syma of 8, 16, 32 with at least syma
-  points in every leaf (a group's lanes take distinct columns) and at most
-  7 syma in each, else at most 8 syma: with 8 rows a lane the kernel takes
-  all 128 registers and waits on its own dependences (P2P 0.55 ms with 8
-  lanes x 8 rows against 0.50 with 16 x 4 at 10^6 points, leaves of 61-62;
-  7 rows with 8 lanes beat 4 with 16 by 8%, 6 rows beat 3 by 6%, measured
-  with a variant of the kernel that passed column sums by shuffles; H100).
-  Leaves outside that, or near lists that are not symmetric, leave syma = 0
-  (the tiled kernel then evaluates every ordered pair).
+  The work of the symmetric P2P (FMMCUDAP2PPlan with sym).  Rows of a leaf go
+  to groups of syma lanes with symr rows per lane: the smallest syma of 8, 16,
+  32 with at least syma points in every leaf (a group's lanes take distinct
+  columns) and at most 7 syma in each, else at most 8 syma: with 8 rows a lane
+  the kernel takes all 128 registers and waits on its own dependences (P2P
+  0.55 ms with 8 lanes x 8 rows against 0.50 with 16 x 4 at 10^6 points,
+  leaves of 61-62; 7 rows with 8 lanes beat 4 with 16 by 8%, 6 rows beat 3 by
+  6%, measured with a variant of the kernel that passed column sums by
+  shuffles; H100).  Leaves outside that, or near lists that are not
+  symmetric, leave syma = 0 (the tiled kernel then evaluates every ordered
+  pair).
+
+  SymCount, before the plan's readback: per leaf its items, slots and chunks
+  and their scans (c->symleaf), per entry its column slot, and in dout[0..3]
+  the three totals and whether the lists are not symmetric.  SymItems, after
+  it (out: dout read back): the lanes, rows and items, or syma = 0.
 */
-PetscErrorCode FMMCUDAP2PSymmetricPlan(FMM_CUDA *c, const FMMPlan *P)
+static PetscErrorCode SymCount(FMM_CUDA *c, const FMMPlan *P, Scratch *s, SymWork *sw, long long *dout)
 {
-  Scratch   own = {NULL, 0};
-  PetscInt *w, *nk, *nslv, *nch, *wslot, tot[3] = {0, 0, 0}, nl = P->nleaves;
-  long long *dout, out[4];
+  PetscInt *nk, *nslv, *nch, nl = P->nleaves;
+
+  PetscFunctionBegin;
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&sw->w, sizeof(PetscInt) * 3 * ((size_t)nl + 1), "the symmetric P2P work"));
+  nk   = sw->w;
+  nslv = nk + (nl + 1);
+  nch  = nslv + (nl + 1);
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->symleaf, sizeof(PetscInt) * 5 * ((size_t)nl + 1), "the symmetric P2P leaf work"));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&sw->wslot, sizeof(PetscInt) * c->nnear, "the symmetric P2P work"));
+  /* symleaf: dg [nl+1], items [nl+1], slots (doubles) [nl+1], slot count [nl+1], chunks [nl+1] */
+  SymLeafKernel<<<LAUNCH_N(nl + 1)>>>(nl, c->nearoff, c->near, c->sleaf, c->symleaf, nk, c->symleaf + 3 * (nl + 1), nslv, nch, dout + 3);
+  FMMCheckLaunch();
+  PetscCall(ExclusiveScan3(c, s, nk, nslv, nch, c->symleaf + (nl + 1), c->symleaf + 2 * (nl + 1), c->symleaf + 4 * (nl + 1), nl));
+  SymEntryKernel<<<LAUNCH_N(PetscMax(c->nnear, 3))>>>(c->nnear, nl, c->nearoff, c->near, c->sleaf, c->symleaf + 2 * (nl + 1), sw->wslot, Totals3{{c->symleaf + (nl + 1) + nl, c->symleaf + 2 * (nl + 1) + nl, c->symleaf + 4 * (nl + 1) + nl}}, dout);
+  FMMCheckLaunch();
+  PetscFunctionReturn(0);
+}
+
+static PetscErrorCode SymItems(FMM_CUDA *c, const FMMPlan *P, Scratch *s, SymWork *sw, const long long *out)
+{
+  PetscInt tot[3], nl = P->nleaves;
 
   PetscFunctionBegin;
   c->syma = c->symr = c->symblocks = 0;
   for (PetscInt rmax = 7; rmax <= 8 && !c->syma; rmax++)
     for (PetscInt a = 8; a <= 32 && !c->syma; a *= 2)
       if (c->minleafsrc >= a && P->maxleafsrc <= rmax * a) c->syma = a;
+  for (int k = 0; k < 3; k++) tot[k] = (PetscInt)out[k];
   if (!c->syma || !c->nnear) {
     c->syma = 0;
     PetscCall(PetscInfo(NULL, "GPU P2P: every ordered pair (leaves of %" PetscInt_FMT " to %" PetscInt_FMT " points, symmetric evaluation needs 8 to 256)\n", c->minleafsrc, P->maxleafsrc));
-    PetscFunctionReturn(0);
-  }
-  c->symr = (P->maxleafsrc + c->syma - 1) / c->syma;
-  PetscCall(FMMCUDAMalloc(c->stream, (void **)&w, sizeof(PetscInt) * 3 * ((size_t)nl + 1), "the symmetric P2P work"));
-  nk   = w;
-  nslv = nk + (nl + 1);
-  nch  = nslv + (nl + 1);
-  PetscCall(FMMCUDAMalloc(c->stream, (void **)&dout, sizeof(out), "the symmetric P2P work"));
-  PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->symleaf, sizeof(PetscInt) * 5 * ((size_t)nl + 1), "the symmetric P2P leaf work"));
-  PetscCall(FMMCUDAMalloc(c->stream, (void **)&wslot, sizeof(PetscInt) * c->nnear, "the symmetric P2P work"));
-  FMMCallCUDA(cudaMemsetAsync(dout, 0, sizeof(out), c->stream));
-  /* symleaf: dg [nl+1], items [nl+1], slots (doubles) [nl+1], slot count [nl+1], chunks [nl+1] */
-  SymLeafKernel<<<LAUNCH_N(nl + 1)>>>(nl, c->nearoff, c->near, c->sleaf, c->symleaf, nk, c->symleaf + 3 * (nl + 1), nslv, nch);
-  FMMCheckLaunch();
-  PetscCall(ExclusiveScan(c, &own, nk, c->symleaf + (nl + 1), nl));
-  PetscCall(ExclusiveScan(c, &own, nslv, c->symleaf + 2 * (nl + 1), nl));
-  PetscCall(ExclusiveScan(c, &own, nch, c->symleaf + 4 * (nl + 1), nl));
-  SymEntryKernel<<<LAUNCH_N(PetscMax(c->nnear, 3))>>>(c->nnear, nl, c->nearoff, c->near, c->sleaf, c->symleaf + 2 * (nl + 1), wslot, Totals3{{c->symleaf + (nl + 1) + nl, c->symleaf + 2 * (nl + 1) + nl, c->symleaf + 4 * (nl + 1) + nl}}, dout);
-  FMMCheckLaunch();
-  PetscCall(FMMCUDAReadback(c->stream, out, dout, sizeof(out)));
-  for (int k = 0; k < 3; k++) tot[k] = (PetscInt)out[k];
-  c->nsymitems = tot[0];
-  c->nsymch    = tot[2];
-  if (!out[3]) {
+  } else if (out[3]) {
+    c->syma = 0;
+    PetscCall(PetscInfo(NULL, "GPU P2P: every ordered pair (the near lists are not ascending and symmetric)\n"));
+  } else {
+    c->symr      = (P->maxleafsrc + c->syma - 1) / c->syma;
+    c->nsymitems = tot[0];
+    c->nsymch    = tot[2];
     PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->colpart, sizeof(PetscReal) * PetscMax(tot[1], 1), "the symmetric P2P partial sums"));
     PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->chsum, sizeof(PetscReal) * PetscMax(tot[2] * P->maxleafsrc, 1), "the symmetric P2P chunk sums"));
     PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->symnext, sizeof(unsigned long long), "the symmetric P2P item counter"));
@@ -1647,30 +1703,29 @@ PetscErrorCode FMMCUDAP2PSymmetricPlan(FMM_CUDA *c, const FMMPlan *P)
       SymItemKeyKernel<<<LAUNCH_N(nl)>>>(nl, c->nearoff, c->symleaf, key, idx);
       FMMCheckLaunch();
       FMMCallCUDA(cub::DeviceRadixSort::SortPairs(NULL, need, key, key + ni, idx, idx + ni, (int)tot[0], 0, 4, c->stream));
-      PetscCall(ScratchEnsure(c, &own, need));
-      FMMCallCUDA(cub::DeviceRadixSort::SortPairs(own.tmp, need, key, key + ni, idx, idx + ni, (int)tot[0], 0, 4, c->stream));
+      PetscCall(ScratchEnsure(c, s, need));
+      FMMCallCUDA(cub::DeviceRadixSort::SortPairs(s->tmp, need, key, key + ni, idx, idx + ni, (int)tot[0], 0, 4, c->stream));
       InversePermKernel<<<LAUNCH_N(tot[0])>>>(tot[0], idx + ni, idx + 2 * ni);
       FMMCheckLaunch();
       PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->symitem, sizeof(PetscInt) * FMMCUDA_SYM_D * ni, "the symmetric P2P items"));
-      SymItemKernel<<<LAUNCH_N(nl)>>>(nl, c->nearoff, c->near, c->sleaf, c->tleaf, c->symleaf, wslot, idx + 2 * ni, c->symitem);
+      SymItemKernel<<<LAUNCH_N(nl)>>>(nl, c->nearoff, c->near, c->sleaf, c->tleaf, c->symleaf, sw->wslot, idx + 2 * ni, c->symitem);
       FMMCheckLaunch();
       PetscCall(FMMCUDAFree(c->stream, key));
       PetscCall(FMMCUDAFree(c->stream, idx));
     }
     PetscCall(PetscInfo(NULL, "GPU P2P: symmetric, %" PetscInt_FMT " lanes per row group, %" PetscInt_FMT " rows per lane, %" PetscInt_FMT " items, %" PetscInt_FMT " partial sums, %" PetscInt_FMT " chunks of long slot lists\n", c->syma, c->symr, tot[0], tot[1], tot[2]));
-  } else {
-    c->syma = c->symr = 0;
-    PetscCall(PetscInfo(NULL, "GPU P2P: every ordered pair (the near lists are not ascending and symmetric)\n"));
   }
-  PetscCall(FMMCUDAFree(c->stream, w));
-  PetscCall(FMMCUDAFree(c->stream, wslot));
-  PetscCall(FMMCUDAFree(c->stream, dout));
-  if (own.tmp) PetscCall(FMMCUDAFree(c->stream, own.tmp));
+  if (!c->syma) {
+    PetscCall(FMMCUDAFree(c->stream, c->symleaf));
+    c->symleaf = NULL;
+  }
+  PetscCall(FMMCUDAFree(c->stream, sw->w));
+  PetscCall(FMMCUDAFree(c->stream, sw->wslot));
   PetscFunctionReturn(0);
 }
 
 /* CUB picks a radix sort's kernels by its size: the symmetric P2P's sort of
-   its items (FMMCUDAP2PSymmetricPlan) runs as one tile up to a few thousand
+   its items (SymItems) runs as one tile up to a few thousand
    leaves, as in the small warm-up product of PetscFMMCUDAInitialize(), and
    in passes of three other kernels beyond.  A dummy sort of that type and
    size loads them (CUDA loads a kernel at its first launch), which a first
@@ -1735,6 +1790,28 @@ PetscErrorCode FMMCUDANearSources(FMM_CUDA *c, const FMMPlan *P, PetscBool globa
   FMMCheckLaunch();
   if (hnbroff) FMMCallCUDA(cudaMemcpyAsync(hnbroff, c->nbroff, sizeof(PetscInt) * (P->nleaves + 1), cudaMemcpyDeviceToHost, c->stream));
   FMMCallCUDA(cudaStreamSynchronize(c->stream));
+  PetscFunctionReturn(0);
+}
+
+/* one level's lists in one allocation: its strong list and their owners (ns
+   + 1 each), its strong-list offsets (nb + 1), then the scan of the next
+   level's nc candidates (nc + 1); freed with str.  One allocation and one
+   free per level instead of four each: the host's calls bound the lists at
+   10^6 points */
+typedef struct {
+  PetscInt  *str, *owner, *stroff;
+  ListCount *sc;
+} ListLevel;
+
+static PetscErrorCode ListLevelAlloc(FMM_CUDA *c, PetscInt ns, PetscInt nb, PetscInt nc, ListLevel *v)
+{
+  const size_t ni = 2 * ((size_t)ns + 1) + (size_t)nb + 1;
+
+  PetscFunctionBegin;
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&v->str, sizeof(PetscInt) * ni + sizeof(ListCount) * ((size_t)nc + 1), "the strong lists"));
+  v->owner  = v->str + ns + 1;
+  v->stroff = v->owner + ns + 1;
+  v->sc     = (ListCount *)(v->stroff + nb + 1);
   PetscFunctionReturn(0);
 }
 
@@ -1938,56 +2015,46 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
      readbacks, measured no gain: assembly again at 10^6 2.5-2.7 ms against
      2.5-2.6, the host still 0.5 ms in this stage, H100) */
   {
-    PetscInt *stroff, *str, *owner, *far = NULL, nfar = 0, farcap = 0, nstrong = (N > 0 && M > 0) ? 1 : 0, root[3] = {0, nstrong, 0};
+    PetscInt *far = NULL, nfar = 0, farcap = 0, nstrong = (N > 0 && M > 0) ? 1 : 0, root[6] = {0, 0, 0, 0, 0, 0};
+    ListLevel cur, nxt;
     PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->faroff, sizeof(PetscInt) * (nboxes + 1), "the M2L offsets"));
-    PetscCall(FMMCUDAMalloc(c->stream, (void **)&stroff, sizeof(PetscInt) * 2, "the strong lists"));
-    PetscCall(FMMCUDAMalloc(c->stream, (void **)&str, sizeof(PetscInt), "the strong lists"));
-    PetscCall(FMMCUDAMalloc(c->stream, (void **)&owner, sizeof(PetscInt), "the strong lists"));
-    FMMCallCUDA(cudaMemcpyAsync(stroff, root, 2 * sizeof(PetscInt), cudaMemcpyHostToDevice, c->stream));
-    FMMCallCUDA(cudaMemcpyAsync(str, &root[2], sizeof(PetscInt), cudaMemcpyHostToDevice, c->stream));
-    FMMCallCUDA(cudaMemcpyAsync(owner, &root[2], sizeof(PetscInt), cudaMemcpyHostToDevice, c->stream));
+    PetscCall(ListLevelAlloc(c, nstrong, 1, L > 0 ? 16 * nstrong : 0, &cur));
+    root[2 * nstrong + 3] = nstrong; /* the root's lists: str and owner 0, stroff {0, nstrong} */
+    FMMCallCUDA(cudaMemcpyAsync(cur.str, root, sizeof(PetscInt) * (2 * nstrong + 4), cudaMemcpyHostToDevice, c->stream));
     FMMCallCUDA(cudaMemsetAsync(c->faroff, 0, 2 * sizeof(PetscInt), c->stream)); /* the root has no far field */
     for (PetscInt l = 0; l < L; l++) {
-      const PetscInt nb = (PetscInt)1 << (2 * (l + 1)), c0 = FMMLevelStart(l + 1), span = (PetscInt)1 << (2 * (L - l - 1)), nc = 16 * nstrong;
-      const CandidateKind kind = {nc, c0, span, theta, c->sleaf, c->tleaf, stroff, str, owner, c->cx, c->cy, c->scale};
-      ListCount           *sc, tot;
-      PetscInt            *nstr, *nowner, *nstroff;
-      size_t               need = 0;
-      PetscCall(FMMCUDAMalloc(c->stream, (void **)&sc, sizeof(ListCount) * ((size_t)nc + 1), "the list candidates"));
+      const PetscInt      nb = (PetscInt)1 << (2 * (l + 1)), c0 = FMMLevelStart(l + 1), span = (PetscInt)1 << (2 * (L - l - 1)), nc = 16 * nstrong;
+      const CandidateKind kind = {nc, c0, span, theta, c->sleaf, c->tleaf, cur.stroff, cur.str, cur.owner, c->cx, c->cy, c->scale};
+      ListCount           tot, *dtot = (ListCount *)FMMCUDAReadbackTarget(sizeof(ListCount));
+      size_t              need = 0;
+      if (!dtot) dtot = cur.sc + nc;
       {
-        const auto in = thrust::make_transform_iterator(thrust::counting_iterator<PetscInt>(0), kind);
-        FMMCallCUDA(cub::DeviceScan::ExclusiveScan(NULL, need, in, sc, ListCountSum(), ListCount{0, 0}, (int)(nc + 1), c->stream));
+        const auto in  = thrust::make_transform_iterator(thrust::counting_iterator<PetscInt>(0), kind);
+        const auto out = thrust::make_tabulate_output_iterator(ListScanOut{cur.sc, dtot, nc});
+        FMMCallCUDA(cub::DeviceScan::ExclusiveScan(NULL, need, in, out, ListCountSum(), ListCount{0, 0}, (int)(nc + 1), c->stream));
         PetscCall(ScratchEnsure(c, &s, need));
-        FMMCallCUDA(cub::DeviceScan::ExclusiveScan(s.tmp, need, in, sc, ListCountSum(), ListCount{0, 0}, (int)(nc + 1), c->stream));
+        FMMCallCUDA(cub::DeviceScan::ExclusiveScan(s.tmp, need, in, out, ListCountSum(), ListCount{0, 0}, (int)(nc + 1), c->stream));
       }
-      PetscCall(FMMCUDAReadback(c->stream, &tot, sc + nc, sizeof(tot))); /* the sizes of the next lists */
-      PetscCall(FMMCUDAMalloc(c->stream, (void **)&nstr, sizeof(PetscInt) * (tot.s + 1), "the strong lists"));
-      PetscCall(FMMCUDAMalloc(c->stream, (void **)&nowner, sizeof(PetscInt) * (tot.s + 1), "the strong lists"));
-      PetscCall(FMMCUDAMalloc(c->stream, (void **)&nstroff, sizeof(PetscInt) * (nb + 1), "the strong lists"));
-      if (nfar + tot.f > farcap) { /* grow the far list */
-        PetscInt *nf, cap = PetscMax(2 * farcap, nfar + tot.f);
+      PetscCall(FMMCUDAReadback(c->stream, &tot, dtot, sizeof(tot))); /* the sizes of the next lists */
+      PetscCall(ListLevelAlloc(c, tot.s, nb, l + 1 < L ? 16 * tot.s : 0, &nxt));
+      if (nfar + tot.f > farcap) { /* grow the far list: at first with room for 27 entries per box (a box's list in a uniform tree; a tenth of the expansions' memory at p = 30), about all it needs: doubling, it grew and was copied at every level */
+        PetscInt *nf, cap = PetscMax(PetscMax(2 * farcap, nfar + tot.f), farcap ? 0 : (PetscInt)PetscMin((PetscInt64)27 * nboxes, PETSC_MAX_INT));
         PetscCall(FMMCUDAMalloc(c->stream, (void **)&nf, sizeof(PetscInt) * cap, "the M2L list"));
         if (nfar) FMMCallCUDA(cudaMemcpyAsync(nf, far, sizeof(PetscInt) * nfar, cudaMemcpyDeviceToDevice, c->stream));
         if (far) PetscCall(FMMCUDAFree(c->stream, far));
         far    = nf;
         farcap = cap;
       }
-      ListWriteKernel<<<LAUNCH_N(PetscMax(nc, nb + 1))>>>(nc, nb, c0, stroff, str, owner, sc, nfar, nstr, nowner, far, nstroff, c->faroff);
+      ListWriteKernel<<<LAUNCH_N(PetscMax(nc, nb + 1))>>>(nc, nb, c0, cur.stroff, cur.str, cur.owner, cur.sc, nfar, nxt.str, nxt.owner, far, nxt.stroff, c->faroff);
       FMMCheckLaunch();
-      PetscCall(FMMCUDAFree(c->stream, sc));
-      PetscCall(FMMCUDAFree(c->stream, str));
-      PetscCall(FMMCUDAFree(c->stream, owner));
-      PetscCall(FMMCUDAFree(c->stream, stroff));
-      str     = nstr;
-      owner   = nowner;
-      stroff  = nstroff;
+      PetscCall(FMMCUDAFree(c->stream, cur.str));
+      cur     = nxt;
       nstrong = tot.s;
       nfar += tot.f;
     }
-    PetscCall(FMMCUDAFree(c->stream, owner));
     c->far     = far;
-    c->nearoff = stroff;
-    c->near    = str;
+    c->nearoff = cur.stroff; /* in near's block: not freed on its own */
+    c->near    = cur.str;
     c->nnear   = nstrong;
     P->nfar    = nfar;
   }
