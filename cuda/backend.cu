@@ -352,7 +352,6 @@ static PetscErrorCode FMMCUDAPlan(Mat A)
   if (late.wts) PetscCall(FMMCUDAFree(c->stream, late.wts));
   if (fmm->layout == MATFMM_LAYOUT_INDEXING && c->fmm) c->gxy = xy; /* the sources in global order, first 2N */
   else PetscCall(FMMCUDAFree(c->stream, xy));
-  c->treebuilt = PETSC_TRUE;
   PetscFunctionReturn(0);
 }
 

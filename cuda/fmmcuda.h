@@ -136,7 +136,7 @@ typedef struct {
   PetscInt    nrepchunks, *repleaf; /* host */
   PetscInt64 *recoff;               /* [nleaves] record offset of each leaf within its chunk */
   PetscReal  *rec;
-  PetscBool   treebuilt; /* the device plan was built by FMMCUDATreeBuild (tree.cu), not uploaded */
+  PetscBool   treebuilt; /* the device plan was built by FMMCUDATreeBuild (tree.cu), not uploaded; set with its lists, nearoff then lies in near's block */
 } FMM_CUDA;
 
 /* the rows of symleaf that the products read: first item, first slot value,

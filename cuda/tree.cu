@@ -28,9 +28,9 @@
   above): one exclusive scan counts and places them (the criterion is
   evaluated as the scan reads its input), one kernel writes them and the
   boxes' offsets, in the CPU's order; the host reads back one pair of sizes
-  per level (the scan writes it to pinned host memory).  Then the work arrays of the product
-  that depend on the lists: the M2L chunks and partial sums and the P2P items
-  (see fmmcuda.h), and the statistics of the host plan.  Only the box-level
+  per level (the scan writes it to pinned host memory).  Then the work
+  arrays of the product that depend on the lists: the M2L chunks and partial
+  sums and the P2P items (see fmmcuda.h), and the statistics of the host plan.  Only the box-level
   statistics come back to the host; the host FMMPlan keeps no arrays.
 */
 #include "fmmcuda.h"
@@ -86,8 +86,8 @@ struct Sum3 {
 
 static PetscErrorCode ExclusiveScan3(FMM_CUDA *c, Scratch *s, const PetscInt *a, const PetscInt *b, const PetscInt *d, PetscInt *oa, PetscInt *ob, PetscInt *od, PetscInt n)
 {
-  const auto in = thrust::make_zip_iterator(a, b, d);
-  const auto out = thrust::make_zip_iterator(oa, ob, od);
+  const auto in   = thrust::make_zip_iterator(a, b, d);
+  const auto out  = thrust::make_zip_iterator(oa, ob, od);
   const auto zero = thrust::tuple<PetscInt, PetscInt, PetscInt>(0, 0, 0);
   size_t     need = 0;
 
@@ -2052,11 +2052,12 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
       nstrong = tot.s;
       nfar += tot.f;
     }
-    c->far     = far;
-    c->nearoff = cur.stroff; /* in near's block: not freed on its own */
-    c->near    = cur.str;
-    c->nnear   = nstrong;
-    P->nfar    = nfar;
+    c->far       = far;
+    c->nearoff   = cur.stroff; /* in near's block: not freed on its own (treebuilt) */
+    c->near      = cur.str;
+    c->treebuilt = PETSC_TRUE;
+    c->nnear     = nstrong;
+    P->nfar      = nfar;
   }
   PetscCall(StageMark(c, &stg));
   PetscCall(FMMCUDAFree(c->stream, kx));
