@@ -133,7 +133,7 @@ PetscErrorCode FMMCUDATableKeep(int dev, const char *what, PetscInt key, const v
   FMMCUDATable *t;
 
   PetscFunctionBegin;
-  PetscCall(Malloc(0, PETSC_FALSE, d, bytes, what));
+  PetscCall(FMMCUDAMallocKept(d, bytes, what));
   FMMCallCUDA(cudaMemcpy(*d, h, bytes, cudaMemcpyHostToDevice));
   FMMCallCUDA(cudaDeviceSynchronize()); /* a copy from pageable memory may return before it lands, and the kernels run on other streams */
   PetscCall(PetscNew(&t));

@@ -21,10 +21,8 @@ static PetscBool HasContext(void)
   if (!init) {
     int n = 0;
     init = PETSC_TRUE;
-    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-      (void)cudaGetLastError();
-      nodev = PETSC_TRUE;
-    }
+    (void)FMMCUDADeviceCount(&n);
+    nodev = n == 0 ? PETSC_TRUE : PETSC_FALSE;
 #if CUDART_VERSION >= 12050
     {
       cudaDriverEntryPointQueryResult q;

@@ -35,6 +35,7 @@
 */
 #include "fmmcuda.h"
 #include <cub/cub.cuh>
+#include <cuda/std/functional>
 #include <thrust/iterator/counting_iterator.h>
 #include <thrust/iterator/tabulate_output_iterator.h>
 #include <thrust/iterator/transform_iterator.h>
@@ -60,22 +61,31 @@ static PetscErrorCode ScratchEnsure(FMM_CUDA *c, Scratch *s, size_t need)
   PetscFunctionReturn(0);
 }
 
-/* out[0..n] = exclusive prefix sums of in[0..n] (in[n] is 0: out[n] is the total) */
-template <class T>
-static PetscErrorCode ExclusiveScan(FMM_CUDA *c, Scratch *s, const T *in, T *out, PetscInt n)
+/* out[0..n] = the exclusive scan of in[0..n] by op from init (any iterators) */
+template <class In, class Out, class Op, class T>
+static PetscErrorCode ExclusiveScanBy(FMM_CUDA *c, Scratch *s, In in, Out out, Op op, T init, PetscInt n)
 {
   size_t need = 0;
 
   PetscFunctionBegin;
-  FMMCallCUDA(cub::DeviceScan::ExclusiveSum(NULL, need, in, out, (int)(n + 1), c->stream));
+  FMMCallCUDA(cub::DeviceScan::ExclusiveScan(NULL, need, in, out, op, init, (int)(n + 1), c->stream));
   PetscCall(ScratchEnsure(c, s, need));
-  FMMCallCUDA(cub::DeviceScan::ExclusiveSum(s->tmp, need, in, out, (int)(n + 1), c->stream));
+  FMMCallCUDA(cub::DeviceScan::ExclusiveScan(s->tmp, need, in, out, op, init, (int)(n + 1), c->stream));
   PetscFunctionReturn(0);
 }
 
-/* the same for three arrays of one length in one scan of triples: one CUB
-   scan instead of three (each costs the host about 9 us of launches, and the
-   P2P work of an assembly at 10^6 points is bound by them, H100) */
+/* out[0..n] = exclusive prefix sums of in[0..n] (in[n] is 0: out[n] is the total) */
+template <class T>
+static PetscErrorCode ExclusiveScan(FMM_CUDA *c, Scratch *s, const T *in, T *out, PetscInt n)
+{
+  PetscFunctionBegin;
+  PetscCall(ExclusiveScanBy(c, s, in, out, ::cuda::std::plus<>(), T(0), n));
+  PetscFunctionReturn(0);
+}
+
+/* ExclusiveScan for three arrays of one length in one scan of triples: one
+   CUB scan instead of three (each costs the host about 9 us of launches, and
+   the P2P work of an assembly at 10^6 points is bound by them, H100) */
 struct Sum3 {
   template <class T>
   __device__ __forceinline__ T operator()(const T &a, const T &b) const
@@ -86,15 +96,8 @@ struct Sum3 {
 
 static PetscErrorCode ExclusiveScan3(FMM_CUDA *c, Scratch *s, const PetscInt *a, const PetscInt *b, const PetscInt *d, PetscInt *oa, PetscInt *ob, PetscInt *od, PetscInt n)
 {
-  const auto in   = thrust::make_zip_iterator(a, b, d);
-  const auto out  = thrust::make_zip_iterator(oa, ob, od);
-  const auto zero = thrust::tuple<PetscInt, PetscInt, PetscInt>(0, 0, 0);
-  size_t     need = 0;
-
   PetscFunctionBegin;
-  FMMCallCUDA(cub::DeviceScan::ExclusiveScan(NULL, need, in, out, Sum3(), zero, (int)(n + 1), c->stream));
-  PetscCall(ScratchEnsure(c, s, need));
-  FMMCallCUDA(cub::DeviceScan::ExclusiveScan(s->tmp, need, in, out, Sum3(), zero, (int)(n + 1), c->stream));
+  PetscCall(ExclusiveScanBy(c, s, thrust::make_zip_iterator(a, b, d), thrust::make_zip_iterator(oa, ob, od), Sum3(), thrust::tuple<PetscInt, PetscInt, PetscInt>(0, 0, 0), n));
   PetscFunctionReturn(0);
 }
 
@@ -2026,15 +2029,8 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
       const PetscInt      nb = (PetscInt)1 << (2 * (l + 1)), c0 = FMMLevelStart(l + 1), span = (PetscInt)1 << (2 * (L - l - 1)), nc = 16 * nstrong;
       const CandidateKind kind = {nc, c0, span, theta, c->sleaf, c->tleaf, cur.stroff, cur.str, cur.owner, c->cx, c->cy, c->scale};
       ListCount           tot, *dtot = (ListCount *)FMMCUDAReadbackTarget(sizeof(ListCount));
-      size_t              need = 0;
       if (!dtot) dtot = cur.sc + nc;
-      {
-        const auto in  = thrust::make_transform_iterator(thrust::counting_iterator<PetscInt>(0), kind);
-        const auto out = thrust::make_tabulate_output_iterator(ListScanOut{cur.sc, dtot, nc});
-        FMMCallCUDA(cub::DeviceScan::ExclusiveScan(NULL, need, in, out, ListCountSum(), ListCount{0, 0}, (int)(nc + 1), c->stream));
-        PetscCall(ScratchEnsure(c, &s, need));
-        FMMCallCUDA(cub::DeviceScan::ExclusiveScan(s.tmp, need, in, out, ListCountSum(), ListCount{0, 0}, (int)(nc + 1), c->stream));
-      }
+      PetscCall(ExclusiveScanBy(c, &s, thrust::make_transform_iterator(thrust::counting_iterator<PetscInt>(0), kind), thrust::make_tabulate_output_iterator(ListScanOut{cur.sc, dtot, nc}), ListCountSum(), ListCount{0, 0}, nc));
       PetscCall(FMMCUDAReadback(c->stream, &tot, dtot, sizeof(tot))); /* the sizes of the next lists */
       PetscCall(ListLevelAlloc(c, tot.s, nb, l + 1 < L ? 16 * tot.s : 0, &nxt));
       if (nfar + tot.f > farcap) { /* grow the far list: at first with room for 27 entries per box (a box's list in a uniform tree; a tenth of the expansions' memory at p = 30), about all it needs: doubling, it grew and was copied at every level */

@@ -1065,14 +1065,13 @@ static PetscErrorCode MatAssemblyEnd_FMM(Mat A, MatAssemblyType type)
   if (N > 1) {
     PetscBool same = PETSC_TRUE;
     if (fmm->srcdev) same = fmm->srcdistinct < 0 ? PETSC_TRUE : PETSC_FALSE; /* found on the GPU as they were copied */
-    PetscReal z[2] = {0, 0};
-    for (i = 1; i < N && same && !fmm->srcdev; i++) same = (fmm->gsrc[2 * i] == fmm->gsrc[0] && fmm->gsrc[2 * i + 1] == fmm->gsrc[1]) ? PETSC_TRUE : PETSC_FALSE;
-    if (same && fmm->srcdev) { /* one rank: for the message */
+    else
+      for (i = 1; i < N && same; i++) same = (fmm->gsrc[2 * i] == fmm->gsrc[0] && fmm->gsrc[2 * i + 1] == fmm->gsrc[1]) ? PETSC_TRUE : PETSC_FALSE;
+    if (same && fmm->srcdev) { /* one rank: to the host for the message */
       PetscCall(PointsToHost(fmm));
       fmm->gsrc = fmm->src;
     }
-    if (same) z[0] = fmm->gsrc[0], z[1] = fmm->gsrc[1];
-    PetscCheck(!same, comm, PETSC_ERR_ARG_WRONG, "MATFMM: all %" PetscInt_FMT " sources are at the same point (%g, %g); the kernel vanishes between coincident points, so the operator is degenerate", N, (double)z[0], (double)z[1]);
+    PetscCheck(!same, comm, PETSC_ERR_ARG_WRONG, "MATFMM: all %" PetscInt_FMT " sources are at the same point (%g, %g); the kernel vanishes between coincident points, so the operator is degenerate", N, (double)fmm->gsrc[0], (double)fmm->gsrc[1]);
   }
   PetscCall(PetscMalloc2(N, &fmm->sigma, M, &fmm->pot));
 
