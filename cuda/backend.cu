@@ -15,6 +15,7 @@
     -mat_fmm_cuda_tree <gpu,cpu> tree and lists built on the GPU (default) or on the CPU
     -mat_fmm_cuda_p2p_symmetric <bool> tiled P2P: each unordered pair once, for both sums (default true)
     -mat_fmm_cuda_split_local <bool> the tree's last splitting rounds in shared memory (default true)
+    -mat_fmm_cuda_tree_key_bits <b> the tree's sort keys: b quantized bits (1 to 32, default 32) or 64
 */
 #include "fmmcuda.h"
 #include "fmmexpansions.h"
@@ -344,7 +345,7 @@ static PetscErrorCode FMMCUDAPlan(Mat A)
   FMMCallCUDA(cudaEventRecord(late.ready, c->stream));
   up       = PointUpload{fmm, xy, N, MemOf(c, fmm->gsrc), same ? FMM_MEM_PAGEABLE : MemOf(c, fmm->gtgt)};
   fromhost = (up.msrc != FMM_MEM_HERE || (!same && up.mtgt != FMM_MEM_HERE)) ? PETSC_TRUE : PETSC_FALSE; /* else no upload to overlap */
-  PetscCall(FMMCUDATreeBuild(c, P, fmm->ct, fmm->theta, fmm->split_median, fmm->cuda_split_local, same, same ? A->cmap->rstart : A->rmap->rstart, fmm->alpha, fmm->beta, xy, UploadPoints, &up, late.nrm, late.wts, (late.nrm || late.wts) ? UploadLate : NULL, &late, fromhost, U));
+  PetscCall(FMMCUDATreeBuild(c, P, fmm->ct, fmm->theta, fmm->split_median, fmm->cuda_split_local, same, same ? A->cmap->rstart : A->rmap->rstart, fmm->alpha, fmm->beta, xy, UploadPoints, &up, late.nrm, late.wts, (late.nrm || late.wts) ? UploadLate : NULL, &late, fromhost, U, fmm->cuda_key_bits));
   PetscCall(PetscTime(&t1));
   PetscCall(PetscInfo(A, "GPU plan: context and staging %.2f ms, %" PetscInt_FMT " points up, tree and lists (with the normals and weights up) %.2f ms\n", 1e3 * (t0b - t0), U, 1e3 * (t1 - t0b)));
   FMMCallCUDA(cudaEventDestroy(late.ready));

@@ -156,7 +156,7 @@ PETSC_INTERN void          *FMMCUDATableFind(int, const char *, PetscInt);
 PETSC_INTERN PetscErrorCode FMMCUDATableKeep(int, const char *, PetscInt, const void *, size_t, void **);
 
 /* tree.cu */
-PETSC_INTERN PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *, FMMPlan *, PetscInt, PetscReal, PetscBool, PetscBool, PetscBool, PetscInt, PetscReal, PetscReal, const double *, PetscErrorCode (*)(FMM_CUDA *, void *, PetscInt, PetscInt, cudaStream_t), void *, const double *, const double *, PetscErrorCode (*)(FMM_CUDA *, void *, cudaEvent_t, cudaEvent_t *), void *, PetscBool, PetscInt);
+PETSC_INTERN PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *, FMMPlan *, PetscInt, PetscReal, PetscBool, PetscBool, PetscBool, PetscInt, PetscReal, PetscReal, const double *, PetscErrorCode (*)(FMM_CUDA *, void *, PetscInt, PetscInt, cudaStream_t), void *, const double *, const double *, PetscErrorCode (*)(FMM_CUDA *, void *, cudaEvent_t, cudaEvent_t *), void *, PetscBool, PetscInt, PetscInt);
 PETSC_INTERN PetscErrorCode FMMCUDAM2LPlan(FMM_CUDA *, const FMMPlan *);
 PETSC_INTERN PetscErrorCode FMMCUDAP2PPlan(FMM_CUDA *, FMMPlan *, PetscBool, PetscBool);
 PETSC_INTERN PetscErrorCode FMMCUDANearSources(FMM_CUDA *, const FMMPlan *, PetscBool, PetscInt **, PetscInt *);

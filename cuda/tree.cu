@@ -6,7 +6,7 @@
   Splits without sorting each box.  The points (sources, then the
   targets of all ranks) are sorted once by the key (x, index) and once by
   (y, index) with CUB's radix sort, which is stable, so equal coordinates go by
-  index as in src/plan.c.  Two lists of point indices, X and Y, then hold the
+  index as in src/plan.c (through 32-bit keys and then their ties: SortShort).  Two lists of point indices, X and Y, then hold the
   points of every box contiguously, each sorted in its own direction.  A box's
   bounding box is read off the ends of its two ranges.  Its split direction d
   and cut (the longer side and the median with -mat_fmm_tree_split median,
@@ -124,6 +124,143 @@ __global__ void KeysKernel(PetscInt a, PetscInt b, const double *xy, unsigned lo
   kx[i]  = OrderKey(xy[2 * i]);
   ky[i]  = OrderKey(xy[2 * i + 1]);
   val[i] = i;
+}
+
+/* ---- short keys: the same order from a sort of fewer bits
+
+   A radix sort of the 64-bit keys above makes 8 passes.  Quantized to b bits
+   (-mat_fmm_cuda_tree_key_bits, default 32) over the points' bounding box,
+   q(x) = floor(2^b (x - xmin) / (xmax - xmin)) never decreases with x (each
+   rounded operation is monotone), so a stable sort by q is the order by
+   (x, index) except within runs of equal q whose points differ in x by less
+   than a 2^-b-th of the box: FixRunsKernel sorts each such run of up to
+   FIX_RUN points by (x, index) (one thread; two or three points in practice).
+   Longer runs come where points crowd along one coordinate, as a curve's do
+   where its tangent is perpendicular to it (about 50 points a run at 10^7
+   points on the star curve), or when the box's width is 0 or overflows (all
+   keys 0): if one of them is out of order, the points of all runs longer
+   than FIX_RUN are selected (in order, so equal coordinates stay in index
+   order) and sorted by their 64-bit keys, which orders them across runs as
+   the short keys do.  Two sorts of 4 passes instead of 8: the sort stage of
+   an assembly again 0.47 -> 0.29 ms at 10^6 points, 2.56 -> 1.76 ms at 10^7
+   (H100, the star curve; 24 or 28 bits measured no faster than 32). */
+#define FIX_RUN 32
+
+typedef struct {
+  unsigned long long lo[2], hi[2]; /* OrderKey of the least and greatest x and y */
+} KeyBox;
+
+struct KeyBoxOf {
+  const double *xy;
+  __device__ __forceinline__ KeyBox operator()(PetscInt i) const
+  {
+    const unsigned long long x = OrderKey(xy[2 * i]), y = OrderKey(xy[2 * i + 1]);
+    return KeyBox{{x, y}, {x, y}};
+  }
+};
+
+struct KeyBoxJoin {
+  __device__ __forceinline__ KeyBox operator()(const KeyBox &a, const KeyBox &b) const
+  {
+    KeyBox r;
+    for (int d = 0; d < 2; d++) {
+      r.lo[d] = a.lo[d] < b.lo[d] ? a.lo[d] : b.lo[d];
+      r.hi[d] = a.hi[d] > b.hi[d] ? a.hi[d] : b.hi[d];
+    }
+    return r;
+  }
+};
+
+/* the b-bit key of coordinate v in [lo, hi]; 0 when the width is 0 or not finite (one run) */
+__device__ __forceinline__ unsigned int ShortKey(double v, double lo, double hi, int bits)
+{
+  const double w = __dsub_rn(hi, lo), top = ldexp(1.0, bits);
+  if (!(w > 0) || !isfinite(w)) return 0;
+  const double t = __dmul_rn(__ddiv_rn(__dsub_rn(v, lo), w), top); /* t * 2^b is exact: no rounding after the division */
+  return t >= top ? (unsigned int)(top - 1) : (unsigned int)t;
+}
+
+/* short radix keys of both coordinates, values are indices; clears the flags of FixRunsKernel */
+__global__ void ShortKeysKernel(PetscInt U, int bits, const double *xy, const KeyBox *box, unsigned int *qx, unsigned int *qy, PetscInt *val, int *flag)
+{
+  const PetscInt i = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i == 0) flag[0] = flag[1] = 0;
+  if (i >= U) return;
+  qx[i]  = ShortKey(xy[2 * i], OrderValue(box->lo[0]), OrderValue(box->hi[0]), bits);
+  qy[i]  = ShortKey(xy[2 * i + 1], OrderValue(box->lo[1]), OrderValue(box->hi[1]), bits);
+  val[i] = i;
+}
+
+/* (coordinate d of point a, a) < (that of b, b); -0 equals +0 */
+__device__ __forceinline__ bool CoordIndexLess(const double *xy, int d, PetscInt a, PetscInt b)
+{
+  const double u = xy[2 * a + d], v = xy[2 * b + d];
+  return u < v || (u == v && a < b);
+}
+
+/* the first and last positions s, e of the run of equal keys q around pair
+   (i, i + 1), looked for up to FIX_RUN positions either way; whether the run
+   is longer than FIX_RUN (when not, [s, e] is all of it) */
+__device__ __forceinline__ bool RunOf(PetscInt U, const unsigned int *q, PetscInt i, PetscInt *s, PetscInt *e)
+{
+  *s = i;
+  *e = i + 1;
+  while (*s > 0 && i - *s < FIX_RUN && q[*s - 1] == q[i]) (*s)--;
+  while (*e + 1 < U && *e + 1 - *s < FIX_RUN && q[*e + 1] == q[i]) (*e)++;
+  return *e - *s + 1 > FIX_RUN || (*s > 0 && q[*s - 1] == q[i]) || (*e + 1 < U && q[*e + 1] == q[i]); /* (the walk back can reach past FIX_RUN) */
+}
+
+/* list d (blockIdx.y) sorted by its short keys q: each run of equal keys of
+   up to FIX_RUN points sorted by (coordinate, index) by the thread of its
+   first pair; an unsorted pair in a longer run sets flag[d].  Only a run's
+   first thread writes it, and no thread reads the indices of a short run */
+__global__ void FixRunsKernel(PetscInt U, const unsigned int *qx, const unsigned int *qy, PetscInt *X, PetscInt *Y, const double *xy, int *flag)
+{
+  const PetscInt      i = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
+  const int           d = blockIdx.y;
+  const unsigned int *q = d ? qy : qx;
+  PetscInt           *id = d ? Y : X, s, e;
+  if (i + 1 >= U || q[i] != q[i + 1]) return;
+  if (RunOf(U, q, i, &s, &e)) {
+    if (CoordIndexLess(xy, d, id[i + 1], id[i])) flag[d] = 1;
+    return;
+  }
+  if (s != i) return;
+  {
+    PetscInt r[FIX_RUN], n = e - s + 1;
+    for (PetscInt k = 0; k < n; k++) {
+      const PetscInt a = id[s + k];
+      PetscInt       j = k;
+      for (; j > 0 && CoordIndexLess(xy, d, a, r[j - 1]); j--) r[j] = r[j - 1];
+      r[j] = a;
+    }
+    for (PetscInt k = 0; k < n; k++) id[s + k] = r[k];
+  }
+}
+
+/* mark[i]: position i is in a run of more than FIX_RUN equal keys */
+__global__ void LongRunsKernel(PetscInt U, const unsigned int *q, unsigned char *mark)
+{
+  const PetscInt i = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
+  PetscInt       s, e;
+  if (i >= U) return;
+  mark[i] = (i + 1 < U && q[i] == q[i + 1] && RunOf(U, q, i, &s, &e)) || (i > 0 && q[i - 1] == q[i] && RunOf(U, q, i - 1, &s, &e));
+}
+
+/* the 64-bit keys (coordinate d) and indices of the n selected positions pos of list id */
+__global__ void RunKeysKernel(PetscInt n, const PetscInt *pos, const PetscInt *id, const double *xy, int d, unsigned long long *key, PetscInt *val)
+{
+  const PetscInt k = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
+  if (k >= n) return;
+  val[k] = id[pos[k]];
+  key[k] = OrderKey(xy[2 * val[k] + d]);
+}
+
+/* the sorted indices back to the selected positions */
+__global__ void RunScatterKernel(PetscInt n, const PetscInt *pos, const PetscInt *val, PetscInt *id)
+{
+  const PetscInt k = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
+  if (k < n) id[pos[k]] = val[k];
 }
 
 /* the order of (key, index) pairs: the merge of two sorted parts gives what
@@ -1818,6 +1955,59 @@ static PetscErrorCode ListLevelAlloc(FMM_CUDA *c, PetscInt ns, PetscInt nb, Pets
   PetscFunctionReturn(0);
 }
 
+/* the x and y lists X, Y of all U points sorted by (coordinate, index) through
+   short keys (see ShortKey): the bounding box, the keys in kx's space, the
+   two sorts into kt's (then the box, the flags and the marks), the runs
+   fixed; the long runs, where one is out of order, sorted by 64-bit keys in
+   the space of ky (keys), kx (sorted keys) and of the second list buffers
+   (positions, indices) after Y (one more wait for the GPU, two where a
+   long run is out of order) */
+static PetscErrorCode SortShort(FMM_CUDA *c, Scratch *s, PetscInt U, PetscInt bits, const double *xy, unsigned long long *kx, unsigned long long *ky, unsigned long long *kt, PetscInt *val, PetscInt *X, PetscInt *Y)
+{
+  unsigned int  *qx = (unsigned int *)kx, *qy = qx + U, *qtx = (unsigned int *)kt, *qty = qtx + U;
+  KeyBox        *box  = (KeyBox *)(kt + U);
+  int           *flag = (int *)FMMCUDAReadbackTarget(2 * sizeof(int)), bad[2];
+  unsigned char *mark = (unsigned char *)(box + 1) + 2 * sizeof(int);
+  PetscInt      *pos = Y + (U + 1), *v0 = pos + (U + 1), *v1 = v0 + (U + 1);
+  const KeyBox   none = {{~0ull, ~0ull}, {0, 0}};
+  const auto     in   = thrust::make_transform_iterator(thrust::counting_iterator<PetscInt>(0), KeyBoxOf{xy});
+  size_t         need = 0, n2 = 0;
+
+  PetscFunctionBegin;
+  if (!flag) flag = (int *)(box + 1);
+  FMMCallCUDA(cub::DeviceReduce::Reduce(NULL, need, in, box, (int)U, KeyBoxJoin(), none, c->stream));
+  FMMCallCUDA(cub::DeviceRadixSort::SortPairs(NULL, n2, qx, qtx, val, X, (int)U, 0, (int)bits, c->stream));
+  PetscCall(ScratchEnsure(c, s, PetscMax(need, n2)));
+  FMMCallCUDA(cub::DeviceReduce::Reduce(s->tmp, need, in, box, (int)U, KeyBoxJoin(), none, c->stream));
+  ShortKeysKernel<<<LAUNCH_N(U)>>>(U, (int)bits, xy, box, qx, qy, val, flag);
+  FMMCheckLaunch();
+  FMMCallCUDA(cub::DeviceRadixSort::SortPairs(s->tmp, n2, qx, qtx, val, X, (int)U, 0, (int)bits, c->stream));
+  FMMCallCUDA(cub::DeviceRadixSort::SortPairs(s->tmp, n2, qy, qty, val, Y, (int)U, 0, (int)bits, c->stream));
+  FixRunsKernel<<<dim3((unsigned)FMMCUDABlocks(U, BS), 2), BS, 0, c->stream>>>(U, qtx, qty, X, Y, xy, flag);
+  FMMCheckLaunch();
+  PetscCall(FMMCUDAReadback(c->stream, bad, flag, sizeof(bad)));
+  for (int d = 0; d < 2; d++) {
+    PetscInt *id = d ? Y : X, *dn = (PetscInt *)FMMCUDAReadbackTarget(sizeof(PetscInt)), n = 0;
+    if (!bad[d]) continue;
+    if (!dn) dn = (PetscInt *)flag;
+    LongRunsKernel<<<LAUNCH_N(U)>>>(U, d ? qty : qtx, mark);
+    FMMCheckLaunch();
+    FMMCallCUDA(cub::DeviceSelect::Flagged(NULL, need, thrust::counting_iterator<PetscInt>(0), mark, pos, dn, (int)U, c->stream));
+    PetscCall(ScratchEnsure(c, s, need));
+    FMMCallCUDA(cub::DeviceSelect::Flagged(s->tmp, need, thrust::counting_iterator<PetscInt>(0), mark, pos, dn, (int)U, c->stream));
+    PetscCall(FMMCUDAReadback(c->stream, &n, dn, sizeof(n)));
+    PetscCall(PetscInfo(NULL, "GPU tree build: %s list: %" PetscInt_FMT " of %" PetscInt_FMT " points in runs of more than %d equal %d-bit keys, one out of order: sorted by 64-bit keys\n", d ? "y" : "x", n, U, FIX_RUN, (int)bits));
+    RunKeysKernel<<<LAUNCH_N(n)>>>(n, pos, id, xy, d, ky, v0);
+    FMMCheckLaunch();
+    FMMCallCUDA(cub::DeviceRadixSort::SortPairs(NULL, need, ky, kx, v0, v1, (int)n, 0, 64, c->stream));
+    PetscCall(ScratchEnsure(c, s, need));
+    FMMCallCUDA(cub::DeviceRadixSort::SortPairs(s->tmp, need, ky, kx, v0, v1, (int)n, 0, 64, c->stream));
+    RunScatterKernel<<<LAUNCH_N(n)>>>(n, pos, v1, id);
+    FMMCheckLaunch();
+  }
+  PetscFunctionReturn(0);
+}
+
 /*
   FMMCUDATreeBuild - the plan of src/plan.c, built on the GPU (see the top of this file).
 
@@ -1833,7 +2023,7 @@ static PetscErrorCode ListLevelAlloc(FMM_CUDA *c, PetscInt ns, PetscInt nb, Pets
   the device plan of c (sperm ... scale, faroff, far, nearoff, near, tleafof)
   and the counts and statistics of P (no host arrays).
 */
-PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal theta, PetscBool median, PetscBool splitlocal, PetscBool same, PetscInt t0, PetscReal alpha, PetscReal beta, const double *xy, PetscErrorCode (*up)(FMM_CUDA *, void *, PetscInt, PetscInt, cudaStream_t), void *uctx, const double *nrm, const double *wts, PetscErrorCode (*late)(FMM_CUDA *, void *, cudaEvent_t, cudaEvent_t *), void *lctx, PetscBool parts, PetscInt U)
+PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal theta, PetscBool median, PetscBool splitlocal, PetscBool same, PetscInt t0, PetscReal alpha, PetscReal beta, const double *xy, PetscErrorCode (*up)(FMM_CUDA *, void *, PetscInt, PetscInt, cudaStream_t), void *uctx, const double *nrm, const double *wts, PetscErrorCode (*late)(FMM_CUDA *, void *, cudaEvent_t, cudaEvent_t *), void *lctx, PetscBool parts, PetscInt U, PetscInt keybits)
 {
   const PetscInt      N = P->N, M = P->M;
   PetscInt            L = 0, nleaves, nboxes, nch;
@@ -1896,6 +2086,7 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
      0.68-0.75 ms, H100) */
   if (U) {
     const PetscInt K = parts && U >= SORT_PARTS_MIN ? 2 : 1, h = U / K;         /* parts [0, h) and [h, U) */
+    const PetscBool shortkeys = keybits < 64 && K == 1 && U >= 64 ? PETSC_TRUE : PETSC_FALSE; /* (the parts' merge compares the keys of both) */
     PetscInt      *X1 = K == 2 ? Y + (U + 1) : X, *Y1 = K == 2 ? Y + 2 * (U + 1) : Y; /* the parts' lists: the second buffers, when merged */
     cudaStream_t   us = c->stream;                                                /* the upload's */
     cudaEvent_t    ev;
@@ -1914,10 +2105,13 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
       PetscCall(up(c, uctx, a, b, us));
       FMMCallCUDA(cudaEventRecord(ev, us));
       if (us != c->stream) FMMCallCUDA(cudaStreamWaitEvent(c->stream, ev, 0));
-      KeysKernel<<<LAUNCH_N(b - a)>>>(a, b, xy, kx, ky, val);
-      FMMCheckLaunch();
-      FMMCallCUDA(cub::DeviceRadixSort::SortPairs(s.tmp, need, kx + a, kt + a, val + a, X1 + a, (int)(b - a), 0, 64, c->stream));
-      FMMCallCUDA(cub::DeviceRadixSort::SortPairs(s.tmp, need, ky + a, kt + U + a, val + a, Y1 + a, (int)(b - a), 0, 64, c->stream));
+      if (shortkeys) PetscCall(SortShort(c, &s, U, keybits, xy, kx, ky, kt, val, X, Y));
+      else {
+        KeysKernel<<<LAUNCH_N(b - a)>>>(a, b, xy, kx, ky, val);
+        FMMCheckLaunch();
+        FMMCallCUDA(cub::DeviceRadixSort::SortPairs(s.tmp, need, kx + a, kt + a, val + a, X1 + a, (int)(b - a), 0, 64, c->stream));
+        FMMCallCUDA(cub::DeviceRadixSort::SortPairs(s.tmp, need, ky + a, kt + U + a, val + a, Y1 + a, (int)(b - a), 0, 64, c->stream));
+      }
     }
     if (K == 2) { /* the merges write keys over the sorts' inputs (XO, YO below) */
       const auto xa = thrust::make_zip_iterator(kt, X1), xb = thrust::make_zip_iterator(kt + h, X1 + h), xo = thrust::make_zip_iterator(kx, X);

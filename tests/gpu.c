@@ -25,6 +25,10 @@ Every -mat_fmm_ option applies to both devices; -mat_fmm_cuda_m2l <tc,fma> and -
   more than FMMCUDA_SYM_GMAX = 64 lower near-list entries.  The *_global
   cases build the tree with every splitting round in global memory
   (-mat_fmm_cuda_split_local false), as on devices with less shared memory.
+  The tree cases also build the GPU tree with 64-bit sort keys and require
+  the same product bit for bit (the default sorts 32-bit keys and then their
+  ties); tree_keys20 has many ties (short runs sorted by FixRunsKernel,
+  long ones by 64-bit keys), tree_keys4 mostly long runs.
   The tree_parts cases have 2^21 points or more, which go up and are sorted
   in two parts (tree_parts_targets: the second part holds sources and
   targets).
@@ -230,6 +234,27 @@ static PetscErrorCode CheckTree(MPI_Comm comm, const Problem *pb, Vec x, PetscIn
   else {
     PetscCall(PetscPrintf(comm, "tree built on the GPU vs on the CPU: FAILED: levels %d/%d leaves %d/%d M2L %d/%d P2P pairs %lld/%lld, products differ by %.3e\n", (int)L[0], (int)L[1], (int)nl[0], (int)nl[1], (int)m2l[0], (int)m2l[1], (long long)p2p[0], (long long)p2p[1], (double)rel));
     (*nfail)++;
+  }
+  { /* the GPU tree again through the exact 64-bit sort keys: the points in the same order, so the same product bit for bit */
+    char      kb[16];
+    PetscBool kbset;
+    Mat       B;
+    Vec       yb;
+    PetscCall(PetscOptionsGetString(NULL, NULL, "-mat_fmm_cuda_tree_key_bits", kb, sizeof(kb), &kbset));
+    PetscCall(PetscOptionsSetValue(NULL, "-mat_fmm_cuda_tree_key_bits", "64"));
+    PetscCall(CreateFMM(comm, pb, MATFMM_KERNEL_COMBINED, MATFMM_LAYOUT_TILED, MATFMM_METHOD_FMM, MATFMM_DEVICE_CUDA, &B));
+    if (kbset) PetscCall(PetscOptionsSetValue(NULL, "-mat_fmm_cuda_tree_key_bits", kb));
+    else PetscCall(PetscOptionsClearValue(NULL, "-mat_fmm_cuda_tree_key_bits"));
+    PetscCall(MatCreateVecs(B, NULL, &yb));
+    PetscCall(MatMult(B, x, yb));
+    PetscCall(Compare(y[0], yb, &rel, &bit));
+    if (bit) PetscCall(PetscPrintf(comm, "GPU tree by short sort keys vs by 64-bit keys: the same product bit for bit: ok\n"));
+    else {
+      PetscCall(PetscPrintf(comm, "GPU tree by short sort keys vs by 64-bit keys: FAILED: products differ by %.3e\n", (double)rel));
+      (*nfail)++;
+    }
+    PetscCall(VecDestroy(&yb));
+    PetscCall(MatDestroy(&B));
   }
   for (int t = 0; t < 2; t++) {
     PetscCall(VecDestroy(&y[t]));
@@ -737,6 +762,16 @@ int main(int argc, char **argv)
     suffix: tree_parts_targets
     requires: cuda
     args: -n 1500000 -geometry clusters -mat_fmm_ct 16 -targets -tree_only
+
+  test:
+    suffix: tree_keys20
+    requires: cuda
+    args: -n 200000 -geometry curve -mat_fmm_ct 64 -tree_only -mat_fmm_cuda_tree_key_bits 20
+
+  test:
+    suffix: tree_keys4
+    requires: cuda
+    args: -n 50000 -geometry clusters -mat_fmm_ct 16 -targets -tree_only -mat_fmm_cuda_tree_key_bits 4
 
   test:
     suffix: tree_global

@@ -881,6 +881,10 @@ static PetscErrorCode MatSetFromOptions_FMM(Mat A, PetscOptionItems PetscOptions
     PetscCall(PetscOptionsBool("-mat_fmm_cuda_split_local", "GPU tree: the last splitting rounds in shared memory, a block per box, where the device grants the block 210 KB (false: every round in global memory; the same tree)", "MATFMM", fmm->cuda_split_local, &bval, &set));
     if (set && fmm->cuda_split_local != bval) PetscCall(MatFMMInvalidate(A));
     if (set) fmm->cuda_split_local = bval;
+    PetscCall(PetscOptionsRangeInt("-mat_fmm_cuda_tree_key_bits", "GPU tree: bits of the coordinates' sort keys, quantized over the bounding box (1 to 32, ties sorted after; 64: exact 64-bit keys; the same tree)", "MATFMM", fmm->cuda_key_bits, &ival, &set, 1, 64));
+    PetscCheck(!set || ival <= 32 || ival == 64, PetscObjectComm((PetscObject)A), PETSC_ERR_ARG_OUTOFRANGE, "-mat_fmm_cuda_tree_key_bits %" PetscInt_FMT ": expected 1 to 32 (quantized keys) or 64 (exact keys)", ival);
+    if (set && fmm->cuda_key_bits != ival) PetscCall(MatFMMInvalidate(A));
+    if (set) fmm->cuda_key_bits = ival;
   }
 #endif
   PetscCall(PetscOptionsEnum("-mat_fmm_kernel", "Laplace layer potential", "MatFMMSetKernel", MatFMMKernels, (PetscEnum)kernel, &e, &set));
@@ -1385,6 +1389,7 @@ static PetscErrorCode MatDestroy_FMM(Mat A)
 .  -mat_fmm_cuda_tree <gpu,cpu> - CUDA backend: tree and interaction lists built on the GPU (default) or on the CPU and uploaded
 .  -mat_fmm_cuda_p2p_symmetric <bool> - CUDA tiled P2P evaluates each unordered pair of points once, for both of its sums (default true; used when the targets are the sources on one rank, with the single layer, the table log and 8 to 256 points per leaf)
 .  -mat_fmm_cuda_split_local <bool> - GPU tree build: once the boxes of a round fit in a thread block, the rounds left run in shared memory, a block per box (default true; used where the device grants a block 210 KB of shared memory, as sm_90 does; false, or a device with less: every round in global memory, the same tree)
+.  -mat_fmm_cuda_tree_key_bits <b> - GPU tree build: the points are sorted by coordinate through keys of b bits (1 to 32, default 32), quantized over their bounding box, then runs of equal keys by coordinate (runs of more than 32 points, as where a curve crowds along one coordinate, by 64-bit keys); 64: 64-bit keys for all points (two sorts of 8 passes instead of 4). The same tree
 -  -mat_fmm_kernel <single,double,combined>, -mat_fmm_alpha, -mat_fmm_beta - the operator
 
    Usage:
@@ -1443,6 +1448,7 @@ PETSC_EXTERN PetscErrorCode MatCreate_FMM(Mat A)
   fmm->cuda_log_fast    = PETSC_TRUE;
   fmm->cuda_p2p_sym     = PETSC_TRUE;
   fmm->cuda_split_local = PETSC_TRUE;
+  fmm->cuda_key_bits    = 32;
   fmm->cuda_tree_gpu    = PETSC_TRUE;
   fmm->p_user           = 0;
   fmm->eps              = 1e-10;
