@@ -1987,9 +1987,8 @@ static PetscErrorCode SortShort(FMM_CUDA *c, Scratch *s, PetscInt U, PetscInt bi
   FMMCheckLaunch();
   PetscCall(FMMCUDAReadback(c->stream, bad, flag, sizeof(bad)));
   for (int d = 0; d < 2; d++) {
-    PetscInt *id = d ? Y : X, *dn = (PetscInt *)FMMCUDAReadbackTarget(sizeof(PetscInt)), n = 0;
+    PetscInt *id = d ? Y : X, *dn = (PetscInt *)flag, n = 0; /* the count read back where the flags were */
     if (!bad[d]) continue;
-    if (!dn) dn = (PetscInt *)flag;
     LongRunsKernel<<<LAUNCH_N(U)>>>(U, d ? qty : qtx, mark);
     FMMCheckLaunch();
     FMMCallCUDA(cub::DeviceSelect::Flagged(NULL, need, thrust::counting_iterator<PetscInt>(0), mark, pos, dn, (int)U, c->stream));
@@ -2098,8 +2097,10 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
       FMMCallCUDA(cudaEventRecord(ev, c->stream)); /* xy is allocated */
       FMMCallCUDA(cudaStreamWaitEvent(us, ev, 0));
     }
-    FMMCallCUDA(cub::DeviceRadixSort::SortPairs(NULL, need, kx, kt, val, X1, (int)(U - h > h ? U - h : h), 0, 64, c->stream));
-    PetscCall(ScratchEnsure(c, &s, need));
+    if (!shortkeys) { /* (SortShort sizes its own) */
+      FMMCallCUDA(cub::DeviceRadixSort::SortPairs(NULL, need, kx, kt, val, X1, (int)(U - h > h ? U - h : h), 0, 64, c->stream));
+      PetscCall(ScratchEnsure(c, &s, need));
+    }
     for (PetscInt j = 0; j < K; j++) {
       const PetscInt a = j ? h : 0, b = j == K - 1 ? U : h;
       PetscCall(up(c, uctx, a, b, us));

@@ -208,6 +208,26 @@ static PetscErrorCode CheckCase(MPI_Comm comm, const Problem *pb, MatFMMKernel k
   PetscFunctionReturn(0);
 }
 
+/* y = A x on a fresh y, required to equal yref bitwise (prints the case; a failure counts in *nfail) */
+static PetscErrorCode MultSame(MPI_Comm comm, const char *what, Mat A, Vec x, Vec yref, PetscInt *nfail)
+{
+  Vec       y;
+  PetscReal rel;
+  PetscBool bit;
+
+  PetscFunctionBegin;
+  PetscCall(VecDuplicate(yref, &y));
+  PetscCall(MatMult(A, x, y));
+  PetscCall(Compare(y, yref, &rel, &bit));
+  if (bit) PetscCall(PetscPrintf(comm, "%s: equal bitwise: ok\n", what));
+  else {
+    PetscCall(PetscPrintf(comm, "%s: FAILED, differs by %.3e\n", what, (double)rel));
+    (*nfail)++;
+  }
+  PetscCall(VecDestroy(&y));
+  PetscFunctionReturn(0);
+}
+
 /* the tree and lists built on the GPU (default) against those built on the CPU
    and uploaded (-mat_fmm_cuda_tree cpu): same levels, leaves, M2L and P2P
    counts; the products differ only by the order of sums within leaves */
@@ -239,21 +259,12 @@ static PetscErrorCode CheckTree(MPI_Comm comm, const Problem *pb, Vec x, PetscIn
     char      kb[16];
     PetscBool kbset;
     Mat       B;
-    Vec       yb;
     PetscCall(PetscOptionsGetString(NULL, NULL, "-mat_fmm_cuda_tree_key_bits", kb, sizeof(kb), &kbset));
     PetscCall(PetscOptionsSetValue(NULL, "-mat_fmm_cuda_tree_key_bits", "64"));
     PetscCall(CreateFMM(comm, pb, MATFMM_KERNEL_COMBINED, MATFMM_LAYOUT_TILED, MATFMM_METHOD_FMM, MATFMM_DEVICE_CUDA, &B));
     if (kbset) PetscCall(PetscOptionsSetValue(NULL, "-mat_fmm_cuda_tree_key_bits", kb));
     else PetscCall(PetscOptionsClearValue(NULL, "-mat_fmm_cuda_tree_key_bits"));
-    PetscCall(MatCreateVecs(B, NULL, &yb));
-    PetscCall(MatMult(B, x, yb));
-    PetscCall(Compare(y[0], yb, &rel, &bit));
-    if (bit) PetscCall(PetscPrintf(comm, "GPU tree by short sort keys vs by 64-bit keys: the same product bit for bit: ok\n"));
-    else {
-      PetscCall(PetscPrintf(comm, "GPU tree by short sort keys vs by 64-bit keys: FAILED: products differ by %.3e\n", (double)rel));
-      (*nfail)++;
-    }
-    PetscCall(VecDestroy(&yb));
+    PetscCall(MultSame(comm, "GPU tree by 64-bit sort keys vs by short keys", B, x, y[0], nfail));
     PetscCall(MatDestroy(&B));
   }
   for (int t = 0; t < 2; t++) {
@@ -448,26 +459,6 @@ static PetscErrorCode ToDevice(const PetscReal *h, PetscInt n, PetscReal **d)
   if (!h || n <= 0) PetscFunctionReturn(0);
   PetscCallCUDA(cudaMalloc((void **)d, sizeof(PetscReal) * n));
   PetscCallCUDA(cudaMemcpy(*d, h, sizeof(PetscReal) * n, cudaMemcpyHostToDevice));
-  PetscFunctionReturn(0);
-}
-
-/* y = A x on a fresh y; *same: y equals yref bitwise (prints the case) */
-static PetscErrorCode MultSame(MPI_Comm comm, const char *what, Mat A, Vec x, Vec yref, PetscInt *nfail)
-{
-  Vec       y;
-  PetscReal rel;
-  PetscBool bit;
-
-  PetscFunctionBegin;
-  PetscCall(VecDuplicate(yref, &y));
-  PetscCall(MatMult(A, x, y));
-  PetscCall(Compare(y, yref, &rel, &bit));
-  if (bit) PetscCall(PetscPrintf(comm, "%s: equal bitwise: ok\n", what));
-  else {
-    PetscCall(PetscPrintf(comm, "%s: FAILED, differs by %.3e\n", what, (double)rel));
-    (*nfail)++;
-  }
-  PetscCall(VecDestroy(&y));
   PetscFunctionReturn(0);
 }
 
