@@ -222,11 +222,13 @@ static PetscErrorCode Create(Mat A)
 /* the normals and weights go up on a second stream while the GPU sorts and
    splits the points: FMMCUDATreeBuild calls UploadLate once the sort is
    queued, and its scatter, their first use, waits for done (ready: after
-   their allocation) */
+   their allocation); from the block's GPU copy (mirror) where
+   MatFMMSetSources() sent one */
 typedef struct {
   const Mat_FMM *fmm;
   double        *nrm, *wts;
   cudaEvent_t    ready;
+  FMMCUDAMirror  mirror;
 } LateUpload;
 
 static PetscErrorCode UploadLate(FMM_CUDA *c, void *ctx, cudaEvent_t after, cudaEvent_t *done)
@@ -239,8 +241,13 @@ static PetscErrorCode UploadLate(FMM_CUDA *c, void *ctx, cudaEvent_t after, cuda
   FMMCallCUDA(cudaEventCreateWithFlags(done, cudaEventDisableTiming));
   FMMCallCUDA(cudaStreamWaitEvent(s, u->ready, 0));
   if (after) FMMCallCUDA(cudaStreamWaitEvent(s, after, 0)); /* the points first */
-  if (u->nrm) PetscCall(CopyIn(s, u->nrm, u->fmm->gnrm, 2 * u->fmm->plan.N, MemOf(c, u->fmm->gnrm)));
-  if (u->wts) PetscCall(CopyIn(s, u->wts, u->fmm->gwts, u->fmm->plan.N, MemOf(c, u->fmm->gwts)));
+  {
+    const Mat_FMM *fmm = u->fmm;
+    const double  *mir;
+    PetscCall(FMMCUDAMirrorWait(u->mirror, s, 1, &mir));
+    if (u->nrm) PetscCall(CopyIn(s, u->nrm, mir ? mir + (fmm->nrm - fmm->src) : fmm->gnrm, 2 * fmm->plan.N, mir ? FMM_MEM_HERE : MemOf(c, fmm->gnrm)));
+    if (u->wts) PetscCall(CopyIn(s, u->wts, mir ? mir + (fmm->wts - fmm->src) : fmm->gwts, fmm->plan.N, mir ? FMM_MEM_HERE : MemOf(c, fmm->gwts)));
+  }
   FMMCallCUDA(cudaEventRecord(*done, s));
   FMMCallCUDA(cudaStreamDestroy(s)); /* released once its work is done */
   PetscFunctionReturn(0);
@@ -253,6 +260,8 @@ typedef struct {
   const Mat_FMM *fmm;
   double        *xy;
   PetscInt       N;
+  const double  *src;    /* the sources: the caller's (one rank), the gathered ones, or the block's GPU copy */
+  FMMCUDAMirror  mirror; /* that copy (src), or NULL */
   FMMMem         msrc, mtgt;
 } PointUpload;
 
@@ -261,7 +270,11 @@ static PetscErrorCode UploadPoints(FMM_CUDA *c, void *ctx, PetscInt a, PetscInt 
   PointUpload *u = (PointUpload *)ctx;
 
   PetscFunctionBegin;
-  if (a < u->N) PetscCall(CopyIn(s, u->xy + 2 * a, u->fmm->gsrc + 2 * a, 2 * (PetscMin(b, u->N) - a), u->msrc));
+  if (a < u->N) {
+    const double *mir;
+    PetscCall(FMMCUDAMirrorWait(u->mirror, s, 0, &mir)); /* its points sent */
+    PetscCall(CopyIn(s, u->xy + 2 * a, u->src + 2 * a, 2 * (PetscMin(b, u->N) - a), u->msrc));
+  }
   if (b > u->N) {
     const PetscInt t = PetscMax(a, u->N);
     PetscCall(CopyIn(s, u->xy + 2 * t, u->fmm->gtgt + 2 * (t - u->N), 2 * (b - t), u->mtgt));
@@ -281,7 +294,9 @@ static PetscErrorCode UploadPoints(FMM_CUDA *c, void *ctx, PetscInt a, PetscInt 
    ms; up to 47 ms in a first process on a fresh machine), once for the
    life of the block; MatFMMSetSources() with new sizes and MatDestroy()
    release it (FMMCUDAUnpin).  A refusal (no more page-locked memory) keeps
-   the staging rings. */
+   the staging rings.  Once it is page-locked, MatFMMSetSources() also sends
+   the block to a copy in GPU memory while it fills it (FMMCUDAMirror*,
+   points.cu), and FMMCUDAPlan reads the points from there. */
 #define FMM_PIN_REFILLS 8
 
 static PetscErrorCode PinSources(Mat A)
@@ -324,8 +339,9 @@ static PetscErrorCode FMMCUDAPlan(Mat A)
   PetscInt       N = A->cmap->N, Mg = same ? 0 : A->rmap->N, U = N + Mg;
   FMM_CUDA      *c;
   double        *xy;
-  LateUpload     late = {fmm, NULL, NULL, NULL};
+  LateUpload     late = {fmm, NULL, NULL, NULL, NULL};
   PointUpload    up;
+  const double  *mir; /* the sources' GPU copy sent by MatFMMSetSources() (one rank, page-locked block) */
   PetscBool      fromhost;
   PetscLogDouble t0, t0b, t1;
 
@@ -343,11 +359,13 @@ static PetscErrorCode FMMCUDAPlan(Mat A)
   if (fmm->gwts) PetscCall(FMMCUDAMalloc(c->stream, (void **)&late.wts, sizeof(double) * N, "the weights"));
   FMMCallCUDA(cudaEventCreateWithFlags(&late.ready, cudaEventDisableTiming));
   FMMCallCUDA(cudaEventRecord(late.ready, c->stream));
-  up       = PointUpload{fmm, xy, N, MemOf(c, fmm->gsrc), same ? FMM_MEM_PAGEABLE : MemOf(c, fmm->gtgt)};
+  PetscCall(FMMCUDAMirrorWait(fmm->galias ? fmm->mirror : NULL, c->stream, 0, &mir));
+  late.mirror = mir ? fmm->mirror : NULL;
+  up          = PointUpload{fmm, xy, N, mir ? mir : fmm->gsrc, late.mirror, mir ? FMM_MEM_HERE : MemOf(c, fmm->gsrc), same ? FMM_MEM_PAGEABLE : MemOf(c, fmm->gtgt)};
   fromhost = (up.msrc != FMM_MEM_HERE || (!same && up.mtgt != FMM_MEM_HERE)) ? PETSC_TRUE : PETSC_FALSE; /* else no upload to overlap */
   PetscCall(FMMCUDATreeBuild(c, P, fmm->ct, fmm->theta, fmm->split_median, fmm->cuda_split_local, same, same ? A->cmap->rstart : A->rmap->rstart, fmm->alpha, fmm->beta, xy, UploadPoints, &up, late.nrm, late.wts, (late.nrm || late.wts) ? UploadLate : NULL, &late, fromhost, U, fmm->cuda_key_bits));
   PetscCall(PetscTime(&t1));
-  PetscCall(PetscInfo(A, "GPU plan: context and staging %.2f ms, %" PetscInt_FMT " points up, tree and lists (with the normals and weights up) %.2f ms\n", 1e3 * (t0b - t0), U, 1e3 * (t1 - t0b)));
+  PetscCall(PetscInfo(A, "GPU plan: context and staging %.2f ms, %" PetscInt_FMT " points up%s, tree and lists (with the normals and weights up) %.2f ms\n", 1e3 * (t0b - t0), U, mir ? " (the sources from their GPU copy sent by MatFMMSetSources())" : "", 1e3 * (t1 - t0b)));
   FMMCallCUDA(cudaEventDestroy(late.ready));
   if (late.nrm) PetscCall(FMMCUDAFree(c->stream, late.nrm));
   if (late.wts) PetscCall(FMMCUDAFree(c->stream, late.wts));

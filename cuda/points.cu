@@ -159,3 +159,94 @@ PetscErrorCode FMMCUDAPointsToHost(PetscReal *h, const PetscReal *d, size_t n)
   if (n) FMMCallCUDA(cudaMemcpy(h, d, sizeof(PetscReal) * n, cudaMemcpyDeviceToHost));
   PetscFunctionReturn(0);
 }
+
+/* ---- the page-locked block's copy in GPU memory (srcpinned, one rank)
+
+   A time-stepping code refills the sources before each assembly.  Once the
+   matrix's block is page-locked (PinSources, backend.cu), MatFMMSetSources()
+   sends each chunk of it to this copy as soon as the chunk is copied in, so
+   the DMA of one chunk runs while the host copies the next, and the assembly
+   finds the points on the GPU (as points given in device memory): the upload
+   no longer follows the copy.  The copy lives with the block (FreeSources). */
+struct _n_FMMCUDAMirror {
+  double      *d;       /* the block's copy (n reals; NULL: refused, no GPU memory) */
+  size_t       n;
+  cudaStream_t s;       /* the DMAs */
+  cudaEvent_t  ev[2];   /* after the points (0), after the whole block (1) */
+  PetscBool    full;    /* d holds the block of the last MatFMMSetSources() */
+};
+
+/* before the block (n reals) is refilled: the copy made if needed, the last
+   DMAs out of the block waited for; *ok: the chunks may be sent (false
+   where there was no GPU memory for the copy: the assembly uploads the block) */
+PetscErrorCode FMMCUDAMirrorBegin(FMMCUDAMirror *mp, size_t n, PetscBool *ok)
+{
+  FMMCUDAMirror m = *mp;
+
+  PetscFunctionBegin;
+  *ok = PETSC_FALSE;
+  if (m && m->n != n) PetscCall(FMMCUDAMirrorDestroy(mp));
+  if (!*mp) {
+    cudaError_t e;
+    PetscCall(FMMCUDAInitializeContext());
+    PetscCall(PetscNew(mp));
+    m    = *mp;
+    m->n = n;
+    FMMCallCUDA(cudaStreamCreateWithFlags(&m->s, cudaStreamNonBlocking));
+    for (int k = 0; k < 2; k++) FMMCallCUDA(cudaEventCreateWithFlags(&m->ev[k], cudaEventDisableTiming));
+    e = cudaMalloc((void **)&m->d, sizeof(double) * n);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      m->d = NULL;
+      PetscCall(PetscInfo(NULL, "MATFMM CUDA: no GPU memory for a copy of the page-locked sources (%.1f MB: %s); each assembly uploads them\n", sizeof(double) * n / 1048576.0, cudaGetErrorString(e)));
+    }
+  }
+  FMMCallCUDA(cudaEventSynchronize(m->ev[1])); /* the block is read by the last DMAs */
+  m->full = PETSC_FALSE;
+  *ok     = m->d ? PETSC_TRUE : PETSC_FALSE;
+  PetscFunctionReturn(0);
+}
+
+/* block[off, off + cnt) to the copy (the block is page-locked: a DMA, the host goes on) */
+PetscErrorCode FMMCUDAMirrorPut(FMMCUDAMirror m, const PetscReal *block, size_t off, size_t cnt)
+{
+  PetscFunctionBegin;
+  if (cnt) FMMCallCUDA(cudaMemcpyAsync(m->d + off, block + off, sizeof(double) * cnt, cudaMemcpyHostToDevice, m->s));
+  PetscFunctionReturn(0);
+}
+
+/* after the points (k = 0) or the whole block (k = 1, the copy is then complete) were sent */
+PetscErrorCode FMMCUDAMirrorMark(FMMCUDAMirror m, int k)
+{
+  PetscFunctionBegin;
+  FMMCallCUDA(cudaEventRecord(m->ev[k], m->s));
+  if (k == 1) m->full = PETSC_TRUE;
+  PetscFunctionReturn(0);
+}
+
+/* *d: the copy, once stream s has waited for its points (k = 0) or all of it (k = 1); NULL where it does not hold the block */
+PetscErrorCode FMMCUDAMirrorWait(FMMCUDAMirror m, cudaStream_t s, int k, const double **d)
+{
+  PetscFunctionBegin;
+  *d = NULL;
+  if (!m || !m->full || !m->d) PetscFunctionReturn(0);
+  FMMCallCUDA(cudaStreamWaitEvent(s, m->ev[k], 0));
+  *d = m->d;
+  PetscFunctionReturn(0);
+}
+
+/* after its DMAs, before the block is unlocked or freed (the context may be gone at exit: errors ignored) */
+PetscErrorCode FMMCUDAMirrorDestroy(FMMCUDAMirror *mp)
+{
+  FMMCUDAMirror m = *mp;
+
+  PetscFunctionBegin;
+  if (!m) PetscFunctionReturn(0);
+  (void)cudaEventSynchronize(m->ev[1]);
+  if (m->d) (void)cudaFree(m->d);
+  for (int k = 0; k < 2; k++) (void)cudaEventDestroy(m->ev[k]);
+  (void)cudaStreamDestroy(m->s);
+  (void)cudaGetLastError();
+  PetscCall(PetscFree(*mp));
+  PetscFunctionReturn(0);
+}

@@ -97,6 +97,8 @@ struct _FMMBackendOps {
   PetscErrorCode (*view)(Mat, PetscViewer); /* backend lines of -mat_view (ASCII, after assembly; NULL: none) */
 };
 
+typedef struct _n_FMMCUDAMirror *FMMCUDAMirror; /* a GPU copy of the page-locked sources (cuda/points.cu) */
+
 typedef struct {
   /* user data, as given (local parts) */
   PetscInt     nsrc, ntgt; /* local counts; ntgt < 0: targets are the sources */
@@ -104,6 +106,7 @@ typedef struct {
   PetscBool    hasnrm, haswts;
   PetscInt     nrefill;             /* MatFMMSetSources() calls that refilled that block (same sizes) */
   PetscBool    srcpinned, srcpinno; /* the CUDA backend page-locked the block; it tried and was refused */
+  FMMCUDAMirror mirror;            /* srcpinned: the block's copy in GPU memory, sent by MatFMMSetSources() (cuda/points.cu) */
   PetscInt     badsrc, badnrm, badwts, badtgt; /* first NaN/Inf entry of each copy, -1: none (found while copying) */
   PetscReal    badv[4];                        /* their values (src, nrm, wts, tgt) */
   PetscBool    srcdev, tgtdev;                 /* the copies (src block, tgt) are in device memory: given there (CUDA backend) */
@@ -164,4 +167,8 @@ PETSC_INTERN PetscErrorCode FMMCUDAPointsAlloc(size_t, PetscReal **);
 PETSC_INTERN PetscErrorCode FMMCUDAPointsFree(PetscReal *);
 PETSC_INTERN PetscErrorCode FMMCUDACopyChecked(PetscInt, PetscReal *const[], const PetscReal *const[], const PetscInt[], PetscInt[], PetscReal[], PetscInt *);
 PETSC_INTERN PetscErrorCode FMMCUDAPointsToHost(PetscReal *, const PetscReal *, size_t);
+PETSC_INTERN PetscErrorCode FMMCUDAMirrorBegin(FMMCUDAMirror *, size_t, PetscBool *);
+PETSC_INTERN PetscErrorCode FMMCUDAMirrorPut(FMMCUDAMirror, const PetscReal *, size_t, size_t);
+PETSC_INTERN PetscErrorCode FMMCUDAMirrorMark(FMMCUDAMirror, int);
+PETSC_INTERN PetscErrorCode FMMCUDAMirrorDestroy(FMMCUDAMirror *);
 #endif

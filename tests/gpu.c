@@ -277,7 +277,11 @@ static PetscErrorCode CheckTree(MPI_Comm comm, const Problem *pb, Vec x, PetscIn
 /* a time-stepping code: the sources refilled (rotated by 0.01 j, same sizes)
    and both matrices assembled again, j = 1..k.  From the 8th refill on the
    GPU matrix reads its copy of them from page-locked memory (PinSources in
-   cuda/backend.cu; -info says when).  GPU vs CPU <= 1e-12 after each */
+   cuda/backend.cu; -info says when), and from the 9th MatFMMSetSources()
+   sends that copy to the GPU as it fills it (cuda/points.cu).  GPU vs CPU
+   <= 1e-12 after each.  With k >= 9, a refill whose last normal is NaN must
+   fail at assembly naming that source (the check made chunk by chunk), and
+   the refill after it must give the product of the last good points again */
 static PetscErrorCode CheckRefill(MPI_Comm comm, const Problem *pb, Vec x, PetscInt k, PetscInt *nfail)
 {
   Mat        A[2];
@@ -313,6 +317,36 @@ static PetscErrorCode CheckRefill(MPI_Comm comm, const Problem *pb, Vec x, Petsc
   else {
     PetscCall(PetscPrintf(comm, "sources refilled %d times: FAILED: gpu vs cpu up to %.3e (need <= 1e-12)\n", (int)k, (double)worst));
     (*nfail)++;
+  }
+  if (k >= 9 && n > 0) {
+    PetscErrorCode ierr;
+    const PetscReal keep = nrm[2 * n - 1];
+    nrm[2 * n - 1]       = NAN;
+    PetscCall(MatFMMSetSources(A[1], n, xy, nrm, pb->w));
+    nrm[2 * n - 1] = keep;
+    PetscCall(MatAssemblyBegin(A[1], MAT_FINAL_ASSEMBLY));
+    PetscCall(PetscPushErrorHandler(PetscReturnErrorHandler, NULL));
+    ierr = MatAssemblyEnd(A[1], MAT_FINAL_ASSEMBLY);
+    PetscCall(PetscPopErrorHandler());
+    if (ierr == PETSC_ERR_ARG_OUTOFRANGE) {
+      const char *text;
+      char       *msg = NULL;
+      PetscCall(PetscErrorMessage(ierr, &text, &msg));
+      PetscCall(PetscPrintf(comm, "a refill with a NaN normal: PETSC_ERR_ARG_OUTOFRANGE: ok\n  %s\n", msg ? msg : ""));
+    } else {
+      PetscCall(PetscPrintf(comm, "a refill with a NaN normal: FAILED, error code %d instead of PETSC_ERR_ARG_OUTOFRANGE\n", (int)ierr));
+      (*nfail)++;
+    }
+    PetscCall(MatFMMSetSources(A[1], n, xy, nrm, pb->w));
+    PetscCall(MatAssemblyBegin(A[1], MAT_FINAL_ASSEMBLY));
+    PetscCall(MatAssemblyEnd(A[1], MAT_FINAL_ASSEMBLY));
+    PetscCall(MatMult(A[1], x, y[1]));
+    PetscCall(Compare(y[1], y[0], &rel, &bit));
+    if (rel <= 1e-12) PetscCall(PetscPrintf(comm, "refilled again with the last good points: gpu vs cpu <= 1e-12: ok\n"));
+    else {
+      PetscCall(PetscPrintf(comm, "refilled again with the last good points: FAILED: gpu vs cpu %.3e (need <= 1e-12)\n", (double)rel));
+      (*nfail)++;
+    }
   }
   for (int t = 0; t < 2; t++) {
     PetscCall(VecDestroy(&y[t]));
@@ -728,6 +762,11 @@ int main(int argc, char **argv)
     suffix: refill
     requires: cuda
     args: -n 20000 -geometry curve -tree_only -refill 10 -malloc_dump
+
+  test:
+    suffix: refill_chunks
+    requires: cuda
+    args: -n 300000 -geometry curve -tree_only -refill 11 -mat_fmm_ct 64 -malloc_dump
 
   test:
     suffix: tree_curve
