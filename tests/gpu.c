@@ -280,8 +280,8 @@ static PetscErrorCode CheckTree(MPI_Comm comm, const Problem *pb, Vec x, PetscIn
    cuda/backend.cu; -info says when), and from the 9th MatFMMSetSources()
    sends that copy to the GPU as it fills it (cuda/points.cu).  GPU vs CPU
    <= 1e-12 after each.  With k >= 9, a refill whose last normal is NaN must
-   fail at assembly naming that source (the check made chunk by chunk), and
-   the refill after it must give the product of the last good points again */
+   fail at assembly naming that source (its copy sent to the GPU as well),
+   and the refill after it must give the product of the last good points */
 static PetscErrorCode CheckRefill(MPI_Comm comm, const Problem *pb, Vec x, PetscInt k, PetscInt *nfail)
 {
   Mat        A[2];
@@ -762,11 +762,6 @@ int main(int argc, char **argv)
     suffix: refill
     requires: cuda
     args: -n 20000 -geometry curve -tree_only -refill 10 -malloc_dump
-
-  test:
-    suffix: refill_chunks
-    requires: cuda
-    args: -n 300000 -geometry curve -tree_only -refill 11 -mat_fmm_ct 64 -malloc_dump
 
   test:
     suffix: tree_curve

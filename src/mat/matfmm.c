@@ -187,14 +187,15 @@ static PetscErrorCode PointsToHost(Mat_FMM *fmm)
 
 /* the caller's arrays into the block, with the NaN/Inf check.  Once the
    CUDA backend has page-locked the block (a time-stepping code, one rank),
-   each chunk also goes to the block's copy in GPU memory as soon as it is
-   copied (cuda/points.cu): its DMA runs while the host copies the next
-   chunk, and the assembly finds the points on the GPU.  Four chunks an
-   array of FMM_UP_CHUNK reals or more: at 10^6 sources with normals and
-   weights (H100) 1, 4 and 16 chunks gave an assembly again of 1.86, 1.75
-   and 1.77 ms and this copy 0.68, 0.75 and 1.24 ms (medians of 5; in
-   another series 1 and 4 chunks: 1.89 and 1.84 ms, 0.72 and 0.76 ms) */
-#define FMM_UP_CHUNK 65536
+   each array also goes to the block's copy in GPU memory once it is copied
+   (cuda/points.cu), the points first: their DMA runs while the host copies
+   the normals and weights, theirs while the assembly sorts the points, and
+   the assembly finds the points on the GPU.  Sending quarters of arrays
+   instead overlapped more of the DMAs with the copy but slowed it more
+   (both read host memory): at 10^6 sources with normals and weights
+   (H100) this call took 0.87-0.88 ms with one DMA an array, 1.10-1.20 with
+   four, 1.35-1.51 with sixteen, for about the same assembly again (1.86-1.91,
+   1.83-1.94 and 1.80-1.89 ms) */
 static PetscErrorCode CopySources(Mat_FMM *fmm, const PetscReal *xy, const PetscReal *nrm, const PetscReal *w, PetscInt n)
 {
   const PetscReal *const a[3]   = {xy, nrm, w};
@@ -208,25 +209,22 @@ static PetscErrorCode CopySources(Mat_FMM *fmm, const PetscReal *xy, const Petsc
   if (fmm->srcpinned) PetscCall(FMMCUDAMirrorBegin(&fmm->mirror, FMMSourceBlock(n, fmm->hasnrm, fmm->haswts), &up));
 #endif
   for (int k = 0; k < 3; k++) {
-    const PetscInt ch = up ? PetscMax(FMM_UP_CHUNK, (len[k] + 3) / 4) : PetscMax(len[k], 1);
-    for (PetscInt off = 0; off < len[k]; off += ch) {
-      const PetscInt m = PetscMin(ch, len[k] - off), b = CopyRealsFinite(d[k] + off, a[k] + off, m);
-      if (bad[k] < 0 && b >= 0) bad[k] = off + b;
+    if (!len[k]) continue;
+    bad[k] = CopyRealsFinite(d[k], a[k], len[k]);
 #if defined(PETSCFMM_HAVE_CUDA)
-      if (up) PetscCall(FMMCUDAMirrorPut(fmm->mirror, fmm->src, (size_t)(d[k] - fmm->src) + off, m));
-#endif
+    if (up) {
+      PetscCall(FMMCUDAMirrorPut(fmm->mirror, fmm->src, (size_t)(d[k] - fmm->src), len[k]));
+      if (k == 0) PetscCall(FMMCUDAMirrorMark(fmm->mirror, 0)); /* the points: what the tree build waits for */
     }
-#if defined(PETSCFMM_HAVE_CUDA)
-    if (up && k == 0) PetscCall(FMMCUDAMirrorMark(fmm->mirror, 0)); /* the points: what the tree build waits for */
 #endif
   }
 #if defined(PETSCFMM_HAVE_CUDA)
   if (up) PetscCall(FMMCUDAMirrorMark(fmm->mirror, 1));
 #endif
+  for (int k = 0; k < 3; k++) fmm->badv[k] = bad[k] >= 0 ? d[k][bad[k]] : 0.0;
   fmm->badsrc = bad[0];
   fmm->badnrm = bad[1];
   fmm->badwts = bad[2];
-  for (int k = 0; k < 3; k++) fmm->badv[k] = bad[k] >= 0 ? d[k][bad[k]] : 0.0;
   PetscFunctionReturn(0);
 }
 
@@ -305,15 +303,15 @@ static PetscErrorCode MatFMMSetSources_FMM(Mat A, PetscInt n, const PetscReal xy
    sources, 25 ms for 10^7, once) and copies it to the GPU without staging
    (10^6 points go up in 0.33 ms instead of 0.8 ms on an H100, and the host
    is free to queue the tree's work).  From the next refill on, this
-   function also sends each quarter of each array to a copy of the block in
-   GPU memory (5n more reals there) as soon as it has copied it, so the DMA
-   runs while it copies the rest and the assembly finds the points on the
-   GPU: with 10^6 sources and normals and weights an assembly again took
-   1.75-2.13 instead of 2.0-2.3 ms and this call 0.07-0.26 ms longer (H100,
-   three series), with 10^7 11.0-11.3 instead of 14.0-14.5 ms and this call
-   9.5-12 ms either way.  Without GPU memory for that copy the
-   assembly uploads the block as before.  New sizes or `MatDestroy()`
-   release both.  `-info` reports them.
+   function also sends each array, once it has copied it, to a copy of the
+   block in GPU memory (5n more reals there): the points go up while it
+   copies the normals and weights, and the assembly finds them on the GPU.
+   With 10^6 sources and normals and weights an assembly again took 1.80
+   instead of 2.01 ms, and this call 0.65 ms as before; with 10^7 11.3
+   instead of 14.2 ms, this call 9.7 ms (H100, medians of 7 and 2 runs).
+   Without GPU memory for that copy the assembly uploads the
+   block as before.  New sizes or `MatDestroy()` release both.  `-info`
+   reports them.
 
    Device memory: in a build with CUDA the arrays may instead all be in GPU
    memory (a code whose points live on the GPU, e.g. the array of a device
