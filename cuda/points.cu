@@ -164,10 +164,15 @@ PetscErrorCode FMMCUDAPointsToHost(PetscReal *h, const PetscReal *d, size_t n)
 
    A time-stepping code refills the sources before each assembly.  Once the
    matrix's block is page-locked (PinSources, backend.cu), MatFMMSetSources()
-   sends each chunk of it to this copy as soon as the chunk is copied in, so
-   the DMA of one chunk runs while the host copies the next, and the assembly
-   finds the points on the GPU (as points given in device memory): the upload
-   no longer follows the copy.  The copy lives with the block (FreeSources). */
+   sends each array of it to this copy once the array is copied in, so the
+   points go up while the host copies the normals and weights, and the
+   assembly finds the points on the GPU (as points given in device memory):
+   the upload no longer follows the copy.  The copy lives with the block
+   (FreeSources).
+   It is made at the 9th refill, after assemblies of the same sizes have
+   grown petscfmm's pool to what they need (the pool keeps it), so it takes
+   memory that no later assembly of this matrix asks for; where cudaMalloc
+   finds none, the assemblies upload the block as before. */
 struct _n_FMMCUDAMirror {
   double      *d;       /* the block's copy (n reals; NULL: refused, no GPU memory) */
   size_t       n;
@@ -177,7 +182,7 @@ struct _n_FMMCUDAMirror {
 };
 
 /* before the block (n reals) is refilled: the copy made if needed, the last
-   DMAs out of the block waited for; *ok: the chunks may be sent (false
+   DMAs out of the block waited for; *ok: the arrays may be sent (false
    where there was no GPU memory for the copy: the assembly uploads the block) */
 PetscErrorCode FMMCUDAMirrorBegin(FMMCUDAMirror *mp, size_t n, PetscBool *ok)
 {
