@@ -243,8 +243,8 @@ static PetscErrorCode UploadLate(FMM_CUDA *c, void *ctx, cudaEvent_t after, cuda
   if (after) FMMCallCUDA(cudaStreamWaitEvent(s, after, 0)); /* the points first */
   {
     const Mat_FMM *fmm = u->fmm;
-    const double  *mir;
-    PetscCall(FMMCUDAMirrorWait(u->mirror, s, 1, &mir));
+    const double  *mir = FMMCUDAMirrorData(u->mirror);
+    if (mir) PetscCall(FMMCUDAMirrorWait(u->mirror, s, 1)); /* all of it sent */
     if (u->nrm) PetscCall(CopyIn(s, u->nrm, mir ? mir + (fmm->nrm - fmm->src) : fmm->gnrm, 2 * fmm->plan.N, mir ? FMM_MEM_HERE : MemOf(c, fmm->gnrm)));
     if (u->wts) PetscCall(CopyIn(s, u->wts, mir ? mir + (fmm->wts - fmm->src) : fmm->gwts, fmm->plan.N, mir ? FMM_MEM_HERE : MemOf(c, fmm->gwts)));
   }
@@ -271,8 +271,7 @@ static PetscErrorCode UploadPoints(FMM_CUDA *c, void *ctx, PetscInt a, PetscInt 
 
   PetscFunctionBegin;
   if (a < u->N) {
-    const double *mir;
-    PetscCall(FMMCUDAMirrorWait(u->mirror, s, 0, &mir)); /* its points sent */
+    if (u->mirror) PetscCall(FMMCUDAMirrorWait(u->mirror, s, 0)); /* its points sent */
     PetscCall(CopyIn(s, u->xy + 2 * a, u->src + 2 * a, 2 * (PetscMin(b, u->N) - a), u->msrc));
   }
   if (b > u->N) {
@@ -341,7 +340,7 @@ static PetscErrorCode FMMCUDAPlan(Mat A)
   double        *xy;
   LateUpload     late = {fmm, NULL, NULL, NULL, NULL};
   PointUpload    up;
-  const double  *mir; /* the sources' GPU copy sent by MatFMMSetSources() (one rank, page-locked block) */
+  const double  *mir = FMMCUDAMirrorData(fmm->galias ? fmm->mirror : NULL); /* the sources' GPU copy sent by MatFMMSetSources() (one rank, page-locked block) */
   PetscBool      fromhost;
   PetscLogDouble t0, t0b, t1;
 
@@ -359,7 +358,6 @@ static PetscErrorCode FMMCUDAPlan(Mat A)
   if (fmm->gwts) PetscCall(FMMCUDAMalloc(c->stream, (void **)&late.wts, sizeof(double) * N, "the weights"));
   FMMCallCUDA(cudaEventCreateWithFlags(&late.ready, cudaEventDisableTiming));
   FMMCallCUDA(cudaEventRecord(late.ready, c->stream));
-  PetscCall(FMMCUDAMirrorWait(fmm->galias ? fmm->mirror : NULL, c->stream, 0, &mir));
   late.mirror = mir ? fmm->mirror : NULL;
   up          = PointUpload{fmm, xy, N, mir ? mir : fmm->gsrc, late.mirror, mir ? FMM_MEM_HERE : MemOf(c, fmm->gsrc), same ? FMM_MEM_PAGEABLE : MemOf(c, fmm->gtgt)};
   fromhost = (up.msrc != FMM_MEM_HERE || (!same && up.mtgt != FMM_MEM_HERE)) ? PETSC_TRUE : PETSC_FALSE; /* else no upload to overlap */

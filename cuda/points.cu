@@ -174,29 +174,26 @@ PetscErrorCode FMMCUDAPointsToHost(PetscReal *h, const PetscReal *d, size_t n)
    memory that no later assembly of this matrix asks for; where cudaMalloc
    finds none, the assemblies upload the block as before. */
 struct _n_FMMCUDAMirror {
-  double      *d;       /* the block's copy (n reals; NULL: refused, no GPU memory) */
-  size_t       n;
+  double      *d;       /* the block's copy (NULL: refused, no GPU memory) */
   cudaStream_t s;       /* the DMAs */
   cudaEvent_t  ev[2];   /* after the points (0), after the whole block (1) */
   PetscBool    full;    /* d holds the block of the last MatFMMSetSources() */
 };
 
-/* before the block (n reals) is refilled: the copy made if needed, the last
-   DMAs out of the block waited for; *ok: the arrays may be sent (false
-   where there was no GPU memory for the copy: the assembly uploads the block) */
+/* before the block (n reals, the same at every call: new sizes free the
+   copy with the block) is refilled: the copy made if needed, the last DMAs
+   out of the block waited for; *ok: the arrays may be sent (false where
+   there was no GPU memory for the copy: the assembly uploads the block) */
 PetscErrorCode FMMCUDAMirrorBegin(FMMCUDAMirror *mp, size_t n, PetscBool *ok)
 {
   FMMCUDAMirror m = *mp;
 
   PetscFunctionBegin;
-  *ok = PETSC_FALSE;
-  if (m && m->n != n) PetscCall(FMMCUDAMirrorDestroy(mp));
-  if (!*mp) {
+  if (!m) {
     cudaError_t e;
     PetscCall(FMMCUDAInitializeContext());
     PetscCall(PetscNew(mp));
-    m    = *mp;
-    m->n = n;
+    m = *mp;
     FMMCallCUDA(cudaStreamCreateWithFlags(&m->s, cudaStreamNonBlocking));
     for (int k = 0; k < 2; k++) FMMCallCUDA(cudaEventCreateWithFlags(&m->ev[k], cudaEventDisableTiming));
     e = cudaMalloc((void **)&m->d, sizeof(double) * n);
@@ -229,14 +226,17 @@ PetscErrorCode FMMCUDAMirrorMark(FMMCUDAMirror m, int k)
   PetscFunctionReturn(0);
 }
 
-/* *d: the copy, once stream s has waited for its points (k = 0) or all of it (k = 1); NULL where it does not hold the block */
-PetscErrorCode FMMCUDAMirrorWait(FMMCUDAMirror m, cudaStream_t s, int k, const double **d)
+/* the copy, or NULL where it does not hold the block of the last MatFMMSetSources() */
+const double *FMMCUDAMirrorData(FMMCUDAMirror m)
+{
+  return m && m->full ? m->d : NULL;
+}
+
+/* stream s waits for the copy's points (k = 0) or all of it (k = 1) to be sent */
+PetscErrorCode FMMCUDAMirrorWait(FMMCUDAMirror m, cudaStream_t s, int k)
 {
   PetscFunctionBegin;
-  *d = NULL;
-  if (!m || !m->full || !m->d) PetscFunctionReturn(0);
   FMMCallCUDA(cudaStreamWaitEvent(s, m->ev[k], 0));
-  *d = m->d;
   PetscFunctionReturn(0);
 }
 
