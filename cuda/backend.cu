@@ -233,11 +233,10 @@ typedef struct {
 
 static PetscErrorCode UploadLate(FMM_CUDA *c, void *ctx, cudaEvent_t after, cudaEvent_t *done)
 {
-  LateUpload  *u = (LateUpload *)ctx;
-  cudaStream_t s;
+  LateUpload        *u = (LateUpload *)ctx;
+  const cudaStream_t s = FMMCUDAStaging.side[0];
 
   PetscFunctionBegin;
-  FMMCallCUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   FMMCallCUDA(cudaEventCreateWithFlags(done, cudaEventDisableTiming));
   FMMCallCUDA(cudaStreamWaitEvent(s, u->ready, 0));
   if (after) FMMCallCUDA(cudaStreamWaitEvent(s, after, 0)); /* the points first */
@@ -249,7 +248,6 @@ static PetscErrorCode UploadLate(FMM_CUDA *c, void *ctx, cudaEvent_t after, cuda
     if (u->wts) PetscCall(CopyIn(s, u->wts, mir ? mir + (fmm->wts - fmm->src) : fmm->gwts, fmm->plan.N, mir ? FMM_MEM_HERE : MemOf(c, fmm->gwts)));
   }
   FMMCallCUDA(cudaEventRecord(*done, s));
-  FMMCallCUDA(cudaStreamDestroy(s)); /* released once its work is done */
   PetscFunctionReturn(0);
 }
 

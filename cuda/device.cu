@@ -187,6 +187,8 @@ static PetscErrorCode FMMCUDAFinalizeContext(void)
     if (FMMCUDAStaging.evin[k]) (void)cudaEventDestroy(FMMCUDAStaging.evin[k]);
     if (FMMCUDAStaging.evout[k]) (void)cudaEventDestroy(FMMCUDAStaging.evout[k]);
   }
+  for (int k = 0; k < 2; k++)
+    if (FMMCUDAStaging.side[k]) (void)cudaStreamDestroy(FMMCUDAStaging.side[k]);
   if (FMMCUDAPool) { /* the pool goes once its last allocation is freed */
     (void)cudaDeviceSynchronize();
     (void)cudaMemPoolTrimTo(FMMCUDAPool, 0);
@@ -199,9 +201,9 @@ static PetscErrorCode FMMCUDAFinalizeContext(void)
 }
 
 /* at every call: selects this rank's device; once per process: its context
-   (cudaFree(0) creates it), petscfmm's memory pool and the pinned staging
+   (cudaFree(0) creates it), petscfmm's memory pool, the pinned staging
    rings (pinning memory takes milliseconds per MB, so it is done once, not at
-   every assembly) */
+   every assembly) and the side streams */
 PetscErrorCode FMMCUDAInitializeContext(void)
 {
   static PetscBool done = PETSC_FALSE;
@@ -245,6 +247,7 @@ PetscErrorCode FMMCUDAInitializeContext(void)
     FMMCallCUDA(cudaEventCreateWithFlags(&FMMCUDAStaging.evin[k], cudaEventDisableTiming));
     FMMCallCUDA(cudaEventCreateWithFlags(&FMMCUDAStaging.evout[k], cudaEventDisableTiming));
   }
+  for (int k = 0; k < 2; k++) FMMCallCUDA(cudaStreamCreateWithFlags(&FMMCUDAStaging.side[k], cudaStreamNonBlocking));
   PetscCall(PetscRegisterFinalize(FMMCUDAFinalizeContext));
   done = PETSC_TRUE;
   PetscFunctionReturn(0);

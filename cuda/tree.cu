@@ -2093,7 +2093,7 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
 
     FMMCallCUDA(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
     if (K == 2) {
-      FMMCallCUDA(cudaStreamCreateWithFlags(&us, cudaStreamNonBlocking));
+      us = FMMCUDAStaging.side[1];
       FMMCallCUDA(cudaEventRecord(ev, c->stream)); /* xy is allocated */
       FMMCallCUDA(cudaStreamWaitEvent(us, ev, 0));
     }
@@ -2126,7 +2126,6 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
     FMMCheckLaunch();
     if (late) PetscCall(late(c, lctx, ev, &lated)); /* after the points, while the GPU sorts and splits */
     FMMCallCUDA(cudaEventDestroy(ev));
-    if (us != c->stream) FMMCallCUDA(cudaStreamDestroy(us)); /* released once its work is done */
   } else if (late) PetscCall(late(c, lctx, NULL, &lated));
   {
     PetscInt h[2] = {0, U};

@@ -167,6 +167,7 @@ PETSC_INTERN PetscErrorCode FMMCUDAPointsAlloc(size_t, PetscReal **);
 PETSC_INTERN PetscErrorCode FMMCUDAPointsFree(PetscReal *);
 PETSC_INTERN PetscErrorCode FMMCUDACopyChecked(PetscInt, PetscReal *const[], const PetscReal *const[], const PetscInt[], PetscInt[], PetscReal[], PetscInt *);
 PETSC_INTERN PetscErrorCode FMMCUDAPointsToHost(PetscReal *, const PetscReal *, size_t);
+PETSC_INTERN PetscErrorCode FMMCUDAPointsLoad(void);
 PETSC_INTERN PetscErrorCode FMMCUDAMirrorBegin(FMMCUDAMirror *, size_t, PetscBool *);
 PETSC_INTERN PetscErrorCode FMMCUDAMirrorPut(FMMCUDAMirror, const PetscReal *, size_t, size_t);
 PETSC_INTERN PetscErrorCode FMMCUDAMirrorMark(FMMCUDAMirror, int);
