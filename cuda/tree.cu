@@ -5,9 +5,10 @@
 
   Splits without sorting each box.  The points (sources, then the
   targets of all ranks) are sorted once by the key (x, index) and once by
-  (y, index) with CUB's radix sort, which is stable, so equal coordinates go by
-  index as in src/plan.c (through 32-bit keys and then their ties: SortShort).  Two lists of point indices, X and Y, then hold the
-  points of every box contiguously, each sorted in its own direction.  A box's
+  (y, index) with CUB's radix sort, which is stable, so equal coordinates go
+  by index as in src/plan.c (through 32-bit keys and then their ties:
+  SortShort).  Two lists of point indices, X and Y, then hold the points of
+  every box contiguously, each sorted in its own direction.  A box's
   bounding box is read off the ends of its two ranges.  Its split direction d
   and cut (the longer side and the median with -mat_fmm_tree_split median,
   else the compact split below) take the first points of its d-list as they
