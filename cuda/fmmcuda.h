@@ -34,8 +34,9 @@ static constexpr FMMCUDAInvTable FMMCUDAInvMake()
    memory (device.cu): FMM_STAGE_CHUNKS slots each way, an event per slot
    marking when its last copy is done; and a small buffer for the sizes an
    assembly reads back (FMMCUDAReadback); NULL members when pinning was
-   refused.  Also the two side streams of the assemblies' uploads (the
-   normals and weights, UploadLate; the second part of the points, the tree
+   refused.  Also the two side streams of the uploads beside an assembly's
+   stream (the normals and weights, UploadLate, and the DMAs of the sources'
+   GPU copy, FMMCUDAMirror*; the second part of the points, the tree
    build): made once, as a stream made and destroyed per assembly cost the
    first assembly 0.1-0.4 ms (10^6 points in GPU memory) and 2.3 ms (host
    memory) more than later ones (H100) */
@@ -44,7 +45,7 @@ typedef struct {
   long long   *scal;
   PetscBool    scalmap; /* kernels may write scal (FMMCUDAReadbackTarget) */
   cudaEvent_t  evin[FMM_STAGE_CHUNKS], evout[FMM_STAGE_CHUNKS];
-  cudaStream_t side[2]; /* non-blocking: the late uploads (0), the points' second part (1) */
+  cudaStream_t side[2]; /* non-blocking: the late uploads and the sources' copy (0), the points' second part (1) */
 } FMMCUDAStage;
 PETSC_INTERN FMMCUDAStage FMMCUDAStaging;
 PETSC_INTERN cudaMemPool_t FMMCUDAPool; /* petscfmm's stream-ordered memory pool, NULL: plain cudaMalloc (device.cu) */

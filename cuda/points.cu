@@ -189,10 +189,9 @@ PetscErrorCode FMMCUDAPointsToHost(PetscReal *h, const PetscReal *d, size_t n)
    memory that no later assembly of this matrix asks for; where cudaMalloc
    finds none, the assemblies upload the block as before. */
 struct _n_FMMCUDAMirror {
-  double      *d;       /* the block's copy (NULL: refused, no GPU memory) */
-  cudaStream_t s;       /* the DMAs */
-  cudaEvent_t  ev[2];   /* after the points (0), after the whole block (1) */
-  PetscBool    full;    /* d holds the block of the last MatFMMSetSources() */
+  double     *d;     /* the block's copy (NULL: refused, no GPU memory); its DMAs on the side stream 0 */
+  cudaEvent_t ev[2]; /* after the points (0), after the whole block (1) */
+  PetscBool   full;  /* d holds the block of the last MatFMMSetSources() */
 };
 
 /* before the block (n reals, the same at every call: new sizes free the
@@ -209,7 +208,6 @@ PetscErrorCode FMMCUDAMirrorBegin(FMMCUDAMirror *mp, size_t n, PetscBool *ok)
     PetscCall(FMMCUDAInitializeContext());
     PetscCall(PetscNew(mp));
     m = *mp;
-    FMMCallCUDA(cudaStreamCreateWithFlags(&m->s, cudaStreamNonBlocking));
     for (int k = 0; k < 2; k++) FMMCallCUDA(cudaEventCreateWithFlags(&m->ev[k], cudaEventDisableTiming));
     e = cudaMalloc((void **)&m->d, sizeof(double) * n);
     if (e != cudaSuccess) {
@@ -228,7 +226,7 @@ PetscErrorCode FMMCUDAMirrorBegin(FMMCUDAMirror *mp, size_t n, PetscBool *ok)
 PetscErrorCode FMMCUDAMirrorPut(FMMCUDAMirror m, const PetscReal *block, size_t off, size_t cnt)
 {
   PetscFunctionBegin;
-  if (cnt) FMMCallCUDA(cudaMemcpyAsync(m->d + off, block + off, sizeof(double) * cnt, cudaMemcpyHostToDevice, m->s));
+  if (cnt) FMMCallCUDA(cudaMemcpyAsync(m->d + off, block + off, sizeof(double) * cnt, cudaMemcpyHostToDevice, FMMCUDAStaging.side[0]));
   PetscFunctionReturn(0);
 }
 
@@ -236,7 +234,7 @@ PetscErrorCode FMMCUDAMirrorPut(FMMCUDAMirror m, const PetscReal *block, size_t 
 PetscErrorCode FMMCUDAMirrorMark(FMMCUDAMirror m, int k)
 {
   PetscFunctionBegin;
-  FMMCallCUDA(cudaEventRecord(m->ev[k], m->s));
+  FMMCallCUDA(cudaEventRecord(m->ev[k], FMMCUDAStaging.side[0]));
   if (k == 1) m->full = PETSC_TRUE;
   PetscFunctionReturn(0);
 }
@@ -265,7 +263,6 @@ PetscErrorCode FMMCUDAMirrorDestroy(FMMCUDAMirror *mp)
   (void)cudaEventSynchronize(m->ev[1]);
   if (m->d) (void)cudaFree(m->d);
   for (int k = 0; k < 2; k++) (void)cudaEventDestroy(m->ev[k]);
-  (void)cudaStreamDestroy(m->s);
   (void)cudaGetLastError();
   PetscCall(PetscFree(*mp));
   PetscFunctionReturn(0);

@@ -2088,13 +2088,12 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
     const PetscInt K = parts && U >= SORT_PARTS_MIN ? 2 : 1, h = U / K;         /* parts [0, h) and [h, U) */
     const PetscBool shortkeys = keybits < 64 && K == 1 && U >= 64 ? PETSC_TRUE : PETSC_FALSE; /* (the parts' merge compares the keys of both) */
     PetscInt      *X1 = K == 2 ? Y + (U + 1) : X, *Y1 = K == 2 ? Y + 2 * (U + 1) : Y; /* the parts' lists: the second buffers, when merged */
-    cudaStream_t   us = c->stream;                                                /* the upload's */
+    cudaStream_t   us = K == 2 ? FMMCUDAStaging.side[1] : c->stream;              /* the upload's */
     cudaEvent_t    ev;
     size_t         need = 0;
 
     FMMCallCUDA(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
     if (K == 2) {
-      us = FMMCUDAStaging.side[1];
       FMMCallCUDA(cudaEventRecord(ev, c->stream)); /* xy is allocated */
       FMMCallCUDA(cudaStreamWaitEvent(us, ev, 0));
     }
