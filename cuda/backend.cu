@@ -16,6 +16,8 @@
     -mat_fmm_cuda_p2p_symmetric <bool> tiled P2P: each unordered pair once, for both sums (default true)
     -mat_fmm_cuda_split_local <bool> the tree's last splitting rounds in shared memory (default true)
     -mat_fmm_cuda_tree_key_bits <b> the tree's sort keys: b quantized bits (1 to 32, default 32) or 64
+  and, read once per process without a prefix (device.cu):
+    -mat_fmm_cuda_pool_reserve <MB> GPU memory the pool maps up front
 */
 #include "fmmcuda.h"
 #include "fmmexpansions.h"
@@ -452,6 +454,11 @@ static PetscErrorCode FMMCUDASetup(Mat A)
   FMMCallCUDA(cudaStreamSynchronize(c->stream));
   PetscCall(PetscTime(&t2));
   PetscCall(PetscInfo(A, "GPU setup: work arrays and M2L work %.2f ms, P2P work and near lists %.2f ms\n", 1e3 * (t1 - t0), 1e3 * (t2 - t1)));
+  if (info) {
+    size_t mapped, used;
+    FMMCUDAPoolUsage(&mapped, &used);
+    PetscCall(PetscInfo(A, "GPU memory pool: %.1f MB mapped, at most %.1f MB in use at once so far (-mat_fmm_cuda_pool_reserve)\n", mapped / 1048576.0, used / 1048576.0));
+  }
   PetscFunctionReturn(0);
 }
 
@@ -594,14 +601,18 @@ static PetscErrorCode FMMCUDADirectMult(Mat A, const PetscScalar *sigma, PetscSc
   PetscFunctionReturn(0);
 }
 
-/* -mat_view: which near-field kernel the product runs */
+/* -mat_view: what petscfmm's memory pool holds (to size -mat_fmm_cuda_pool_reserve) and which near-field kernel the product runs */
 static PetscErrorCode FMMCUDAView(Mat A, PetscViewer viewer)
 {
   Mat_FMM  *fmm = (Mat_FMM *)A->data;
   FMM_CUDA *c   = (FMM_CUDA *)fmm->backend;
+  size_t    mapped, used;
 
   PetscFunctionBegin;
-  if (!c || !c->fmm || fmm->layout != MATFMM_LAYOUT_TILED) PetscFunctionReturn(0);
+  if (!c) PetscFunctionReturn(0);
+  FMMCUDAPoolUsage(&mapped, &used);
+  PetscCall(PetscViewerASCIIPrintf(viewer, "  CUDA memory pool (first rank's GPU): %.1f MB mapped, at most %.1f MB in use at once so far (-mat_fmm_cuda_pool_reserve)\n", mapped / 1048576.0, used / 1048576.0));
+  if (!c->fmm || fmm->layout != MATFMM_LAYOUT_TILED) PetscFunctionReturn(0);
   if (c->syma) PetscCall(PetscViewerASCIIPrintf(viewer, "  CUDA P2P: symmetric, each pair of points once for both sums (%" PetscInt_FMT " lanes x %" PetscInt_FMT " rows per leaf)\n", c->syma, c->symr));
   else PetscCall(PetscViewerASCIIPrintf(viewer, "  CUDA P2P: tiled, every ordered pair\n"));
   PetscFunctionReturn(0);

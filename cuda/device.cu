@@ -86,7 +86,9 @@ PetscErrorCode FMMCUDAMalloc(cudaStream_t s, void **p, size_t bytes, const char 
 /* memory that lives with a matrix rather than an assembly (cudaMalloc):
    taken from the pool (on the legacy stream), it left the pool to another
    matrix's assembly at 10^6 points whose allocation and sort took 46 ms
-   instead of 1.5 ms (H100, -info) */
+   instead of 1.5 ms (H100, -info); from a second pool of its own, the
+   first copy of 10^7 points in GPU memory (400 MB) took 0.3-0.5 ms more
+   than by cudaMalloc (H100, an experiment build) */
 PetscErrorCode FMMCUDAMallocKept(void **p, size_t bytes, const char *what)
 {
   PetscFunctionBegin;
@@ -200,14 +202,85 @@ static PetscErrorCode FMMCUDAFinalizeContext(void)
   PetscFunctionReturn(0);
 }
 
+/*
+  -mat_fmm_cuda_pool_reserve <MB>: petscfmm's pool maps that much memory
+  when it is made, so that the first assemblies reuse it as later ones do:
+  a first assembly otherwise maps its memory fresh (0.5-1 TB/s: 2-2.5 ms
+  of 13 ms at 10^7 points on an H100).  One allocation of the size, freed at
+  once (the pool keeps it).  *mb: the option's value (0: none); checked
+  before anything is made.
+*/
+static PetscErrorCode PoolReserveOption(PetscReal *mb)
+{
+  PetscBool set = PETSC_FALSE;
+
+  PetscFunctionBegin;
+  *mb = 0;
+  PetscOptionsBegin(PETSC_COMM_SELF, NULL, "petscfmm's GPU memory (read once per process, when its CUDA context is made)", "PetscFMMCUDAInitialize");
+  PetscCall(PetscOptionsReal("-mat_fmm_cuda_pool_reserve", "GPU memory (MB) that petscfmm's memory pool maps when it is made, so that first assemblies need not map it (MatView() shows what the pool holds)", "PetscFMMCUDAInitialize", *mb, mb, &set));
+  PetscOptionsEnd();
+  PetscCheck(!set || (PetscIsNormalReal(*mb) && *mb > 0) || *mb == 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-mat_fmm_cuda_pool_reserve %g: expected a size in MB, finite and >= 0", (double)*mb);
+  PetscFunctionReturn(0);
+}
+
+/* the reserve mb (MB) against the GPU's memory, once the context exists and before the pool is made */
+static PetscErrorCode PoolReserveCheck(int dev, PetscReal mb)
+{
+  size_t fr = 0, tot = 0;
+
+  PetscFunctionBegin;
+  FMMCallCUDA(cudaMemGetInfo(&fr, &tot));
+  PetscCheck(mb <= tot / 1048576.0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-mat_fmm_cuda_pool_reserve %g: more than the %.1f MB of GPU %d", (double)mb, tot / 1048576.0, dev);
+  PetscFunctionReturn(0);
+}
+
+static PetscErrorCode PoolReserve(int dev, PetscReal mb)
+{
+  size_t      fr = 0, tot = 0, bytes = (size_t)(mb * 1048576.0);
+  cudaError_t e;
+  void       *p = NULL;
+
+  PetscFunctionBegin;
+  if (!bytes || !FMMCUDAPool) PetscFunctionReturn(0);
+  FMMCallCUDA(cudaMemGetInfo(&fr, &tot));
+  PetscCheck(bytes <= fr, PETSC_COMM_SELF, PETSC_ERR_MEM, "MATFMM CUDA: -mat_fmm_cuda_pool_reserve %g MB: GPU %d has %.1f MB free of %.1f MB; give less", (double)mb, dev, fr / 1048576.0, tot / 1048576.0);
+  e = cudaMallocFromPoolAsync(&p, bytes, FMMCUDAPool, FMMCUDAStaging.side[0]);
+  if (e == cudaSuccess) e = cudaFreeAsync(p, FMMCUDAStaging.side[0]);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(FMMCUDAStaging.side[0]);
+  if (e == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    SETERRQ(PETSC_COMM_SELF, PETSC_ERR_MEM, "MATFMM CUDA: -mat_fmm_cuda_pool_reserve %g MB: the GPU could not map it (GPU %d had %.1f MB free of %.1f MB); give less", (double)mb, dev, fr / 1048576.0, tot / 1048576.0);
+  }
+  FMMCallCUDA(e);
+  PetscFunctionReturn(0);
+}
+
+/* the bytes that petscfmm's pool holds (mapped) and the most of
+   them in use at once so far (0, 0 without a pool) */
+void FMMCUDAPoolUsage(size_t *mapped, size_t *usedmax)
+{
+  uint64_t a = 0, b = 0;
+
+  if (FMMCUDAPool && (cudaMemPoolGetAttribute(FMMCUDAPool, cudaMemPoolAttrReservedMemCurrent, &a) != cudaSuccess || cudaMemPoolGetAttribute(FMMCUDAPool, cudaMemPoolAttrUsedMemHigh, &b) != cudaSuccess)) a = b = 0;
+  (void)cudaGetLastError();
+  *mapped  = (size_t)a;
+  *usedmax = (size_t)b;
+}
+
 /* at every call: selects this rank's device; once per process: its context
-   (cudaFree(0) creates it), petscfmm's memory pool, the pinned staging
-   rings (pinning memory takes milliseconds per MB, so it is done once, not at
-   every assembly) and the side streams */
+   (cudaFree(0) creates it), petscfmm's memory pool (grown by
+   -mat_fmm_cuda_pool_reserve), the pinned staging rings (pinning memory
+   takes milliseconds per MB, so it is done once, not at every assembly)
+   and the side streams.  A -mat_fmm_cuda_pool_reserve that is negative, not
+   finite or more than the GPU's memory is raised before anything but the
+   context is made (a later call tries again); one the GPU cannot map,
+   after the rest is made (the context is then usable, and the reserve is
+   not tried again) */
 PetscErrorCode FMMCUDAInitializeContext(void)
 {
   static PetscBool done = PETSC_FALSE;
   int              dev;
+  PetscReal        mb;
   const size_t     bytes = sizeof(double) * FMM_STAGE_CHUNKS * FMM_STAGE_SLOT;
 
   PetscFunctionBegin;
@@ -215,8 +288,10 @@ PetscErrorCode FMMCUDAInitializeContext(void)
     PetscCall(FMMCUDASelectDevice(PETSC_COMM_WORLD, &dev));
     PetscFunctionReturn(0);
   }
+  PetscCall(PoolReserveOption(&mb));
   PetscCall(FMMCUDASelectDevice(PETSC_COMM_WORLD, &dev));
   FMMCallCUDA(cudaFree(0));
+  PetscCall(PoolReserveCheck(dev, mb));
   { /* petscfmm's memory pool on this device, keeping what is freed (see FMMCUDAMalloc) */
     int              pools = 0;
     uint64_t         keep  = UINT64_MAX;
@@ -250,5 +325,6 @@ PetscErrorCode FMMCUDAInitializeContext(void)
   for (int k = 0; k < 2; k++) FMMCallCUDA(cudaStreamCreateWithFlags(&FMMCUDAStaging.side[k], cudaStreamNonBlocking));
   PetscCall(PetscRegisterFinalize(FMMCUDAFinalizeContext));
   done = PETSC_TRUE;
+  PetscCall(PoolReserve(dev, mb));
   PetscFunctionReturn(0);
 }

@@ -157,6 +157,7 @@ PETSC_INTERN PetscErrorCode FMMCUDAMalloc(cudaStream_t, void **, size_t, const c
 PETSC_INTERN PetscErrorCode FMMCUDAFree(cudaStream_t, void *);
 PETSC_INTERN PetscErrorCode FMMCUDASelectDevice(MPI_Comm, int *);
 PETSC_INTERN PetscErrorCode FMMCUDAMallocKept(void **, size_t, const char *);
+PETSC_INTERN void           FMMCUDAPoolUsage(size_t *, size_t *);
 PETSC_INTERN const double  *FMMCUDAMirrorData(FMMCUDAMirror);
 PETSC_INTERN PetscErrorCode FMMCUDAMirrorWait(FMMCUDAMirror, cudaStream_t, int);
 PETSC_INTERN PetscErrorCode FMMCUDAReadback(cudaStream_t, void *, const void *, size_t);

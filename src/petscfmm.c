@@ -139,9 +139,20 @@ static PetscErrorCode FMMCUDAWarmUp(void)
    the first `MatAssemblyEnd()` and `MatMult()` of a `MATFMM` on the GPU cost
    about what later ones cost.  What a first assembly still pays is the GPU
    memory it takes: petscfmm's pool maps it fresh (about 0.35 ms for 10^6
-   points, 2.5 ms for 10^7 on an H100), and later assemblies reuse it.
+   points, 2.5 ms for 10^7 on an H100), and later assemblies reuse it;
+   `-mat_fmm_cuda_pool_reserve` maps it here instead.
 
    Not collective
+
+   Options Database Key:
+.  -mat_fmm_cuda_pool_reserve <MB> - GPU memory, in MB (2^20 bytes), that
+   petscfmm's memory pool on this rank's GPU maps when it is made (default
+   0), so that the first assemblies reuse it as later ones do instead of
+   mapping it fresh.  Read once per process, when the CUDA context is made:
+   here, or at the first GPU assembly without this call.  `MatView()` of a
+   `MATFMM` on the GPU prints what the pool holds and the most of it in use
+   at once so far, the size to give; the memory stays with petscfmm until
+   `PetscFinalize()` (or until an allocation would otherwise fail)
 
    Notes:
    Without this call the first assembly on the GPU pays these costs: the
@@ -158,7 +169,13 @@ static PetscErrorCode FMMCUDAWarmUp(void)
    `PetscFinalize()`; the device's default pool is left as it is.
 
    Errors:
-.  `PETSC_ERR_GPU` - the CUDA runtime failed
++  `PETSC_ERR_ARG_OUTOFRANGE` - `-mat_fmm_cuda_pool_reserve` is negative, not
+   finite or more than the GPU's memory (nothing but the CUDA context is
+   made; a later call tries again)
+.  `PETSC_ERR_MEM` - the GPU has less free memory than
+   `-mat_fmm_cuda_pool_reserve` (the rest is made and the reserve is not
+   tried again)
+-  `PETSC_ERR_GPU` - the CUDA runtime failed
 
    Level: intermediate
 
@@ -170,7 +187,6 @@ PetscErrorCode PetscFMMCUDAInitialize(void)
 
   PetscFunctionBegin;
   if (done) PetscFunctionReturn(0);
-  done = PETSC_TRUE;
 #if defined(PETSCFMM_HAVE_CUDA_BACKEND)
   {
     int c = 0;
@@ -184,5 +200,6 @@ PetscErrorCode PetscFMMCUDAInitialize(void)
     }
   }
 #endif
+  done = PETSC_TRUE; /* after an error, a later call tries again */
   PetscFunctionReturn(0);
 }

@@ -14,6 +14,7 @@ For the single layer in the tiled layout it prints the P2P kernel the GPU runs\n
   -device_vectors <bool>             only check MatMult on device vectors (needs a PETSc configured with CUDA)\n\
   -device_points <bool>              only check points given in device memory (needs a PETSc configured with CUDA)\n\
   -refill <k>                        also refill the sources k times (rotated) and assemble again, as a time-stepping code\n\
+  -reserve <MB>                      first check -mat_fmm_cuda_pool_reserve: bad values refused, then MB mapped up front\n\
 First it checks the tree and lists built on the GPU against those built on the CPU (-mat_fmm_cuda_tree).\n\
 Every -mat_fmm_ option applies to both devices; -mat_fmm_cuda_m2l <tc,fma> and -mat_fmm_cuda_log <fast,libm> pick GPU kernels.\n\n";
 
@@ -121,27 +122,37 @@ static PetscErrorCode Compare(Vec a, Vec b, PetscReal *rel, PetscBool *bitwise)
   PetscFunctionReturn(0);
 }
 
-/* the "CUDA P2P:" line of -mat_view (which near-field kernel A runs), printed from rank 0 */
-static PetscErrorCode PrintP2PKernel(Mat A)
+/* the line of A's -mat_view that starts with key (empty: none), up to len - 1 characters */
+static PetscErrorCode ViewLine(Mat A, const char *key, char *out, size_t len)
 {
-  MPI_Comm    comm = PetscObjectComm((PetscObject)A);
-  char       *buf  = NULL;
-  size_t      len  = 0;
-  FILE       *fp   = open_memstream(&buf, &len);
+  char       *buf = NULL;
+  size_t      blen = 0, n = 0;
+  FILE       *fp   = open_memstream(&buf, &blen);
   PetscViewer v;
   const char *line;
-  int         n = 0;
 
   PetscFunctionBegin;
   PetscCheck(fp, PETSC_COMM_SELF, PETSC_ERR_SYS, "open_memstream failed");
-  PetscCall(PetscViewerASCIIOpenWithFILE(comm, fp, &v));
+  PetscCall(PetscViewerASCIIOpenWithFILE(PetscObjectComm((PetscObject)A), fp, &v));
   PetscCall(MatView(A, v));
   PetscCall(PetscViewerDestroy(&v));
   (void)fclose(fp);
-  line = buf ? strstr(buf, "CUDA P2P:") : NULL;
-  while (line && line[n] && line[n] != '\n') n++;
-  PetscCall(PetscPrintf(comm, "single   tiled      %.*s\n", n, line ? line : ""));
+  line = buf ? strstr(buf, key) : NULL;
+  while (line && line[n] && line[n] != '\n' && n + 1 < len) n++;
+  if (line) memcpy(out, line, n);
+  out[n] = 0;
   free(buf);
+  PetscFunctionReturn(0);
+}
+
+/* the "CUDA P2P:" line of -mat_view (which near-field kernel A runs), printed from rank 0 */
+static PetscErrorCode PrintP2PKernel(Mat A)
+{
+  char line[256];
+
+  PetscFunctionBegin;
+  PetscCall(ViewLine(A, "CUDA P2P:", line, sizeof(line)));
+  PetscCall(PetscPrintf(PetscObjectComm((PetscObject)A), "single   tiled      %s\n", line));
   PetscFunctionReturn(0);
 }
 
@@ -374,6 +385,42 @@ static PetscErrorCode CheckRefill(MPI_Comm comm, const Problem *pb, Vec x, Petsc
 }
 
 /* a GPU allocation failure must come back as PETSC_ERR_MEM: repetition records far beyond any GPU */
+/* -mat_fmm_cuda_pool_reserve, read when the process's CUDA context is made
+   (here, before any GPU matrix): a negative, infinite or larger than the
+   GPU or NaN value is refused (PETSC_ERR_ARG_OUTOFRANGE) and leaves the context
+   to a later call; then mb MB are mapped up front, which -mat_view shows */
+static PetscErrorCode CheckReserve(MPI_Comm comm, const Problem *pb, PetscReal mb, PetscInt *nfail)
+{
+  const char    *bad[] = {"-5", "nan", "inf", "1e12"};
+  char           what[128], val[64], line[256];
+  double         mapped = -1, used = -1;
+  PetscErrorCode e;
+  Mat            A;
+
+  PetscFunctionBegin;
+  for (int i = 0; i < 4; i++) {
+    PetscCall(PetscOptionsSetValue(NULL, "-mat_fmm_cuda_pool_reserve", bad[i]));
+    PetscCall(PetscPushErrorHandler(PetscReturnErrorHandler, NULL));
+    e = PetscFMMCUDAInitialize();
+    PetscCall(PetscPopErrorHandler());
+    PetscCall(PetscSNPrintf(what, sizeof(what), "-mat_fmm_cuda_pool_reserve %s refused", bad[i]));
+    PetscCall(ExpectCode(comm, what, e, PETSC_ERR_ARG_OUTOFRANGE, nfail));
+  }
+  (void)snprintf(val, sizeof(val), "%g", (double)mb); /* PetscSNPrintf() would write "256." */
+  PetscCall(PetscOptionsSetValue(NULL, "-mat_fmm_cuda_pool_reserve", val));
+  PetscCall(PetscFMMCUDAInitialize());
+  PetscCall(PetscOptionsClearValue(NULL, "-mat_fmm_cuda_pool_reserve"));
+  PetscCall(CreateFMM(comm, pb, MATFMM_KERNEL_SINGLE, MATFMM_LAYOUT_TILED, MATFMM_METHOD_FMM, MATFMM_DEVICE_CUDA, &A));
+  PetscCall(ViewLine(A, "CUDA memory pool", line, sizeof(line)));
+  PetscCall(MatDestroy(&A));
+  if (sscanf(line, "CUDA memory pool (first rank's GPU): %lf MB mapped, at most %lf", &mapped, &used) == 2 && mapped >= mb && used <= mapped) PetscCall(PetscPrintf(comm, "-mat_fmm_cuda_pool_reserve %s: at least that much mapped after an assembly, no more in use than mapped: ok\n", val));
+  else {
+    PetscCall(PetscPrintf(comm, "-mat_fmm_cuda_pool_reserve %s: FAILED, -mat_view says \"%s\"\n", val, line));
+    (*nfail)++;
+  }
+  PetscFunctionReturn(0);
+}
+
 static PetscErrorCode CheckOOM(MPI_Comm comm)
 {
   PetscInt       N = 600000, n = PETSC_DECIDE, rstart;
@@ -625,6 +672,7 @@ static PetscErrorCode CheckDevicePoints(MPI_Comm comm, const Problem *pb, Vec x,
 int main(int argc, char **argv)
 {
   PetscInt    N = 3000, n, rstart, nfail = 0, ndev, refill = 0;
+  PetscReal   reserve = 0;
   Geometry    g       = GEOM_CURVE;
   PetscBool   targets = PETSC_FALSE, oom = PETSC_FALSE, treeonly = PETSC_FALSE, devvecs = PETSC_FALSE, devpts = PETSC_FALSE;
   PetscReal  *xy, *nrm, *w, *txy = NULL;
@@ -645,6 +693,7 @@ int main(int argc, char **argv)
   PetscCall(PetscOptionsBool("-device_vectors", "Check MatMult on device vectors only", NULL, devvecs, &devvecs, NULL));
   PetscCall(PetscOptionsBool("-device_points", "Check points given in device memory only", NULL, devpts, &devpts, NULL));
   PetscCall(PetscOptionsInt("-refill", "Also refill the sources this many times and assemble again", NULL, refill, &refill, NULL));
+  PetscCall(PetscOptionsReal("-reserve", "First check -mat_fmm_cuda_pool_reserve with this many MB", NULL, reserve, &reserve, NULL));
   PetscOptionsEnd();
   PetscCall(PetscFMMCUDAGetDeviceCount(&ndev));
   PetscCheck(ndev > 0, comm, PETSC_ERR_SUP, "this test needs a CUDA GPU and petscfmm built with CUDA");
@@ -683,6 +732,7 @@ int main(int argc, char **argv)
     pb.txy = txy;
   }
 
+  if (reserve > 0) PetscCall(CheckReserve(comm, &pb, reserve, &nfail));
   {
     Mat A;
     PetscCall(CreateFMM(comm, &pb, MATFMM_KERNEL_SINGLE, MATFMM_LAYOUT_TILED, MATFMM_METHOD_FMM, MATFMM_DEVICE_CUDA, &A));
@@ -886,6 +936,11 @@ int main(int argc, char **argv)
     requires: cuda petsc_cuda
     nsize: 2
     args: -n 6000 -geometry curve -targets -mat_fmm_ct 20 -device_points
+
+  test:
+    suffix: reserve
+    requires: cuda
+    args: -n 20000 -geometry curve -tree_only -reserve 256
 
   test:
     suffix: oom
