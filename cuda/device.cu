@@ -29,6 +29,7 @@ PetscErrorCode FMMCUDASelectDevice(MPI_Comm comm, int *dev)
 }
 
 cudaMemPool_t FMMCUDAPool = NULL;
+PetscBool     FMMCUDAPoolReserved = PETSC_FALSE;
 
 /* out of memory: what did not fit, and how much the GPU has free */
 static PetscErrorCode OutOfMemory(size_t bytes, const char *what)
@@ -195,7 +196,8 @@ static PetscErrorCode FMMCUDAFinalizeContext(void)
     (void)cudaDeviceSynchronize();
     (void)cudaMemPoolTrimTo(FMMCUDAPool, 0);
     (void)cudaMemPoolDestroy(FMMCUDAPool);
-    FMMCUDAPool = NULL;
+    FMMCUDAPool         = NULL;
+    FMMCUDAPoolReserved = PETSC_FALSE;
   }
   (void)cudaGetLastError();
   PetscCall(PetscMemzero(&FMMCUDAStaging, sizeof(FMMCUDAStaging)));
@@ -252,6 +254,7 @@ static PetscErrorCode PoolReserve(int dev, PetscReal mb)
     SETERRQ(PETSC_COMM_SELF, PETSC_ERR_MEM, "MATFMM CUDA: -mat_fmm_cuda_pool_reserve %g MB: the GPU could not map it (GPU %d had %.1f MB free of %.1f MB); give less", (double)mb, dev, fr / 1048576.0, tot / 1048576.0);
   }
   FMMCallCUDA(e);
+  FMMCUDAPoolReserved = PETSC_TRUE;
   PetscFunctionReturn(0);
 }
 

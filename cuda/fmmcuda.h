@@ -49,6 +49,7 @@ typedef struct {
 } FMMCUDAStage;
 PETSC_INTERN FMMCUDAStage FMMCUDAStaging;
 PETSC_INTERN cudaMemPool_t FMMCUDAPool; /* petscfmm's stream-ordered memory pool, NULL: plain cudaMalloc (device.cu) */
+PETSC_INTERN PetscBool     FMMCUDAPoolReserved; /* the pool was grown by -mat_fmm_cuda_pool_reserve */
 
 /* a CUDA runtime error as a PETSc error: out of memory is PETSC_ERR_MEM, the rest PETSC_ERR_GPU */
 #define FMMCallCUDA(...) \

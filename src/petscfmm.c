@@ -152,7 +152,9 @@ static PetscErrorCode FMMCUDAWarmUp(void)
    here, or at the first GPU assembly without this call.  `MatView()` of a
    `MATFMM` on the GPU prints what the pool holds and the most of it in use
    at once so far, the size to give; the memory stays with petscfmm until
-   `PetscFinalize()` (or until an allocation would otherwise fail)
+   `PetscFinalize()` (or until an allocation would otherwise fail).  With a
+   reserve, a matrix's copy of points given in GPU memory
+   (`MatFMMSetSources()`, 5 reals a point) comes from the pool as well
 
    Notes:
    Without this call the first assembly on the GPU pays these costs: the
