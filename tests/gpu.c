@@ -384,10 +384,9 @@ static PetscErrorCode CheckRefill(MPI_Comm comm, const Problem *pb, Vec x, Petsc
   PetscFunctionReturn(0);
 }
 
-/* a GPU allocation failure must come back as PETSC_ERR_MEM: repetition records far beyond any GPU */
 /* -mat_fmm_cuda_pool_reserve, read when the process's CUDA context is made
-   (here, before any GPU matrix): a negative, infinite or larger than the
-   GPU or NaN value is refused (PETSC_ERR_ARG_OUTOFRANGE) and leaves the context
+   (here, before any GPU matrix): a negative, NaN, infinite or larger than
+   the GPU value is refused (PETSC_ERR_ARG_OUTOFRANGE) and leaves the context
    to a later call; then mb MB are mapped up front, which -mat_view shows */
 static PetscErrorCode CheckReserve(MPI_Comm comm, const Problem *pb, PetscReal mb, PetscInt *nfail)
 {
@@ -421,6 +420,7 @@ static PetscErrorCode CheckReserve(MPI_Comm comm, const Problem *pb, PetscReal m
   PetscFunctionReturn(0);
 }
 
+/* a GPU allocation failure must come back as PETSC_ERR_MEM: repetition records far beyond any GPU */
 static PetscErrorCode CheckOOM(MPI_Comm comm)
 {
   PetscInt       N = 600000, n = PETSC_DECIDE, rstart;
