@@ -829,8 +829,12 @@ __global__ void SplitPickKernel(PetscInt nslot, PetscInt nseg, PetscInt stride, 
    the passes over all U points that each round makes in global memory.  The
    block's sub-segments are contiguous runs of positions in both lists, as in
    the rounds above; sg holds the sub-segment of each position.  Thread t owns
-   positions t SIPT .. t SIPT + SIPT - 1 (the sequential part of the scans),
-   stored SNT apart (SplitSlotOf) so that a warp's accesses hit distinct banks.
+   positions t IPT .. t IPT + IPT - 1 (the sequential part of the scans),
+   stored SNT apart (SplitSlotOf) so that a warp's accesses hit distinct banks;
+   IPT, 5 to SIPT = 8, is the fewest that hold the largest segment
+   (SplitLocalIPT): at 10^7 points, blocks of up to 2550 points with 5 a
+   thread instead of 8 took the split stage from 7.56-7.60 to 6.53-6.59 ms
+   (H100, -info).
    The block writes the bounding boxes of its boxes of the even rounds and of
    the leaves, and back to global memory what the leaves need: the x list X,
    seg and the leaf offsets. */
@@ -838,8 +842,8 @@ __global__ void SplitPickKernel(PetscInt nslot, PetscInt nseg, PetscInt stride, 
    two an SM, the local rounds starting a round later, measured slower: the
    split stage at 10^7 points 11.6 -> 13.1 and 12.1 ms (H100) */
 #define SNT   512                 /* threads of a local-split block */
-#define SIPT  8                   /* consecutive positions per thread */
-#define SCAP  (SNT * SIPT)        /* points of a local-split block */
+#define SIPT  8                   /* the most consecutive positions per thread (IPT below) */
+#define SCAP  (SNT * SIPT)        /* the most points of a local-split block */
 #define SRMAX 10                  /* rounds of one local split: up to 2^SRMAX leaves a block */
 #define SLEAF (1 << SRMAX)        /* sub-segments of the last round */
 #define SHALF (1 << (SRMAX - 1)) /* sub-segments of a round that splits */
@@ -849,21 +853,24 @@ __global__ void SplitPickKernel(PetscInt nslot, PetscInt nseg, PetscInt stride, 
    sub-segment its least cost; per position its point in both lists; the
    sub-segment offsets (two rounds); per splitting sub-segment its cut and
    direction, its pick and the flag scan at its start; per position sg */
-static size_t SplitLocalBytes(void)
+static size_t SplitLocalBytes(int ipt)
 {
-  return 4 * SCAP * sizeof(double) + SNT * sizeof(SplitRun) + SHALF * sizeof(unsigned long long) + (2 * SCAP + 2 * (SLEAF + 1) + 3 * SHALF) * sizeof(PetscInt) + SCAP * sizeof(unsigned short);
+  const size_t cap = (size_t)SNT * ipt;
+  return 4 * cap * sizeof(double) + SNT * sizeof(SplitRun) + SHALF * sizeof(unsigned long long) + (2 * cap + 2 * (SLEAF + 1) + 3 * SHALF) * sizeof(PetscInt) + cap * sizeof(unsigned short);
 }
 
 /* the slot of position k */
+template <int IPT>
 __device__ __forceinline__ int SplitSlotOf(int k)
 {
-  return (k % SIPT) * SNT + k / SIPT;
+  return (k % IPT) * SNT + k / IPT;
 }
 
 /* position k of a block's lists for the scans of the other coordinates (key: its sub-segment; -1 past the points) */
+template <int IPT>
 __device__ __forceinline__ SplitRun SplitLocalItem(int k, int n, const unsigned short *sg, const double *xo, const double *yo)
 {
-  const int j = SplitSlotOf(k);
+  const int j = SplitSlotOf<IPT>(k);
   return k < n ? SplitRun{sg[j], SplitExt{xo[j], xo[j], yo[j], yo[j]}} : SplitRun{-1, SPLIT_EXT_NONE};
 }
 
@@ -922,24 +929,26 @@ __device__ __forceinline__ SplitRun SplitBlockScan(SplitRun v, SplitRun *ws)
    off and lists L of round r0): the x list in the first buffer,
    ListId(L, 0, 0) (the other lists are not needed after), seg, the leaf
    offsets loff, and bb as SegmentKernel's */
+template <int IPT>
 __global__ void __launch_bounds__(SNT) SplitLocalKernel(int R, PetscInt r0, int median, const PetscInt *off, SplitLists L, const double *xy, PetscInt *seg, PetscInt *loff, double *bb)
 {
   typedef cub::BlockScan<int, SNT, cub::BLOCK_SCAN_WARP_SCANS> IntScan;
   __shared__ typename IntScan::TempStorage tmp;
   __shared__ SplitRun                      ws[SNT / 32];
   extern __shared__ double lsm[];
-  double             *xx = lsm, *xo = xx + SCAP, *yy = xo + SCAP, *yo = yy + SCAP; /* x list: x, y; y list: y, x */
-  SplitRun           *carry = (SplitRun *)(yo + SCAP);
+  constexpr int       CAP = SNT * IPT; /* points of this block size */
+  double             *xx = lsm, *xo = xx + CAP, *yy = xo + CAP, *yo = yy + CAP; /* x list: x, y; y list: y, x */
+  SplitRun           *carry = (SplitRun *)(yo + CAP);
   unsigned long long *best  = (unsigned long long *)(carry + SNT);
-  PetscInt           *xi = (PetscInt *)(best + SHALF), *yi = xi + SCAP, *so = yi + SCAP, *cutd = so + 2 * (SLEAF + 1), *pick = cutd + SHALF, *base = pick + SHALF;
+  PetscInt           *xi = (PetscInt *)(best + SHALF), *yi = xi + CAP, *so = yi + CAP, *cutd = so + 2 * (SLEAF + 1), *pick = cutd + SHALF, *base = pick + SHALF;
   unsigned short     *sg = (unsigned short *)(base + SHALF);
   const PetscInt      s0 = blockIdx.x, g0 = off[s0];
-  const int           n = (int)(off[s0 + 1] - g0), t = threadIdx.x, c0 = t * SIPT;
+  const int           n = (int)(off[s0 + 1] - g0), t = threadIdx.x, c0 = t * IPT;
   const PetscInt     *X = ListId(L, 0, ListBuf(L, 0, s0)), *Y = ListId(L, 1, ListBuf(L, 1, s0));
   const double       *XO = ListOt(L, 0, ListBuf(L, 0, s0)), *YO = ListOt(L, 1, ListBuf(L, 1, s0));
 
   for (int k = t; k < n; k += SNT) {
-    const int      j = SplitSlotOf(k);
+    const int      j = SplitSlotOf<IPT>(k);
     const PetscInt a = X[g0 + k], b = Y[g0 + k];
     xi[j]            = a;
     yi[j]            = b;
@@ -961,10 +970,10 @@ __global__ void __launch_bounds__(SNT) SplitLocalKernel(int R, PetscInt r0, int 
       const int o = o1[m], nm = o1[m + 1] - o;
       double    xmin = 0, xmax = 0, ymin = 0, ymax = 0;
       if (nm > 0) {
-        xmin = xx[SplitSlotOf(o)];
-        xmax = xx[SplitSlotOf(o + nm - 1)];
-        ymin = yy[SplitSlotOf(o)];
-        ymax = yy[SplitSlotOf(o + nm - 1)];
+        xmin = xx[SplitSlotOf<IPT>(o)];
+        xmax = xx[SplitSlotOf<IPT>(o + nm - 1)];
+        ymin = yy[SplitSlotOf<IPT>(o)];
+        ymax = yy[SplitSlotOf<IPT>(o + nm - 1)];
       }
       if (r % 2 == 0) BoxSet(bb + 4 * (((((PetscInt)1) << r) - 1) / 3 + (s0 << i) + m), nm, xmin, ymin, xmax, ymax);
       if (i < R) {
@@ -977,15 +986,15 @@ __global__ void __launch_bounds__(SNT) SplitLocalKernel(int R, PetscInt r0, int 
     __syncthreads();
 
     if (!median) { /* the compact split: every candidate's cost as SplitWindowKernel's */
-      double   cc[SIPT][2];
-      SplitRun first, last = SplitLocalItem(c0, n, sg, xo, yo), a;
+      double   cc[IPT][2];
+      SplitRun first, last = SplitLocalItem<IPT>(c0, n, sg, xo, yo), a;
       bool     two = false, any = false;
       int      o, nm, j, m, cm = -1;
       /* this thread's chunk: the extents of its first and of its last run of
          one sub-segment, the chunk's aggregates backward and forward */
 #pragma unroll
-      for (int q = 1; q < SIPT; q++) {
-        const SplitRun e = SplitLocalItem(c0 + q, n, sg, xo, yo);
+      for (int q = 1; q < IPT; q++) {
+        const SplitRun e = SplitLocalItem<IPT>(c0 + q, n, sg, xo, yo);
         if (e.key == last.key) last.e = SplitExtJoin(last.e, e.e);
         else {
           if (!two) first = last;
@@ -995,7 +1004,7 @@ __global__ void __launch_bounds__(SNT) SplitLocalKernel(int R, PetscInt r0, int 
       }
       if (!two) first = last;
 #pragma unroll
-      for (int q = 0; q < SIPT; q++) any = any || (c0 + q < n && SplitLocalCandidate(c0 + q, sg[SplitSlotOf(c0 + q)], o1, &o, &nm, &j));
+      for (int q = 0; q < IPT; q++) any = any || (c0 + q < n && SplitLocalCandidate(c0 + q, sg[SplitSlotOf<IPT>(c0 + q)], o1, &o, &nm, &j));
       /* the carries into each chunk: from the chunks after it (chunk SNT-1-t scanned by thread t), and before it */
       carry[t] = first;
       __syncthreads();
@@ -1005,12 +1014,12 @@ __global__ void __launch_bounds__(SNT) SplitLocalKernel(int R, PetscInt r0, int 
       a = carry[t];
       if (any) {
 #pragma unroll
-        for (int q = SIPT - 1; q >= 0; q--) { /* cc: the second child's half-perimeter (positions from k) */
+        for (int q = IPT - 1; q >= 0; q--) { /* cc: the second child's half-perimeter (positions from k) */
           const int k = c0 + q;
           if (k >= n) continue;
-          a = SplitRunOp()(a, SplitLocalItem(k, n, sg, xo, yo));
+          a = SplitRunOp()(a, SplitLocalItem<IPT>(k, n, sg, xo, yo));
           if (!SplitLocalCandidate(k, (int)a.key, o1, &o, &nm, &j)) continue;
-          const int k1 = SplitSlotOf(k), k2 = SplitSlotOf(o + nm - 1);
+          const int k1 = SplitSlotOf<IPT>(k), k2 = SplitSlotOf<IPT>(o + nm - 1);
           cc[q][0]     = FMMHalfPerimeter(xx[k1], a.e.ylo, xx[k2], a.e.yhi);
           cc[q][1]     = FMMHalfPerimeter(a.e.xlo, yy[k1], a.e.xhi, yy[k2]);
         }
@@ -1019,12 +1028,12 @@ __global__ void __launch_bounds__(SNT) SplitLocalKernel(int R, PetscInt r0, int 
       a = SplitBlockScan(last, ws);
       unsigned long long v = ~0ull; /* least cost of sub-segment cm among this thread's candidates */
 #pragma unroll
-      for (int q = 0; q < SIPT; q++) {
+      for (int q = 0; q < IPT; q++) {
         const int k = c0 + q;
         if (!any || k >= n) break;
-        m = sg[SplitSlotOf(k)];
+        m = sg[SplitSlotOf<IPT>(k)];
         if (SplitLocalCandidate(k, m, o1, &o, &nm, &j)) { /* a: positions o .. k-1 (k > o) */
-          const int k0 = SplitSlotOf(o), k1 = SplitSlotOf(k - 1);
+          const int k0 = SplitSlotOf<IPT>(o), k1 = SplitSlotOf<IPT>(k - 1);
           const double hl[2] = {FMMHalfPerimeter(xx[k0], a.e.ylo, xx[k1], a.e.yhi), FMMHalfPerimeter(a.e.xlo, yy[k0], a.e.xhi, yy[k1])};
           if (m != cm) {
             if (cm >= 0) atomicMin(&best[cm], v);
@@ -1037,7 +1046,7 @@ __global__ void __launch_bounds__(SNT) SplitLocalKernel(int R, PetscInt r0, int 
             v        = MinU(v, (unsigned long long)__double_as_longlong(cc[q][d]));
           }
         }
-        a = SplitRunOp()(a, SplitLocalItem(k, n, sg, xo, yo));
+        a = SplitRunOp()(a, SplitLocalItem<IPT>(k, n, sg, xo, yo));
       }
       { /* the last sub-segment of each thread: one atomic per run of lanes */
         unsigned long long w[1] = {v};
@@ -1045,10 +1054,10 @@ __global__ void __launch_bounds__(SNT) SplitLocalKernel(int R, PetscInt r0, int 
       }
       __syncthreads();
 #pragma unroll
-      for (int q = 0; q < SIPT; q++) { /* the first of least cost: x before y, then j */
+      for (int q = 0; q < IPT; q++) { /* the first of least cost: x before y, then j */
         const int k = c0 + q;
         if (k >= n) break;
-        m = sg[SplitSlotOf(k)];
+        m = sg[SplitSlotOf<IPT>(k)];
         if (!SplitLocalCandidate(k, m, o1, &o, &nm, &j)) continue;
 #pragma unroll
         for (int d = 0; d < 2; d++)
@@ -1063,15 +1072,15 @@ __global__ void __launch_bounds__(SNT) SplitLocalKernel(int R, PetscInt r0, int 
     }
 
     { /* the split: the list other than d partitioned stably, as SplitPlace */
-      int      fl[SIPT], cnt = 0, sc;
-      PetscInt p[SIPT];
-      double   u[SIPT], v[SIPT]; /* the moving point's coordinates across and along its list */
+      int      fl[IPT], cnt = 0, sc;
+      PetscInt p[IPT];
+      double   u[IPT], v[IPT]; /* the moving point's coordinates across and along its list */
 #pragma unroll
-      for (int q = 0; q < SIPT; q++) {
-        const int k = c0 + q, j = SplitSlotOf(k);
+      for (int q = 0; q < IPT; q++) {
+        const int k = c0 + q, j = SplitSlotOf<IPT>(k);
         fl[q]       = 0;
         if (k >= n) continue;
-        const int      d = cutd[sg[j]] % 2, cj = SplitSlotOf(cutd[sg[j]] / 2);
+        const int      d = cutd[sg[j]] % 2, cj = SplitSlotOf<IPT>(cutd[sg[j]] / 2);
         const PetscInt c = d ? yi[cj] : xi[cj];
         const double   cv = d ? yy[cj] : xx[cj];
         p[q]              = d ? xi[j] : yi[j];
@@ -1082,18 +1091,18 @@ __global__ void __launch_bounds__(SNT) SplitLocalKernel(int R, PetscInt r0, int 
       }
       IntScan(tmp).ExclusiveSum(cnt, sc);
 #pragma unroll
-      for (int q = 0, s = sc; q < SIPT; q++) { /* the flag scan at each sub-segment's start */
-        const int k = c0 + q, j = SplitSlotOf(k);
+      for (int q = 0, s = sc; q < IPT; q++) { /* the flag scan at each sub-segment's start */
+        const int k = c0 + q, j = SplitSlotOf<IPT>(k);
         if (k < n && k == o1[sg[j]]) base[sg[j]] = s;
         s += fl[q];
       }
       __syncthreads();
 #pragma unroll
-      for (int q = 0; q < SIPT; q++) {
-        const int k = c0 + q, j = SplitSlotOf(k);
+      for (int q = 0; q < IPT; q++) {
+        const int k = c0 + q, j = SplitSlotOf<IPT>(k);
         if (k >= n) break;
         const int m = sg[j], o = o1[m], d = cutd[m] % 2, cut = cutd[m] / 2, lb = sc - base[m];
-        const int np = SplitSlotOf(fl[q] ? o + lb : cut + (k - o - lb));
+        const int np = SplitSlotOf<IPT>(fl[q] ? o + lb : cut + (k - o - lb));
         if (d) xi[np] = p[q], xo[np] = u[q], xx[np] = v[q];
         else yi[np] = p[q], yo[np] = u[q], yy[np] = v[q];
         sg[j] = 2 * m + (k >= cut ? 1 : 0);
@@ -1110,7 +1119,7 @@ __global__ void __launch_bounds__(SNT) SplitLocalKernel(int R, PetscInt r0, int 
   { /* the leaves */
     const PetscInt *o1 = so + (R % 2) * (SLEAF + 1), l0 = s0 << R;
     for (int k = t; k < n; k += SNT) {
-      const int j = SplitSlotOf(k);
+      const int j = SplitSlotOf<IPT>(k);
       ListId(L, 0, 0)[g0 + k] = xi[j]; /* read into shared memory above, before the block's first barrier */
       seg[g0 + k]             = l0 + sg[j];
     }
@@ -1461,19 +1470,36 @@ static PetscErrorCode SplitWorkDestroy(FMM_CUDA *c, SplitWork *w)
   PetscFunctionReturn(0);
 }
 
-/* the shared memory of SplitLocalKernel, granted; 0 where the device has less */
-static PetscErrorCode SplitLocalSetup(FMM_CUDA *c, size_t *bytes)
+/* the kernel of the local split for blocks of up to SNT ipt points */
+static void (*SplitLocalOf(int ipt))(int, PetscInt, int, const PetscInt *, SplitLists, const double *, PetscInt *, PetscInt *, double *)
+{
+  return ipt == 5 ? SplitLocalKernel<5> : ipt == 6 ? SplitLocalKernel<6> : ipt == 7 ? SplitLocalKernel<7> : SplitLocalKernel<SIPT>;
+}
+
+/* the positions per thread of the local split of segments of up to nmax
+   points: fewer where the segments are smaller, as each round's sequential
+   part is that long in every thread (at 10^7 points the blocks hold up to
+   2550 points: 5 a thread).  The first round that fits holds more than
+   SCAP/2 points a segment on average, so fewer than 5 never serve */
+static int SplitLocalIPT(PetscInt nmax)
+{
+  return nmax <= 5 * SNT ? 5 : nmax <= 6 * SNT ? 6 : nmax <= 7 * SNT ? 7 : SIPT;
+}
+
+/* the shared memory of SplitLocalKernel, granted (for every block size);
+   *ok false where the device grants less than the largest block needs */
+static PetscErrorCode SplitLocalSetup(FMM_CUDA *c, PetscBool *ok)
 {
   int                optin = 0;
   cudaFuncAttributes fa;
 
   PetscFunctionBegin;
-  *bytes = 0;
+  *ok = PETSC_FALSE;
   FMMCallCUDA(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, c->dev));
-  FMMCallCUDA(cudaFuncGetAttributes(&fa, SplitLocalKernel));
-  if (SplitLocalBytes() + fa.sharedSizeBytes > (size_t)optin) PetscFunctionReturn(0);
-  FMMCallCUDA(cudaFuncSetAttribute(SplitLocalKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SplitLocalBytes()));
-  *bytes = SplitLocalBytes();
+  FMMCallCUDA(cudaFuncGetAttributes(&fa, SplitLocalOf(SIPT)));
+  if (SplitLocalBytes(SIPT) + fa.sharedSizeBytes > (size_t)optin) PetscFunctionReturn(0);
+  for (int ipt : {5, 6, 7, SIPT}) FMMCallCUDA(cudaFuncSetAttribute(SplitLocalOf(ipt), cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SplitLocalBytes(ipt)));
+  *ok = PETSC_TRUE;
   PetscFunctionReturn(0);
 }
 
@@ -2035,7 +2061,7 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
   double             *bb, *XO, *YO;
   SplitLists          lists;
   SplitWork           sp  = {0, NULL, NULL, NULL, NULL, NULL};
-  size_t              lbytes = 0; /* shared memory of SplitLocalKernel, 0: not on this device */
+  PetscBool           lsplit = PETSC_FALSE; /* SplitLocalKernel runs on this device */
   PetscBool           local  = PETSC_FALSE;
   cudaEvent_t         lated  = NULL; /* the normals and weights are up */
   Stages              stg = {PETSC_FALSE, 0, {0}, {0}};
@@ -2076,7 +2102,7 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
   FMMCallCUDA(cudaMemsetAsync(sel, 0, 2 * (size_t)nleaves, c->stream));
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&bb, sizeof(double) * 4 * (size_t)nboxes, "the bounding boxes"));
   if (!median && L > 0 && U) PetscCall(SplitWorkCreate(c, U, nleaves / 2, &sp));
-  if (L > 0 && U && splitlocal) PetscCall(SplitLocalSetup(c, &lbytes));
+  if (L > 0 && U && splitlocal) PetscCall(SplitLocalSetup(c, &lsplit));
 
   /* the points go up in parts on a second stream, each part's two lists
      sorted while the next goes up, then merged (at 10^7 points an assembly
@@ -2142,16 +2168,17 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
   for (PetscInt r = 0; r < 2 * L; r++) {
     const PetscInt nseg = (PetscInt)1 << r;
     double        *lbb  = (r % 2 == 0) ? bb + 4 * FMMLevelStart(r / 2) : NULL;
-    if (lbytes && 2 * L - r <= SRMAX && U <= (PetscInt64)SCAP * nseg) {
+    if (lsplit && 2 * L - r <= SRMAX && U <= (PetscInt64)SCAP * nseg) {
       PetscInt nmax = 0;
       FMMCallCUDA(cudaMemsetAsync(cseg, 0, sizeof(PetscInt), c->stream));
       SegmentMaxKernel<<<LAUNCH_N(nseg)>>>(nseg, off, cseg);
       FMMCheckLaunch();
       PetscCall(FMMCUDAReadback(c->stream, &nmax, cseg, sizeof(PetscInt)));
       if (nmax <= SCAP) {
-        SplitLocalKernel<<<(unsigned)nseg, SNT, lbytes, c->stream>>>((int)(2 * L - r), r, median ? 1 : 0, off, lists, xy, seg, noff, bb);
+        const int ipt = SplitLocalIPT(nmax);
+        SplitLocalOf(ipt)<<<(unsigned)nseg, SNT, SplitLocalBytes(ipt), c->stream>>>((int)(2 * L - r), r, median ? 1 : 0, off, lists, xy, seg, noff, bb);
         FMMCheckLaunch();
-        PetscCall(PetscInfo(NULL, "GPU tree build: rounds %" PetscInt_FMT " to %" PetscInt_FMT " of %" PetscInt_FMT " in shared memory, %" PetscInt_FMT " blocks of up to %" PetscInt_FMT " points\n", r, 2 * L - 1, 2 * L, nseg, nmax));
+        PetscCall(PetscInfo(NULL, "GPU tree build: rounds %" PetscInt_FMT " to %" PetscInt_FMT " of %" PetscInt_FMT " in shared memory, %" PetscInt_FMT " blocks of up to %" PetscInt_FMT " points, %d a thread\n", r, 2 * L - 1, 2 * L, nseg, nmax, ipt));
         { PetscInt *t = off; off = noff; noff = t; }
         local = PETSC_TRUE;
         break;
