@@ -192,6 +192,8 @@ static PetscErrorCode FMMCUDAFinalizeContext(void)
   }
   for (int k = 0; k < 2; k++)
     if (FMMCUDAStaging.side[k]) (void)cudaStreamDestroy(FMMCUDAStaging.side[k]);
+  if (FMMCUDAStaging.copy) (void)cudaStreamDestroy(FMMCUDAStaging.copy);
+  if (FMMCUDAStaging.evlegacy) (void)cudaEventDestroy(FMMCUDAStaging.evlegacy);
   if (FMMCUDAPool) { /* the pool goes once its last allocation is freed */
     (void)cudaDeviceSynchronize();
     (void)cudaMemPoolTrimTo(FMMCUDAPool, 0);
@@ -326,6 +328,8 @@ PetscErrorCode FMMCUDAInitializeContext(void)
     FMMCallCUDA(cudaEventCreateWithFlags(&FMMCUDAStaging.evout[k], cudaEventDisableTiming));
   }
   for (int k = 0; k < 2; k++) FMMCallCUDA(cudaStreamCreateWithFlags(&FMMCUDAStaging.side[k], cudaStreamNonBlocking));
+  FMMCallCUDA(cudaStreamCreateWithFlags(&FMMCUDAStaging.copy, cudaStreamNonBlocking));
+  FMMCallCUDA(cudaEventCreateWithFlags(&FMMCUDAStaging.evlegacy, cudaEventDisableTiming));
   PetscCall(PetscRegisterFinalize(FMMCUDAFinalizeContext));
   done = PETSC_TRUE;
   PetscCall(PoolReserve(dev, mb));

@@ -134,9 +134,11 @@ PetscErrorCode FMMCUDACopyChecked(PetscInt na, PetscReal *const dst[], const Pet
   PetscFunctionBegin;
   PetscCheck(na <= 4, PETSC_COMM_SELF, PETSC_ERR_PLIB, "at most 4 arrays");
   PetscCall(FMMCUDAInitializeContext());
+  s = FMMCUDAStaging.copy; /* made once: a stream made and destroyed per call costs the host */
+  FMMCallCUDA(cudaEventRecord(FMMCUDAStaging.evlegacy, 0)); /* after the legacy default stream's work */
+  FMMCallCUDA(cudaStreamWaitEvent(s, FMMCUDAStaging.evlegacy, 0));
   FMMCallCUDA(cudaGetDevice(&dev));
   FMMCallCUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  FMMCallCUDA(cudaStreamCreate(&s)); /* a blocking stream: after the legacy default stream's work */
   PetscCall(FMMCUDAMalloc(s, (void **)&r, sizeof(h), "the check of the points"));
   FMMCallCUDA(cudaMemsetAsync(r, 0xff, sizeof(h), s));
   for (PetscInt k = 0; k < na; k++) {
@@ -157,8 +159,6 @@ PetscErrorCode FMMCUDACopyChecked(PetscInt na, PetscReal *const dst[], const Pet
   }
   if (distinct) *distinct = (n[0] > 2 && h[4] != ~0ull) ? (PetscInt)h[4] : -1;
   PetscCall(FMMCUDAFree(s, r));
-  FMMCallCUDA(cudaStreamSynchronize(s));
-  FMMCallCUDA(cudaStreamDestroy(s));
   PetscFunctionReturn(0);
 }
 
