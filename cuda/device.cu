@@ -194,6 +194,8 @@ static PetscErrorCode FMMCUDAFinalizeContext(void)
     if (FMMCUDAStaging.side[k]) (void)cudaStreamDestroy(FMMCUDAStaging.side[k]);
   if (FMMCUDAStaging.copy) (void)cudaStreamDestroy(FMMCUDAStaging.copy);
   if (FMMCUDAStaging.evlegacy) (void)cudaEventDestroy(FMMCUDAStaging.evlegacy);
+  if (FMMCUDAStaging.evfork) (void)cudaEventDestroy(FMMCUDAStaging.evfork);
+  if (FMMCUDAStaging.evjoin) (void)cudaEventDestroy(FMMCUDAStaging.evjoin);
   if (FMMCUDAPool) { /* the pool goes once its last allocation is freed */
     (void)cudaDeviceSynchronize();
     (void)cudaMemPoolTrimTo(FMMCUDAPool, 0);
@@ -330,6 +332,8 @@ PetscErrorCode FMMCUDAInitializeContext(void)
   for (int k = 0; k < 2; k++) FMMCallCUDA(cudaStreamCreateWithFlags(&FMMCUDAStaging.side[k], cudaStreamNonBlocking));
   FMMCallCUDA(cudaStreamCreateWithFlags(&FMMCUDAStaging.copy, cudaStreamNonBlocking));
   FMMCallCUDA(cudaEventCreateWithFlags(&FMMCUDAStaging.evlegacy, cudaEventDisableTiming));
+  FMMCallCUDA(cudaEventCreateWithFlags(&FMMCUDAStaging.evfork, cudaEventDisableTiming));
+  FMMCallCUDA(cudaEventCreateWithFlags(&FMMCUDAStaging.evjoin, cudaEventDisableTiming));
   PetscCall(PetscRegisterFinalize(FMMCUDAFinalizeContext));
   done = PETSC_TRUE;
   PetscCall(PoolReserve(dev, mb));

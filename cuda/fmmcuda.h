@@ -48,6 +48,7 @@ typedef struct {
   cudaStream_t side[2]; /* non-blocking: the late uploads and the sources' copy (0), the points' second part (1) */
   cudaStream_t copy;     /* non-blocking: the check and copy of points given in GPU memory (FMMCUDACopyChecked) */
   cudaEvent_t  evlegacy; /* where copy waits for the legacy default stream's work */
+  cudaEvent_t  evfork, evjoin; /* the tree build's y sort on side[1], beside the x sort */
 } FMMCUDAStage;
 PETSC_INTERN FMMCUDAStage FMMCUDAStaging;
 PETSC_INTERN cudaMemPool_t FMMCUDAPool; /* petscfmm's stream-ordered memory pool, NULL: plain cudaMalloc (device.cu) */

@@ -2004,12 +2004,19 @@ static PetscErrorCode SortShort(FMM_CUDA *c, Scratch *s, PetscInt U, PetscInt bi
   if (!flag) flag = (int *)(box + 1);
   FMMCallCUDA(cub::DeviceReduce::Reduce(NULL, need, in, box, (int)U, KeyBoxJoin(), none, c->stream));
   FMMCallCUDA(cub::DeviceRadixSort::SortPairs(NULL, n2, qx, qtx, val, X, (int)U, 0, (int)bits, c->stream));
-  PetscCall(ScratchEnsure(c, s, PetscMax(need, n2)));
+  n2 = (n2 + 255) & ~(size_t)255; /* the y sort's scratch after the x sort's */
+  PetscCall(ScratchEnsure(c, s, PetscMax(need, 2 * n2)));
   FMMCallCUDA(cub::DeviceReduce::Reduce(s->tmp, need, in, box, (int)U, KeyBoxJoin(), none, c->stream));
   ShortKeysKernel<<<LAUNCH_N(U)>>>(U, (int)bits, xy, box, qx, qy, val, flag);
   FMMCheckLaunch();
+  /* the two sorts side by side, the y list's on the side stream 1: at 10^6
+     points each is a chain of small passes that does not fill the GPU */
+  FMMCallCUDA(cudaEventRecord(FMMCUDAStaging.evfork, c->stream));
+  FMMCallCUDA(cudaStreamWaitEvent(FMMCUDAStaging.side[1], FMMCUDAStaging.evfork, 0));
   FMMCallCUDA(cub::DeviceRadixSort::SortPairs(s->tmp, n2, qx, qtx, val, X, (int)U, 0, (int)bits, c->stream));
-  FMMCallCUDA(cub::DeviceRadixSort::SortPairs(s->tmp, n2, qy, qty, val, Y, (int)U, 0, (int)bits, c->stream));
+  FMMCallCUDA(cub::DeviceRadixSort::SortPairs((char *)s->tmp + n2, n2, qy, qty, val, Y, (int)U, 0, (int)bits, FMMCUDAStaging.side[1]));
+  FMMCallCUDA(cudaEventRecord(FMMCUDAStaging.evjoin, FMMCUDAStaging.side[1]));
+  FMMCallCUDA(cudaStreamWaitEvent(c->stream, FMMCUDAStaging.evjoin, 0));
   FixRunsKernel<<<dim3((unsigned)FMMCUDABlocks(U, BS), 2), BS, 0, c->stream>>>(U, qtx, qty, X, Y, xy, flag);
   FMMCheckLaunch();
   PetscCall(FMMCUDAReadback(c->stream, bad, flag, sizeof(bad)));
