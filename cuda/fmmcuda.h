@@ -45,7 +45,7 @@ typedef struct {
   long long   *scal;
   PetscBool    scalmap; /* kernels may write scal (FMMCUDAReadbackTarget) */
   cudaEvent_t  evin[FMM_STAGE_CHUNKS], evout[FMM_STAGE_CHUNKS];
-  cudaStream_t side[2]; /* non-blocking: the late uploads and the sources' copy (0), the points' second part (1) */
+  cudaStream_t side[2]; /* non-blocking: the late uploads and the sources' copy (0), the points' second part and the y sort (1) */
   cudaStream_t copy;     /* non-blocking: the check and copy of points given in GPU memory (FMMCUDACopyChecked) */
   cudaEvent_t  evlegacy; /* where copy waits for the legacy default stream's work */
   cudaEvent_t  evfork, evjoin; /* the tree build's y sort on side[1], beside the x sort */
