@@ -372,6 +372,17 @@ static PetscErrorCode FMMCUDAPlan(Mat A)
   PetscFunctionReturn(0);
 }
 
+/* what petscfmm's memory pool holds, for -info and -mat_view (the size to give -mat_fmm_cuda_pool_reserve) */
+static PetscErrorCode PoolText(char *buf, size_t len)
+{
+  size_t mapped, used;
+
+  PetscFunctionBegin;
+  FMMCUDAPoolUsage(&mapped, &used);
+  PetscCall(PetscSNPrintf(buf, len, "%.1f MB mapped, at most %.1f MB in use at once so far (-mat_fmm_cuda_pool_reserve)", mapped / 1048576.0, used / 1048576.0));
+  PetscFunctionReturn(0);
+}
+
 /* the plan built by src/plan.c, uploaded */
 static PetscErrorCode UploadPlan(FMM_CUDA *c, const FMMPlan *P)
 {
@@ -455,9 +466,9 @@ static PetscErrorCode FMMCUDASetup(Mat A)
   PetscCall(PetscTime(&t2));
   PetscCall(PetscInfo(A, "GPU setup: work arrays and M2L work %.2f ms, P2P work and near lists %.2f ms\n", 1e3 * (t1 - t0), 1e3 * (t2 - t1)));
   if (info) {
-    size_t mapped, used;
-    FMMCUDAPoolUsage(&mapped, &used);
-    PetscCall(PetscInfo(A, "GPU memory pool: %.1f MB mapped, at most %.1f MB in use at once so far (-mat_fmm_cuda_pool_reserve)\n", mapped / 1048576.0, used / 1048576.0));
+    char pool[160];
+    PetscCall(PoolText(pool, sizeof(pool)));
+    PetscCall(PetscInfo(A, "GPU memory pool: %s\n", pool));
   }
   PetscFunctionReturn(0);
 }
@@ -606,12 +617,12 @@ static PetscErrorCode FMMCUDAView(Mat A, PetscViewer viewer)
 {
   Mat_FMM  *fmm = (Mat_FMM *)A->data;
   FMM_CUDA *c   = (FMM_CUDA *)fmm->backend;
-  size_t    mapped, used;
+  char      pool[160];
 
   PetscFunctionBegin;
   if (!c) PetscFunctionReturn(0);
-  FMMCUDAPoolUsage(&mapped, &used);
-  PetscCall(PetscViewerASCIIPrintf(viewer, "  CUDA memory pool (first rank's GPU): %.1f MB mapped, at most %.1f MB in use at once so far (-mat_fmm_cuda_pool_reserve)\n", mapped / 1048576.0, used / 1048576.0));
+  PetscCall(PoolText(pool, sizeof(pool)));
+  PetscCall(PetscViewerASCIIPrintf(viewer, "  CUDA memory pool (first rank's GPU): %s\n", pool));
   if (!c->fmm || fmm->layout != MATFMM_LAYOUT_TILED) PetscFunctionReturn(0);
   if (c->syma) PetscCall(PetscViewerASCIIPrintf(viewer, "  CUDA P2P: symmetric, each pair of points once for both sums (%" PetscInt_FMT " lanes x %" PetscInt_FMT " rows per leaf)\n", c->syma, c->symr));
   else PetscCall(PetscViewerASCIIPrintf(viewer, "  CUDA P2P: tiled, every ordered pair\n"));

@@ -218,14 +218,12 @@ static PetscErrorCode FMMCUDAFinalizeContext(void)
 */
 static PetscErrorCode PoolReserveOption(PetscReal *mb)
 {
-  PetscBool set = PETSC_FALSE;
-
   PetscFunctionBegin;
   *mb = 0;
   PetscOptionsBegin(PETSC_COMM_SELF, NULL, "petscfmm's GPU memory (read once per process, when its CUDA context is made)", "PetscFMMCUDAInitialize");
-  PetscCall(PetscOptionsReal("-mat_fmm_cuda_pool_reserve", "GPU memory (MB) that petscfmm's memory pool maps when it is made, so that first assemblies need not map it (MatView() shows what the pool holds)", "PetscFMMCUDAInitialize", *mb, mb, &set));
+  PetscCall(PetscOptionsReal("-mat_fmm_cuda_pool_reserve", "GPU memory (MB) that petscfmm's memory pool maps when it is made, so that first assemblies need not map it (MatView() shows what the pool holds)", "PetscFMMCUDAInitialize", *mb, mb, NULL));
   PetscOptionsEnd();
-  PetscCheck(!set || (PetscIsNormalReal(*mb) && *mb > 0) || *mb == 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-mat_fmm_cuda_pool_reserve %g: expected a size in MB, finite and >= 0", (double)*mb);
+  PetscCheck((PetscIsNormalReal(*mb) && *mb > 0) || *mb == 0, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "-mat_fmm_cuda_pool_reserve %g: expected a size in MB, finite and >= 0", (double)*mb);
   PetscFunctionReturn(0);
 }
 
@@ -240,22 +238,24 @@ static PetscErrorCode PoolReserveCheck(int dev, PetscReal mb)
   PetscFunctionReturn(0);
 }
 
+/* one allocation of mb MB from the pool, freed at once (the pool keeps it);
+   where the GPU cannot map it, PETSC_ERR_MEM with its free memory */
 static PetscErrorCode PoolReserve(int dev, PetscReal mb)
 {
-  size_t      fr = 0, tot = 0, bytes = (size_t)(mb * 1048576.0);
-  cudaError_t e;
-  void       *p = NULL;
+  const size_t bytes = (size_t)(mb * 1048576.0);
+  cudaError_t  e;
+  void        *p = NULL;
 
   PetscFunctionBegin;
   if (!bytes || !FMMCUDAPool) PetscFunctionReturn(0);
-  FMMCallCUDA(cudaMemGetInfo(&fr, &tot));
-  PetscCheck(bytes <= fr, PETSC_COMM_SELF, PETSC_ERR_MEM, "MATFMM CUDA: -mat_fmm_cuda_pool_reserve %g MB: GPU %d has %.1f MB free of %.1f MB; give less", (double)mb, dev, fr / 1048576.0, tot / 1048576.0);
   e = cudaMallocFromPoolAsync(&p, bytes, FMMCUDAPool, FMMCUDAStaging.side[0]);
   if (e == cudaSuccess) e = cudaFreeAsync(p, FMMCUDAStaging.side[0]);
   if (e == cudaSuccess) e = cudaStreamSynchronize(FMMCUDAStaging.side[0]);
   if (e == cudaErrorMemoryAllocation) {
+    size_t fr = 0, tot = 0;
     (void)cudaGetLastError();
-    SETERRQ(PETSC_COMM_SELF, PETSC_ERR_MEM, "MATFMM CUDA: -mat_fmm_cuda_pool_reserve %g MB: the GPU could not map it (GPU %d had %.1f MB free of %.1f MB); give less", (double)mb, dev, fr / 1048576.0, tot / 1048576.0);
+    (void)cudaMemGetInfo(&fr, &tot);
+    SETERRQ(PETSC_COMM_SELF, PETSC_ERR_MEM, "MATFMM CUDA: -mat_fmm_cuda_pool_reserve %g MB: GPU %d has %.1f MB free of %.1f MB; give less", (double)mb, dev, fr / 1048576.0, tot / 1048576.0);
   }
   FMMCallCUDA(e);
   FMMCUDAPoolReserved = PETSC_TRUE;

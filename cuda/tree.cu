@@ -1487,18 +1487,24 @@ static int SplitLocalIPT(PetscInt nmax)
 }
 
 /* the shared memory of SplitLocalKernel, granted (for every block size);
-   *ok false where the device grants less than the largest block needs */
+   *ok false where the device grants less than the largest block needs.
+   Once per process and device (bits dev of asked, granted) */
 static PetscErrorCode SplitLocalSetup(FMM_CUDA *c, PetscBool *ok)
 {
-  int                optin = 0;
-  cudaFuncAttributes fa;
+  static unsigned long long asked = 0, granted = 0;
+  const unsigned long long  bit   = c->dev < 64 ? 1ull << c->dev : 0;
+  int                       optin = 0;
+  cudaFuncAttributes        fa;
 
   PetscFunctionBegin;
-  *ok = PETSC_FALSE;
+  *ok = (granted & bit) ? PETSC_TRUE : PETSC_FALSE;
+  if (asked & bit) PetscFunctionReturn(0);
   FMMCallCUDA(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, c->dev));
   FMMCallCUDA(cudaFuncGetAttributes(&fa, SplitLocalOf(SIPT)));
+  asked |= bit;
   if (SplitLocalBytes(SIPT) + fa.sharedSizeBytes > (size_t)optin) PetscFunctionReturn(0);
   for (int ipt : {5, 6, 7, SIPT}) FMMCallCUDA(cudaFuncSetAttribute(SplitLocalOf(ipt), cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SplitLocalBytes(ipt)));
+  granted |= bit;
   *ok = PETSC_TRUE;
   PetscFunctionReturn(0);
 }
