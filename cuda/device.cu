@@ -239,22 +239,26 @@ static PetscErrorCode PoolReserveCheck(int dev, PetscReal mb)
 }
 
 /* one allocation of mb MB from the pool, freed at once (the pool keeps it);
-   where the GPU cannot map it, PETSC_ERR_MEM with its free memory */
+   more than the GPU has free is PETSC_ERR_MEM with the free memory before
+   the attempt (after a failed one the pool may hold what it had mapped) */
 static PetscErrorCode PoolReserve(int dev, PetscReal mb)
 {
-  const size_t bytes = (size_t)(mb * 1048576.0);
-  cudaError_t  e;
-  void        *p = NULL;
+  size_t      fr = 0, tot = 0, bytes = (size_t)(mb * 1048576.0);
+  cudaError_t e;
+  void       *p = NULL;
 
   PetscFunctionBegin;
   if (!bytes || !FMMCUDAPool) PetscFunctionReturn(0);
-  e = cudaMallocFromPoolAsync(&p, bytes, FMMCUDAPool, FMMCUDAStaging.side[0]);
-  if (e == cudaSuccess) e = cudaFreeAsync(p, FMMCUDAStaging.side[0]);
-  if (e == cudaSuccess) e = cudaStreamSynchronize(FMMCUDAStaging.side[0]);
+  FMMCallCUDA(cudaMemGetInfo(&fr, &tot));
+  if (bytes > fr) e = cudaErrorMemoryAllocation;
+  else {
+    e = cudaMallocFromPoolAsync(&p, bytes, FMMCUDAPool, FMMCUDAStaging.side[0]);
+    if (e == cudaSuccess) e = cudaFreeAsync(p, FMMCUDAStaging.side[0]);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(FMMCUDAStaging.side[0]);
+  }
   if (e == cudaErrorMemoryAllocation) {
-    size_t fr = 0, tot = 0;
     (void)cudaGetLastError();
-    (void)cudaMemGetInfo(&fr, &tot);
+    (void)cudaMemPoolTrimTo(FMMCUDAPool, 0);
     SETERRQ(PETSC_COMM_SELF, PETSC_ERR_MEM, "MATFMM CUDA: -mat_fmm_cuda_pool_reserve %g MB: GPU %d has %.1f MB free of %.1f MB; give less", (double)mb, dev, fr / 1048576.0, tot / 1048576.0);
   }
   FMMCallCUDA(e);
