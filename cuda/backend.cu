@@ -16,6 +16,7 @@
     -mat_fmm_cuda_p2p_symmetric <bool> tiled P2P: each unordered pair once, for both sums (default true)
     -mat_fmm_cuda_split_local <bool> the tree's last splitting rounds in shared memory (default true)
     -mat_fmm_cuda_tree_key_bits <b> the tree's sort keys: b quantized bits (1 to 32, default 32) or 64
+    -mat_fmm_cuda_tree_list_room <n> the strong lists' room per box (far lists: 3n) before their sizes are known (default 16)
   and, read once per process without a prefix (device.cu):
     -mat_fmm_cuda_pool_reserve <MB> GPU memory the pool maps up front
 */
@@ -217,7 +218,8 @@ static PetscErrorCode Create(Mat A)
     PetscBool hasq = fmm->beta != 0.0 ? PETSC_TRUE : PETSC_FALSE, hasd = (fmm->alpha != 0.0 && fmm->gnrm) ? PETSC_TRUE : PETSC_FALSE;
     c->kind        = hasd ? (hasq ? 2 : 1) : 0;
   }
-  c->fmm = fmm->method == MATFMM_METHOD_FMM ? PETSC_TRUE : PETSC_FALSE;
+  c->fmm      = fmm->method == MATFMM_METHOD_FMM ? PETSC_TRUE : PETSC_FALSE;
+  c->listroom = fmm->cuda_list_room;
   PetscFunctionReturn(0);
 }
 

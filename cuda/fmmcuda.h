@@ -92,6 +92,7 @@ typedef struct {
   PetscInt     kp;         /* tensor-core M2L: p rounded up to 8 (0: not used) */
   int          kind;       /* pair kernel: 0 single layer only, 1 double layer only, 2 both */
   PetscBool    fmm;        /* the FMM structures exist (method fmm) */
+  PetscInt     listroom;   /* the GPU lists' room per box before their sizes are known (-mat_fmm_cuda_tree_list_room) */
   /* the plan (see FMMPlan) */
   PetscInt  *sperm, *sleaf, *tperm, *tleaf, *faroff, *far, *nearoff, *near;
   PetscInt  *tleafof; /* [M] leaf of each target (tree order) */

@@ -28,8 +28,11 @@
   thread per candidate pair (the children of a strong pair of the level
   above): one exclusive scan counts and places them (the criterion is
   evaluated as the scan reads its input), one kernel writes them and the
-  boxes' offsets, in the CPU's order; the host reads back one pair of sizes
-  per level (the scan writes it to pinned host memory).  Then the work
+  boxes' offsets, in the CPU's order (the first levels, of few candidates,
+  all in one block and one launch).  The sizes stay on the GPU: each level's
+  lists get room for a number of entries per box, and the host reads the
+  sizes once, after the last level (lists that did not fit are built again
+  with the sizes found).  Then the work
   arrays of the product that depend on the lists: the M2L chunks and partial
   sums and the P2P items (see fmmcuda.h), and the statistics of the host plan.  Only the box-level
   statistics come back to the host; the host FMMPlan keeps no arrays.
@@ -1233,22 +1236,40 @@ typedef struct {
   PetscInt s, f;
 } ListCount;
 
+/* what the lists of level l hold, on the device (the host reads them once,
+   after the last level): n.s strong and n.f far entries, the far entries of
+   the levels above (farbase), and whether the strong lists of level l and
+   above fit the room given them (ok; else level l has no candidates and
+   writes nothing) */
+typedef struct {
+  ListCount n;
+  PetscInt  farbase, ok;
+} ListTotal;
+
+/* the candidates of the level after lev: 16 per strong entry */
+__device__ __forceinline__ PetscInt LevelCandidates(const ListTotal *lev)
+{
+  return lev->ok ? 16 * lev->n.s : 0;
+}
+
 struct ListCountSum {
   __device__ __forceinline__ ListCount operator()(const ListCount &a, const ListCount &b) const { return ListCount{a.s + b.s, a.f + b.f}; }
 };
 
 /* candidate i: strong (1, 0), far (0, 1) or neither (0, 0), neither when
    the target box has none of this rank's targets or the source box no
-   source, and for i = nc (the scan's last entry, the totals) */
+   source, and from i = nc on (the scan's entries past the level's
+   candidates: their number is on the device) */
 struct CandidateKind {
-  PetscInt        nc, c0, span;
-  double          theta;
-  const PetscInt *sleaf, *tleaf, *stroff, *str, *owner;
-  const double   *cx, *cy, *scale;
+  const ListTotal *lev;
+  PetscInt         c0, span;
+  double           theta;
+  const PetscInt  *sleaf, *tleaf, *stroff, *str, *owner;
+  const double    *cx, *cy, *scale;
   __device__ ListCount operator()(PetscInt i) const
   {
     PetscInt t, s;
-    if (i >= nc) return ListCount{0, 0};
+    if (i >= LevelCandidates(lev)) return ListCount{0, 0};
     Candidate(i, stroff, str, owner, &t, &s);
     if (tleaf[(t + 1) * span] == tleaf[t * span] || sleaf[(s + 1) * span] == sleaf[s * span]) return ListCount{0, 0};
     const double dx = cx[c0 + t] - cx[c0 + s], dy = cy[c0 + t] - cy[c0 + s], d = sqrt(dx * dx + dy * dy);
@@ -1258,41 +1279,108 @@ struct CandidateKind {
   }
 };
 
-/* the scan of the candidates of a level to sc, its last entry (the totals)
-   also to tot, where the host reads it (FMMCUDAReadbackTarget) */
+/* the scan of the nc candidates of level lev to sc[0..nc]; at nc (the
+   totals) the next level's ListTotal, ok while its strong entries fit its
+   room (cap) */
 struct ListScanOut {
-  ListCount *sc, *tot;
-  PetscInt   nc;
+  const ListTotal *lev;
+  ListTotal       *next;
+  ListCount       *sc;
+  PetscInt         cap;
   __device__ __forceinline__ void operator()(ptrdiff_t i, ListCount v) const
   {
+    const PetscInt nc = LevelCandidates(lev);
+    if (i > nc) return;
     sc[i] = v;
-    if (i == nc) *tot = v;
+    if (i == nc) *next = ListTotal{v, lev->farbase + lev->n.f, (lev->ok && v.s <= cap) ? 1 : 0};
   }
 };
 
-/* one launch per level after its scan sc (the kind of candidate i is the step
-   from sc[i] to sc[i + 1]): i < nc, candidate i to its place, the strong list
-   of level l+1 (nstr, with its owners) or the far list; i <= nb, the
-   strong-list offsets of level l+1 and the far offsets of box i, from the
-   scan at its first candidate (nc for i = nb) */
-__global__ void ListWriteKernel(PetscInt nc, PetscInt nb, PetscInt c0, const PetscInt *stroff, const PetscInt *str, const PetscInt *owner, const ListCount *sc, PetscInt farbase, PetscInt *nstr, PetscInt *nowner, PetscInt *far, PetscInt *nstroff, PetscInt *faroff)
+/* one level's step: from the lists of level l (kind: its strong lists and
+   ListTotal) and the scan of its candidates (out: sc, and the next level's
+   ListTotal), the strong lists of level l+1 (nstr, with their owners, and
+   their offsets nstroff; room for out.cap entries), its far lists (in far,
+   room for farcap entries in all) and far offsets */
+typedef struct {
+  CandidateKind kind;
+  ListScanOut   out;
+  PetscInt      nb, farcap;
+  PetscInt     *nstr, *nowner, *nstroff, *far, *faroff;
+} ListStep;
+
+/* position i of a step after its scan sc (the kind of candidate i is the
+   step from sc[i] to sc[i + 1]): i < nc, candidate i to its place, the
+   strong list of level l+1 or the far list; i <= nb, the strong-list offsets
+   of level l+1 and the far offsets of box i, from the scan at its first
+   candidate (nc for i = nb) */
+__device__ __forceinline__ void ListWriteAt(const ListStep &st, PetscInt i, PetscInt nc, PetscInt farbase)
 {
-  const PetscInt i = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
+  const CandidateKind &k = st.kind;
+  const ListCount     *sc = st.out.sc;
   if (i < nc) {
     const ListCount a = sc[i], b = sc[i + 1];
     if (b.s != a.s || b.f != a.f) {
       PetscInt t, s;
-      Candidate(i, stroff, str, owner, &t, &s);
+      Candidate(i, k.stroff, k.str, k.owner, &t, &s);
       if (b.s != a.s) {
-        nstr[a.s]   = s;
-        nowner[a.s] = t;
-      } else far[farbase + a.f] = c0 + s;
+        if (a.s < st.out.cap) {
+          st.nstr[a.s]   = s;
+          st.nowner[a.s] = t;
+        }
+      } else if (farbase + a.f < st.farcap) st.far[farbase + a.f] = k.c0 + s;
     }
   }
-  if (i <= nb) {
-    const PetscInt tp = i / 4, first = i == nb ? nc : 16 * stroff[tp] + 4 * (i % 4) * (stroff[tp + 1] - stroff[tp]);
-    nstroff[i]     = sc[first].s;
-    faroff[c0 + i] = farbase + sc[first].f;
+  if (i <= st.nb) {
+    const PetscInt tp = i / 4, first = i == st.nb ? nc : 16 * k.stroff[tp] + 4 * (i % 4) * (k.stroff[tp + 1] - k.stroff[tp]);
+    st.nstroff[i]         = sc[first].s;
+    st.faroff[k.c0 + i] = farbase + sc[first].f;
+  }
+}
+
+/* a step after its scan (CUB's), a grid-stride loop over the level's nc
+   candidates (on the device); nothing where the lists above lacked room */
+__global__ void ListWriteKernel(ListStep st)
+{
+  const ListTotal *lev = st.kind.lev;
+  if (!lev->ok) return;
+  const PetscInt nc = LevelCandidates(lev), farbase = lev->farbase + lev->n.f;
+  for (PetscInt i = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x; i < nc || i <= st.nb; i += (PetscInt)gridDim.x * blockDim.x) ListWriteAt(st, i, nc, farbase);
+}
+
+/* the first levels, whose candidates are few (at most LTOP_CAND), in one
+   block and one launch, a level after another: each level's scan in chunks
+   of LTB candidates (a block-wide scan each, the carry between them), then
+   its writes.  Three launches a level took about 19 us a level on the GPU,
+   however few its candidates (10^6 points, H100) */
+#define LTB       1024
+#define LTOP_MAX  5
+#define LTOP_CAND 4096
+typedef struct {
+  ListStep st[LTOP_MAX];
+  int      n;
+} ListTop;
+
+__global__ void __launch_bounds__(LTB) ListTopKernel(ListTop top)
+{
+  typedef cub::BlockScan<ListCount, LTB> Scan;
+  __shared__ typename Scan::TempStorage tmp;
+
+  for (int l = 0; l < top.n; l++) {
+    const ListStep  &st  = top.st[l];
+    const ListTotal *lev = st.kind.lev; /* written by the level before, before the barrier */
+    const PetscInt   nc  = LevelCandidates(lev), farbase = lev->farbase + lev->n.f;
+    ListCount        carry = {0, 0};
+    for (PetscInt base = 0; base <= nc; base += LTB) {
+      const PetscInt i = base + threadIdx.x;
+      ListCount      v = st.kind(i), ex, agg; /* (0, 0) from nc on */
+      Scan(tmp).ExclusiveScan(v, ex, ListCount{0, 0}, ListCountSum(), agg);
+      if (i <= nc) st.out(i, ListCountSum()(carry, ex));
+      carry = ListCountSum()(carry, agg);
+      __syncthreads();
+    }
+    if (lev->ok)
+      for (PetscInt i = threadIdx.x; i < nc || i <= st.nb; i += LTB) ListWriteAt(st, i, nc, farbase);
+    __syncthreads();
   }
 }
 
@@ -1966,25 +2054,35 @@ PetscErrorCode FMMCUDANearSources(FMM_CUDA *c, const FMMPlan *P, PetscBool globa
   PetscFunctionReturn(0);
 }
 
-/* one level's lists in one allocation: its strong list and their owners (ns
-   + 1 each), its strong-list offsets (nb + 1), then the scan of the next
-   level's nc candidates (nc + 1); freed with str.  One allocation and one
-   free per level instead of four each: the host's calls bound the lists at
-   10^6 points */
+/* the lists of level l: its strong lists and their owners (cap[l] + 1
+   each) and its strong-list offsets (4^l + 1), all levels in one allocation
+   (one allocation and one free instead of one of each per level: the host's
+   calls bound the lists at 10^6 points), then the scan of a level's 16
+   cap[l] candidates (+ 1), one for all levels (a level's scan is read
+   before the next level's is written, in stream order) */
 typedef struct {
   PetscInt  *str, *owner, *stroff;
   ListCount *sc;
 } ListLevel;
 
-static PetscErrorCode ListLevelAlloc(FMM_CUDA *c, PetscInt ns, PetscInt nb, PetscInt nc, ListLevel *v)
+static PetscErrorCode ListLevelsAlloc(FMM_CUDA *c, PetscInt L, const PetscInt64 *cap, PetscInt **block, ListLevel *v)
 {
-  const size_t ni = 2 * ((size_t)ns + 1) + (size_t)nb + 1;
+  size_t n = 0, nsc = 1;
 
   PetscFunctionBegin;
-  PetscCall(FMMCUDAMalloc(c->stream, (void **)&v->str, sizeof(PetscInt) * ni + sizeof(ListCount) * ((size_t)nc + 1), "the strong lists"));
-  v->owner  = v->str + ns + 1;
-  v->stroff = v->owner + ns + 1;
-  v->sc     = (ListCount *)(v->stroff + nb + 1);
+  for (PetscInt l = 0; l <= L; l++) {
+    n += 2 * ((size_t)cap[l] + 1) + ((size_t)1 << (2 * l)) + 1;
+    if (l < L) nsc = PetscMax(nsc, 16 * (size_t)cap[l] + 1);
+  }
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)block, sizeof(PetscInt) * (n + 2 * nsc), "the strong lists"));
+  n = 0;
+  for (PetscInt l = 0; l <= L; l++) {
+    v[l].str    = *block + n;
+    v[l].owner  = v[l].str + cap[l] + 1;
+    v[l].stroff = v[l].owner + cap[l] + 1;
+    n += 2 * ((size_t)cap[l] + 1) + ((size_t)1 << (2 * l)) + 1;
+  }
+  for (PetscInt l = 0; l <= L; l++) v[l].sc = (ListCount *)(*block + n);
   PetscFunctionReturn(0);
 }
 
@@ -2248,46 +2346,94 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
   PetscCall(StageMark(c, &stg));
   /* interaction lists, level by level: the strong lists of level l (stroff,
      str, and the box owning each entry) give the candidates of level l+1.
-     (Writing the top three levels to arrays sized by bounds, without their
-     readbacks, measured no gain: assembly again at 10^6 2.5-2.7 ms against
-     2.5-2.6, the host still 0.5 ms in this stage, H100) */
+     Their sizes stay on the GPU (ListTotal), so the host queues all levels
+     without waiting: the strong lists of each level get room for room
+     entries a box and the far lists for 3 room (cap, farcap: 3-13 and 9-40
+     are used on a curve and in a square), and the host reads the sizes once,
+     at the end; where they did not fit, the lists are built again with the
+     sizes found (exact down to the first level that did not fit, more below
+     it).  With a readback of the sizes at every level the lists took 0.33 ms
+     of a first assembly at 10^6 points, 45 us a level, mostly waiting (H100) */
   {
-    PetscInt *far = NULL, nfar = 0, farcap = 0, nstrong = (N > 0 && M > 0) ? 1 : 0, root[6] = {0, 0, 0, 0, 0, 0};
-    ListLevel cur, nxt;
+    const PetscInt nroot = (N > 0 && M > 0) ? 1 : 0;
+    PetscInt64    *cap;
+    PetscInt      *far = NULL, *block, farcap = (PetscInt)PetscMin((PetscInt64)3 * c->listroom * nboxes, PETSC_MAX_INT - 1), root[6] = {0, 0, 0, 0, 0, 0};
+    ListTotal     *dtot, *tot, t0 = {{nroot, 0}, 0, 1};
+    ListLevel     *lev;
+
+    PetscCall(PetscMalloc3(L + 1, &cap, L + 1, &tot, L + 1, &lev));
+    cap[0] = nroot;
+    for (PetscInt l = 1; l <= L; l++) cap[l] = PetscMin(16 * cap[l - 1], (PetscInt64)c->listroom << (2 * l));
+    root[2 * nroot + 3] = nroot; /* the root's lists: str and owner 0, stroff {0, nroot} */
     PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->faroff, sizeof(PetscInt) * (nboxes + 1), "the M2L offsets"));
-    PetscCall(ListLevelAlloc(c, nstrong, 1, L > 0 ? 16 * nstrong : 0, &cur));
-    root[2 * nstrong + 3] = nstrong; /* the root's lists: str and owner 0, stroff {0, nstrong} */
-    FMMCallCUDA(cudaMemcpyAsync(cur.str, root, sizeof(PetscInt) * (2 * nstrong + 4), cudaMemcpyHostToDevice, c->stream));
+    PetscCall(FMMCUDAMalloc(c->stream, (void **)&dtot, sizeof(ListTotal) * (L + 1), "the sizes of the lists"));
     FMMCallCUDA(cudaMemsetAsync(c->faroff, 0, 2 * sizeof(PetscInt), c->stream)); /* the root has no far field */
-    for (PetscInt l = 0; l < L; l++) {
-      const PetscInt      nb = (PetscInt)1 << (2 * (l + 1)), c0 = FMMLevelStart(l + 1), span = (PetscInt)1 << (2 * (L - l - 1)), nc = 16 * nstrong;
-      const CandidateKind kind = {nc, c0, span, theta, c->sleaf, c->tleaf, cur.stroff, cur.str, cur.owner, c->cx, c->cy, c->scale};
-      ListCount           tot, *dtot = (ListCount *)FMMCUDAReadbackTarget(sizeof(ListCount));
-      if (!dtot) dtot = cur.sc + nc;
-      PetscCall(ExclusiveScanBy(c, &s, thrust::make_transform_iterator(thrust::counting_iterator<PetscInt>(0), kind), thrust::make_tabulate_output_iterator(ListScanOut{cur.sc, dtot, nc}), ListCountSum(), ListCount{0, 0}, nc));
-      PetscCall(FMMCUDAReadback(c->stream, &tot, dtot, sizeof(tot))); /* the sizes of the next lists */
-      PetscCall(ListLevelAlloc(c, tot.s, nb, l + 1 < L ? 16 * tot.s : 0, &nxt));
-      if (nfar + tot.f > farcap) { /* grow the far list: at first with room for 27 entries per box (a box's list in a uniform tree; a tenth of the expansions' memory at p = 30), about all it needs: doubling, it grew and was copied at every level */
-        PetscInt *nf, cap = PetscMax(PetscMax(2 * farcap, nfar + tot.f), farcap ? 0 : (PetscInt)PetscMin((PetscInt64)27 * nboxes, PETSC_MAX_INT));
-        PetscCall(FMMCUDAMalloc(c->stream, (void **)&nf, sizeof(PetscInt) * cap, "the M2L list"));
-        if (nfar) FMMCallCUDA(cudaMemcpyAsync(nf, far, sizeof(PetscInt) * nfar, cudaMemcpyDeviceToDevice, c->stream));
-        if (far) PetscCall(FMMCUDAFree(c->stream, far));
-        far    = nf;
-        farcap = cap;
+    for (int attempt = 0;; attempt++) {
+      PetscInt64 nfar, ncand = 0;
+      PetscInt   bad = L + 1; /* the first level whose strong lists did not fit */
+
+      for (PetscInt l = 0; l <= L; l++) ncand = PetscMax(ncand, 16 * cap[l]);
+      PetscCheck(ncand < PETSC_MAX_INT, PETSC_COMM_SELF, PETSC_ERR_SUP, "GPU interaction lists: %" PetscInt64_FMT " candidate pairs at one level exceed the %d that a 32-bit PetscInt counts", ncand, (int)PETSC_MAX_INT);
+      PetscCall(FMMCUDAMalloc(c->stream, (void **)&far, sizeof(PetscInt) * PetscMax(farcap, 1), "the M2L list"));
+      PetscCall(ListLevelsAlloc(c, L, cap, &block, lev));
+      FMMCallCUDA(cudaMemcpyAsync(lev[0].str, root, sizeof(PetscInt) * (2 * nroot + 4), cudaMemcpyHostToDevice, c->stream));
+      FMMCallCUDA(cudaMemcpyAsync(dtot, &t0, sizeof(t0), cudaMemcpyHostToDevice, c->stream));
+      {
+        ListTop top;
+        top.n = 0;
+        for (PetscInt l = 0; l < L; l++) {
+          const PetscInt  nb = (PetscInt)1 << (2 * (l + 1)), c0 = FMMLevelStart(l + 1), span = (PetscInt)1 << (2 * (L - l - 1)), nc = (PetscInt)(16 * cap[l]);
+          const ListLevel u = lev[l], v = lev[l + 1];
+          const ListStep  st = {{dtot + l, c0, span, theta, c->sleaf, c->tleaf, u.stroff, u.str, u.owner, c->cx, c->cy, c->scale}, {dtot + l, dtot + l + 1, u.sc, (PetscInt)cap[l + 1]}, nb, farcap, v.str, v.owner, v.stroff, far, c->faroff};
+          if (top.n == l && l < LTOP_MAX && nc <= LTOP_CAND) { /* the first levels: one launch below */
+            top.st[top.n++] = st;
+            continue;
+          }
+          if (top.n) {
+            ListTopKernel<<<1, LTB, 0, c->stream>>>(top);
+            FMMCheckLaunch();
+            top.n = 0;
+          }
+          PetscCall(ExclusiveScanBy(c, &s, thrust::make_transform_iterator(thrust::counting_iterator<PetscInt>(0), st.kind), thrust::make_tabulate_output_iterator(st.out), ListCountSum(), ListCount{0, 0}, nc));
+          ListWriteKernel<<<PetscMin(FMMCUDABlocks(PetscMax(nc, nb + 1), BS), 4096u), BS, 0, c->stream>>>(st);
+          FMMCheckLaunch();
+        }
+        if (top.n) {
+          ListTopKernel<<<1, LTB, 0, c->stream>>>(top);
+          FMMCheckLaunch();
+        }
       }
-      ListWriteKernel<<<LAUNCH_N(PetscMax(nc, nb + 1))>>>(nc, nb, c0, cur.stroff, cur.str, cur.owner, cur.sc, nfar, nxt.str, nxt.owner, far, nxt.stroff, c->faroff);
-      FMMCheckLaunch();
-      PetscCall(FMMCUDAFree(c->stream, cur.str));
-      cur     = nxt;
-      nstrong = tot.s;
-      nfar += tot.f;
+      PetscCall(FMMCUDAReadback(c->stream, tot, dtot, sizeof(ListTotal) * (L + 1)));
+      for (PetscInt l = L; l >= 0; l--)
+        if (!tot[l].ok) bad = l;
+      nfar = tot[L].farbase + tot[L].n.f; /* all of them when the strong lists fit */
+      if (bad > L && nfar <= farcap) { /* the near lists (the leaves' strong lists) in a block of their size, not of their room */
+        c->nnear = tot[L].n.s;
+        PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->near, sizeof(PetscInt) * ((size_t)c->nnear + nleaves + 1), "the P2P lists"));
+        c->nearoff   = c->near + c->nnear; /* in near's block: not freed on its own */
+        c->treebuilt = PETSC_TRUE;
+        FMMCallCUDA(cudaMemcpyAsync(c->near, lev[L].str, sizeof(PetscInt) * c->nnear, cudaMemcpyDeviceToDevice, c->stream));
+        FMMCallCUDA(cudaMemcpyAsync(c->nearoff, lev[L].stroff, sizeof(PetscInt) * (nleaves + 1), cudaMemcpyDeviceToDevice, c->stream));
+        PetscCall(FMMCUDAFree(c->stream, block));
+        c->far  = far;
+        P->nfar = (PetscInt)nfar;
+        break;
+      }
+      /* again, with the sizes found: exact down to level bad, below it the
+         room scaled by what level bad needed (at most 16 times the entries
+         of the level above) */
+      PetscCheck(attempt <= L, PETSC_COMM_SELF, PETSC_ERR_PLIB, "GPU interaction lists: no fit after %d attempts", attempt + 1);
+      PetscCall(PetscInfo(NULL, "GPU interaction lists: %s %" PetscInt_FMT " did not fit their room (-mat_fmm_cuda_tree_list_room %" PetscInt_FMT "): built again\n", bad <= L ? "the strong lists of level" : "the far lists of levels 1 to", bad <= L ? bad : L, c->listroom));
+      {
+        const PetscInt64 g = bad <= L ? (tot[bad].n.s + cap[bad] - 1) / PetscMax(cap[bad], 1) + 1 : 1;
+        for (PetscInt l = 1; l <= L; l++) cap[l] = l <= bad ? tot[l].n.s : PetscMin(16 * cap[l - 1], g * cap[l]);
+      }
+      farcap = (PetscInt)PetscMin(bad > L ? nfar : PetscMax((PetscInt64)farcap, 2 * nfar), PETSC_MAX_INT - 1);
+      PetscCall(FMMCUDAFree(c->stream, block));
+      PetscCall(FMMCUDAFree(c->stream, far));
     }
-    c->far       = far;
-    c->nearoff   = cur.stroff; /* in near's block: not freed on its own (treebuilt) */
-    c->near      = cur.str;
-    c->treebuilt = PETSC_TRUE;
-    c->nnear     = nstrong;
-    P->nfar      = nfar;
+    PetscCall(FMMCUDAFree(c->stream, dtot));
+    PetscCall(PetscFree3(cap, tot, lev));
   }
   PetscCall(StageMark(c, &stg));
   PetscCall(FMMCUDAFree(c->stream, kx));
@@ -2299,7 +2445,7 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
   if (sp.core) PetscCall(SplitWorkDestroy(c, &sp));
   if (s.tmp) PetscCall(FMMCUDAFree(c->stream, s.tmp));
   PetscCall(StageMark(c, &stg));
-  FMMCallCUDA(cudaStreamSynchronize(c->stream));
+  if (stg.on) FMMCallCUDA(cudaStreamSynchronize(c->stream)); /* (the readback of the lists' sizes waited for the rest) */
   PetscCall(StageReport(&stg, stgname));
   PetscFunctionReturn(0);
 }

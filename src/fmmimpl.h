@@ -128,6 +128,7 @@ typedef struct {
   PetscBool    cuda_p2p_sym;               /* CUDA tiled P2P evaluates each unordered pair once when it can (-mat_fmm_cuda_p2p_symmetric) */
   PetscBool    cuda_split_local;           /* the GPU tree's last splitting rounds in shared memory where the device allows (-mat_fmm_cuda_split_local) */
   PetscInt     cuda_key_bits;              /* the GPU tree's sort keys: 1 to 32 quantized bits, 64 exact (-mat_fmm_cuda_tree_key_bits) */
+  PetscInt     cuda_list_room;             /* the GPU lists' entries per box before their sizes are known (-mat_fmm_cuda_tree_list_room) */
   /* diagonal terms: y = scale*K x + diag .* x + shift*x */
   PetscScalar  scale, shift;
   Vec          diag; /* NULL when none (row layout) */

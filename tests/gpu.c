@@ -851,6 +851,24 @@ int main(int argc, char **argv)
     args: -n 50000 -geometry clusters -mat_fmm_ct 8 -targets -tree_only -mat_fmm_tree_split median -mat_fmm_cuda_split_local false
 
   test:
+    suffix: tree_room1
+    requires: cuda
+    args: -n 200000 -geometry clusters -mat_fmm_ct 16 -targets -tree_only -mat_fmm_cuda_tree_list_room 1 -info
+    filter: awk '/strong lists of level .* built again/ {s = 1} /far lists of levels .* built again/ {f = 1} /^\[/ {next} {print} END {print "strong lists built again: " (s ? "yes" : "no") ", far lists built again: " (f ? "yes" : "no")}'
+
+  test:
+    suffix: tree_room4
+    requires: cuda
+    args: -n 200000 -geometry curve -mat_fmm_ct 16 -tree_only -mat_fmm_cuda_tree_list_room 4 -info
+    filter: awk '/strong lists of level .* built again/ {s = 1} /far lists of levels .* built again/ {f = 1} /^\[/ {next} {print} END {print "strong lists built again: " (s ? "yes" : "no") ", far lists built again: " (f ? "yes" : "no")}'
+
+  test:
+    suffix: tree_square
+    requires: cuda
+    args: -n 200000 -geometry square -mat_fmm_ct 16 -tree_only -info
+    filter: awk '/strong lists of level .* built again/ {s = 1} /far lists of levels .* built again/ {f = 1} /^\[/ {next} {print} END {print "strong lists built again: " (s ? "yes" : "no") ", far lists built again: " (f ? "yes" : "no")}'
+
+  test:
     suffix: curve_global
     requires: cuda
     args: -n 3000 -geometry curve -mat_fmm_ct 16 -mat_fmm_cuda_split_local false
