@@ -50,6 +50,7 @@ static PetscErrorCode FMMCUDADestroy(Mat A)
   if (!c) PetscFunctionReturn(0);
   (void)cudaSetDevice(c->dev);
   if (c->stream) (void)cudaStreamSynchronize(c->stream);
+  PetscCall(FMMCUDAP2PWorkDestroy(c)); /* after an error in the setup */
   if (c->treebuilt) c->nearoff = NULL; /* in near's block (tree.cu) */
   Free(c, &c->sperm), Free(c, &c->sleaf), Free(c, &c->tperm), Free(c, &c->tleaf), Free(c, &c->faroff), Free(c, &c->far), Free(c, &c->nearoff), Free(c, &c->near), Free(c, &c->tleafof);
   Free(c, &c->sx), Free(c, &c->sy), Free(c, &c->cq), Free(c, &c->cdx), Free(c, &c->cdy), Free(c, &c->tx), Free(c, &c->ty), Free(c, &c->cx), Free(c, &c->cy), Free(c, &c->scale);
@@ -438,6 +439,12 @@ static PetscErrorCode FMMCUDASetup(Mat A)
   }
   /* the near field's log by table unless -mat_fmm_cuda_log libm */
   if (fmm->cuda_log_fast) PetscCall(FMMCUDALogTable(c));
+  /* the P2P counts and the statistics of the plan first (and the symmetric
+     P2P's counts where it may run: this rank's targets are all the sources,
+     single layer, table log), so that the GPU runs them while the host
+     allocates the work arrays and queues the M2L plan; their sizes are read
+     in FMMCUDAP2PPlanEnd below */
+  PetscCall(FMMCUDAP2PPlanBegin(c, P, c->fmm && fmm->layout == MATFMM_LAYOUT_TILED && fmm->cuda_p2p_sym && c->kind == 0 && c->logtab && fmm->ntgt < 0 && P->M == P->N ? PETSC_TRUE : PETSC_FALSE));
   PetscCall(Upload(c, &c->sigma, (PetscReal *)NULL, P->N, "the densities"));
   PetscCall(Upload(c, &c->q, (PetscReal *)NULL, P->N, "the charges"));
   PetscCall(Upload(c, &c->dx, (PetscReal *)NULL, P->N, "the dipoles"));
@@ -453,8 +460,7 @@ static PetscErrorCode FMMCUDASetup(Mat A)
   PetscCall(PetscInfoEnabled(MAT_CLASSID, &info));
   if (info) FMMCallCUDA(cudaStreamSynchronize(c->stream)); /* for the -info times only */
   PetscCall(PetscTime(&t1));
-  /* also the statistics of the plan, and the symmetric P2P's work where it may run: this rank's targets are all the sources, single layer, table log */
-  PetscCall(FMMCUDAP2PPlan(c, P, fmm->layout == MATFMM_LAYOUT_REPETITION && c->fmm ? PETSC_TRUE : PETSC_FALSE, c->fmm && fmm->layout == MATFMM_LAYOUT_TILED && fmm->cuda_p2p_sym && c->kind == 0 && c->logtab && fmm->ntgt < 0 && P->M == P->N ? PETSC_TRUE : PETSC_FALSE));
+  PetscCall(FMMCUDAP2PPlanEnd(c, P, fmm->layout == MATFMM_LAYOUT_REPETITION && c->fmm ? PETSC_TRUE : PETSC_FALSE));
   if (c->fmm && fmm->layout != MATFMM_LAYOUT_TILED) PetscCall(SetupNearLists(A, c, P));
   { /* direct: slice the sources when the targets alone do not fill the GPU */
     int      sms = 1;
@@ -466,7 +472,7 @@ static PetscErrorCode FMMCUDASetup(Mat A)
   }
   FMMCallCUDA(cudaStreamSynchronize(c->stream));
   PetscCall(PetscTime(&t2));
-  PetscCall(PetscInfo(A, "GPU setup: work arrays and M2L work %.2f ms, P2P work and near lists %.2f ms\n", 1e3 * (t1 - t0), 1e3 * (t2 - t1)));
+  PetscCall(PetscInfo(A, "GPU setup: P2P counts, work arrays and M2L work %.2f ms, P2P work and near lists %.2f ms\n", 1e3 * (t1 - t0), 1e3 * (t2 - t1)));
   if (info) {
     char pool[160];
     PetscCall(PoolText(pool, sizeof(pool)));

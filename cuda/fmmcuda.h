@@ -93,6 +93,7 @@ typedef struct {
   int          kind;       /* pair kernel: 0 single layer only, 1 double layer only, 2 both */
   PetscBool    fmm;        /* the FMM structures exist (method fmm) */
   PetscInt     listroom;   /* the GPU lists' room per box before their sizes are known (-mat_fmm_cuda_tree_list_room) */
+  struct FMMP2PWork_ *p2pw; /* the P2P plan's work between FMMCUDAP2PPlanBegin and End (tree.cu) */
   /* the plan (see FMMPlan) */
   PetscInt  *sperm, *sleaf, *tperm, *tleaf, *faroff, *far, *nearoff, *near;
   PetscInt  *tleafof; /* [M] leaf of each target (tree order) */
@@ -173,7 +174,9 @@ PETSC_INTERN PetscErrorCode FMMCUDATableKeep(int, const char *, PetscInt, const 
 /* tree.cu */
 PETSC_INTERN PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *, FMMPlan *, PetscInt, PetscReal, PetscBool, PetscBool, PetscBool, PetscInt, PetscReal, PetscReal, const double *, PetscErrorCode (*)(FMM_CUDA *, void *, PetscInt, PetscInt, cudaStream_t), void *, const double *, const double *, PetscErrorCode (*)(FMM_CUDA *, void *, cudaEvent_t, cudaEvent_t *), void *, PetscBool, PetscInt, PetscInt);
 PETSC_INTERN PetscErrorCode FMMCUDAM2LPlan(FMM_CUDA *, const FMMPlan *);
-PETSC_INTERN PetscErrorCode FMMCUDAP2PPlan(FMM_CUDA *, FMMPlan *, PetscBool, PetscBool);
+PETSC_INTERN PetscErrorCode FMMCUDAP2PPlanBegin(FMM_CUDA *, const FMMPlan *, PetscBool);
+PETSC_INTERN PetscErrorCode FMMCUDAP2PPlanEnd(FMM_CUDA *, FMMPlan *, PetscBool);
+PETSC_INTERN PetscErrorCode FMMCUDAP2PWorkDestroy(FMM_CUDA *);
 PETSC_INTERN PetscErrorCode FMMCUDANearSources(FMM_CUDA *, const FMMPlan *, PetscBool, PetscInt **, PetscInt *);
 /* upward.cu */
 PETSC_INTERN PetscErrorCode FMMCUDAStrengths(FMM_CUDA *, const FMMPlan *, const double *);

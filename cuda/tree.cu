@@ -1712,47 +1712,96 @@ typedef struct {
 static PetscErrorCode SymCount(FMM_CUDA *, const FMMPlan *, Scratch *, SymWork *, long long *);
 static PetscErrorCode SymItems(FMM_CUDA *, const FMMPlan *, Scratch *, SymWork *, const long long *);
 
+/* the P2P work between FMMCUDAP2PPlanBegin and FMMCUDAP2PPlanEnd (c->p2pw):
+   its scratch, the entry counts ec, the leaf counts and their scans (ns ..
+   choff), the statistics (dstat) and the symmetric P2P's work */
+struct FMMP2PWork_ {
+  Scratch    own;
+  PetscInt  *ec, *ns, *nit, *npart, *itoff, *partoff, *choff;
+  long long *dstat; /* 8 statistics, then the symmetric P2P's 4 (SymCount) */
+  PetscBool  sym;
+  SymWork    sw;
+};
+typedef struct FMMP2PWork_ *FMMP2PWork;
+#define P2P_NSTAT 12
+
+/* its device memory and itself (also after an error between Begin and End) */
+PetscErrorCode FMMCUDAP2PWorkDestroy(FMM_CUDA *c)
+{
+  FMMP2PWork w = c->p2pw;
+
+  PetscFunctionBegin;
+  if (!w) PetscFunctionReturn(0);
+  PetscCall(FMMCUDAFree(c->stream, w->ec));
+  PetscCall(FMMCUDAFree(c->stream, w->ns));
+  if (w->dstat != FMMCUDAReadbackTarget(sizeof(long long) * P2P_NSTAT)) PetscCall(FMMCUDAFree(c->stream, w->dstat));
+  PetscCall(FMMCUDAFree(c->stream, w->own.tmp));
+  PetscCall(FMMCUDAFree(c->stream, w->sw.w));
+  PetscCall(FMMCUDAFree(c->stream, w->sw.wslot));
+  PetscCall(PetscFree(c->p2pw));
+  PetscFunctionReturn(0);
+}
+
 /* the P2P items and partials from the leaf ranges and near lists (device), with
    c->nearscan (the sources before each near-list entry), c->entrysrc (its
    first source) and c->nbroff (the sources before each leaf's neighbour
    sources); the host statistics of P too.  sym: also the work of the
    symmetric P2P (the caller has checked that the targets are the sources),
-   its sizes read back with the statistics (one wait for the GPU, not two) */
-PetscErrorCode FMMCUDAP2PPlan(FMM_CUDA *c, FMMPlan *P, PetscBool hostitems, PetscBool sym)
+   its sizes read back with the statistics (one wait for the GPU, not two).
+   In two calls: Begin queues the counts and statistics, End waits for them
+   and queues the items, so that the host may do other work between (the
+   setup's allocations and the M2L plan: the counts then run on the GPU
+   while the host works, instead of after it) */
+PetscErrorCode FMMCUDAP2PPlanBegin(FMM_CUDA *c, const FMMPlan *P, PetscBool sym)
 {
-  Scratch    own = {NULL, 0}, *s = &own;
-  PetscInt  *ec, *ns, *nit, *npart, *itoff, *partoff, *choff, tot[3];
-  long long *dstat, stat[12]; /* 8 statistics, then the symmetric P2P's 4 (SymCount) */
+  FMMP2PWork w;
+  Scratch   *s;
   PetscInt   nl = P->nleaves;
-  SymWork    sw = {NULL, NULL};
 
   PetscFunctionBegin;
-  PetscCall(FMMCUDAMalloc(c->stream, (void **)&ec, sizeof(PetscInt) * (c->nnear + 1), "the P2P entry counts"));
+  PetscCall(FMMCUDAP2PWorkDestroy(c));
+  PetscCall(PetscNew(&c->p2pw));
+  w      = c->p2pw;
+  w->sym = sym;
+  s      = &w->own;
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&w->ec, sizeof(PetscInt) * (c->nnear + 1), "the P2P entry counts"));
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->nearscan, sizeof(PetscInt) * (c->nnear + 1), "the P2P entry offsets"));
-  PetscCall(FMMCUDAMalloc(c->stream, (void **)&ns, sizeof(PetscInt) * (6 * (size_t)(nl + 1)), "the P2P leaf counts"));
-  nit     = ns + (nl + 1);
-  npart   = nit + (nl + 1);
-  itoff   = npart + (nl + 1);
-  partoff = itoff + (nl + 1);
-  choff   = partoff + (nl + 1);
-  dstat = (long long *)FMMCUDAReadbackTarget(sizeof(stat));
-  if (!dstat) PetscCall(FMMCUDAMalloc(c->stream, (void **)&dstat, sizeof(stat), "the plan statistics"));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&w->ns, sizeof(PetscInt) * (6 * (size_t)(nl + 1)), "the P2P leaf counts"));
+  w->nit     = w->ns + (nl + 1);
+  w->npart   = w->nit + (nl + 1);
+  w->itoff   = w->npart + (nl + 1);
+  w->partoff = w->itoff + (nl + 1);
+  w->choff   = w->partoff + (nl + 1);
+  w->dstat   = (long long *)FMMCUDAReadbackTarget(sizeof(long long) * P2P_NSTAT);
+  if (!w->dstat) PetscCall(FMMCUDAMalloc(c->stream, (void **)&w->dstat, sizeof(long long) * P2P_NSTAT, "the plan statistics"));
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->leafnsc, sizeof(PetscInt) * (nl + 1), "the P2P chunk counts"));
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->leafpart, sizeof(PetscInt) * nl, "the P2P partial offsets"));
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->nbroff, sizeof(PetscInt) * (nl + 1), "the neighbour-source offsets"));
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->entrysrc, sizeof(PetscInt) * (c->nnear + 1), "the P2P entry sources"));
-  EntryCountKernel<<<LAUNCH_N(c->nnear + 1)>>>(c->nnear, c->sleaf, c->near, ec, c->entrysrc);
+  EntryCountKernel<<<LAUNCH_N(c->nnear + 1)>>>(c->nnear, c->sleaf, c->near, w->ec, c->entrysrc);
   FMMCheckLaunch();
-  PetscCall(ExclusiveScan(c, s, ec, c->nearscan, c->nnear));
+  PetscCall(ExclusiveScan(c, s, w->ec, c->nearscan, c->nnear));
   NbrOffKernel<<<LAUNCH_N(nl + 1)>>>(nl, c->nearoff, c->nearscan, c->nbroff);
   FMMCheckLaunch();
-  LeafWorkKernel<<<LAUNCH_N(nl + 1)>>>(nl, c->tleaf, c->nbroff, ns, c->leafnsc, nit, npart);
+  LeafWorkKernel<<<LAUNCH_N(nl + 1)>>>(nl, c->tleaf, c->nbroff, w->ns, c->leafnsc, w->nit, w->npart);
   FMMCheckLaunch();
-  PetscCall(ExclusiveScan3(c, s, nit, npart, c->leafnsc, itoff, partoff, choff, nl));
-  StatsKernel<<<1, 1024, 0, c->stream>>>(nl, c->sleaf, c->tleaf, ns, Totals3{{itoff + nl, partoff + nl, choff + nl}}, dstat);
+  PetscCall(ExclusiveScan3(c, s, w->nit, w->npart, c->leafnsc, w->itoff, w->partoff, w->choff, nl));
+  StatsKernel<<<1, 1024, 0, c->stream>>>(nl, c->sleaf, c->tleaf, w->ns, Totals3{{w->itoff + nl, w->partoff + nl, w->choff + nl}}, w->dstat);
   FMMCheckLaunch();
-  if (sym) PetscCall(SymCount(c, P, s, &sw, dstat + 8));
-  PetscCall(FMMCUDAReadback(c->stream, stat, dstat, sizeof(long long) * (sym ? 12 : 8)));
+  if (sym) PetscCall(SymCount(c, P, s, &w->sw, w->dstat + 8));
+  PetscFunctionReturn(0);
+}
+
+/* nothing may read back through the pinned buffer between Begin and End
+   (the statistics may be written there) */
+PetscErrorCode FMMCUDAP2PPlanEnd(FMM_CUDA *c, FMMPlan *P, PetscBool hostitems)
+{
+  FMMP2PWork w = c->p2pw;
+  PetscInt   tot[3], nl = P->nleaves;
+  long long  stat[P2P_NSTAT];
+
+  PetscFunctionBegin;
+  PetscCall(FMMCUDAReadback(c->stream, stat, w->dstat, sizeof(long long) * (w->sym ? 12 : 8)));
   for (int k = 0; k < 3; k++) tot[k] = (PetscInt)stat[5 + k];
   P->maxleafsrc = (PetscInt)stat[0];
   P->maxleaftgt = (PetscInt)stat[1];
@@ -1763,20 +1812,17 @@ PetscErrorCode FMMCUDAP2PPlan(FMM_CUDA *c, FMMPlan *P, PetscBool hostitems, Pets
   c->p2psplit   = tot[1] > 0 ? PETSC_TRUE : PETSC_FALSE;
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->items, sizeof(FMMP2PItem) * c->nitems, "the P2P work items"));
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->p2ppart, sizeof(PetscReal) * tot[1], "the P2P partial sums"));
-  if (nl) LeafPartKernel<<<LAUNCH_N(nl)>>>(nl, c->leafnsc, partoff, c->leafpart);
+  if (nl) LeafPartKernel<<<LAUNCH_N(nl)>>>(nl, c->leafnsc, w->partoff, c->leafpart);
   FMMCheckLaunch();
-  if (tot[2]) ChunkItemsKernel<<<LAUNCH_N(tot[2])>>>(tot[2], nl, choff, c->sleaf, c->tleaf, c->nearoff, c->near, c->nearscan, c->nbroff, c->leafnsc, itoff, partoff, c->items);
+  if (tot[2]) ChunkItemsKernel<<<LAUNCH_N(tot[2])>>>(tot[2], nl, w->choff, c->sleaf, c->tleaf, c->nearoff, c->near, c->nearscan, c->nbroff, c->leafnsc, w->itoff, w->partoff, c->items);
   FMMCheckLaunch();
   if (hostitems) { /* the host keeps the first item of each leaf (the repetition layout launches by leaf ranges) */
     PetscCall(PetscMalloc1(nl + 1, &c->itemstart));
-    FMMCallCUDA(cudaMemcpyAsync(c->itemstart, itoff, sizeof(PetscInt) * (nl + 1), cudaMemcpyDeviceToHost, c->stream));
+    FMMCallCUDA(cudaMemcpyAsync(c->itemstart, w->itoff, sizeof(PetscInt) * (nl + 1), cudaMemcpyDeviceToHost, c->stream));
     FMMCallCUDA(cudaStreamSynchronize(c->stream));
   }
-  if (sym) PetscCall(SymItems(c, P, s, &sw, stat + 8));
-  PetscCall(FMMCUDAFree(c->stream, ec));
-  PetscCall(FMMCUDAFree(c->stream, ns));
-  if (dstat != FMMCUDAReadbackTarget(sizeof(stat))) PetscCall(FMMCUDAFree(c->stream, dstat));
-  if (own.tmp) PetscCall(FMMCUDAFree(c->stream, own.tmp));
+  if (w->sym) PetscCall(SymItems(c, P, &w->own, &w->sw, stat + 8));
+  PetscCall(FMMCUDAP2PWorkDestroy(c));
   PetscFunctionReturn(0);
 }
 
@@ -1888,7 +1934,7 @@ __global__ void SymEntryKernel(PetscInt nnear, PetscInt nl, const PetscInt *near
 }
 
 /*
-  The work of the symmetric P2P (FMMCUDAP2PPlan with sym).  Rows of a leaf go
+  The work of the symmetric P2P (FMMCUDAP2PPlanBegin and End with sym).  Rows of a leaf go
   to groups of syma lanes with symr rows per lane: the smallest syma of 8, 16,
   32 with at least syma points in every leaf (a group's lanes take distinct
   columns) and at most 7 syma in each, else at most 8 syma: with 8 rows a lane
@@ -1982,6 +2028,7 @@ static PetscErrorCode SymItems(FMM_CUDA *c, const FMMPlan *P, Scratch *s, SymWor
   }
   PetscCall(FMMCUDAFree(c->stream, sw->w));
   PetscCall(FMMCUDAFree(c->stream, sw->wslot));
+  sw->w = sw->wslot = NULL;
   PetscFunctionReturn(0);
 }
 
@@ -2037,7 +2084,7 @@ __global__ void GlobalIndexKernel(PetscInt n, const PetscInt *sperm, PetscInt *n
   if (e < n) nbr[e] = sperm[nbr[e]];
 }
 
-/* the lists of the indexing and repetition layouts (after FMMCUDAP2PPlan): per
+/* the lists of the indexing and repetition layouts (after FMMCUDAP2PPlanEnd): per
    leaf b, its neighbour sources at c->nbroff[b] of *nbr as tree positions or,
    with global = true, as global source indices; the host gets the offsets when
    hnbroff is not NULL */
