@@ -930,7 +930,7 @@ static PetscErrorCode MatSetFromOptions_FMM(Mat A, PetscOptionItems PetscOptions
     PetscCheck(!set || ival <= 32 || ival == 64, PetscObjectComm((PetscObject)A), PETSC_ERR_ARG_OUTOFRANGE, "-mat_fmm_cuda_tree_key_bits %" PetscInt_FMT ": expected 1 to 32 (quantized keys) or 64 (exact keys)", ival);
     if (set && fmm->cuda_key_bits != ival) PetscCall(MatFMMInvalidate(A));
     if (set) fmm->cuda_key_bits = ival;
-    PetscCall(PetscOptionsRangeInt("-mat_fmm_cuda_tree_list_room", "GPU tree: entries per box given to the strong lists (3 times as many to the far lists) of every level before their sizes are known (lists that do not fit are built again; the same lists)", "MATFMM", fmm->cuda_list_room, &ival, &set, 1, 1024));
+    PetscCall(PetscOptionsRangeInt("-mat_fmm_cuda_tree_list_room", "GPU tree: entries per box given to the strong lists (3 times as many to the far lists) of every level before their sizes are known (lists that do not fit are built again; the same lists)", "MATFMM", fmm->cuda_list_room, &ival, &set, 1, 64));
     if (set && fmm->cuda_list_room != ival) PetscCall(MatFMMInvalidate(A));
     if (set) fmm->cuda_list_room = ival;
   }
@@ -1438,7 +1438,7 @@ static PetscErrorCode MatDestroy_FMM(Mat A)
 .  -mat_fmm_cuda_p2p_symmetric <bool> - CUDA tiled P2P evaluates each unordered pair of points once, for both of its sums (default true; used when the targets are the sources on one rank, with the single layer, the table log and 8 to 256 points per leaf)
 .  -mat_fmm_cuda_split_local <bool> - GPU tree build: once the boxes of a round fit in a thread block, the rounds left run in shared memory, a block per box (default true; used where the device grants a block 210 KB of shared memory, as sm_90 does; false, or a device with less: every round in global memory, the same tree)
 .  -mat_fmm_cuda_tree_key_bits <b> - GPU tree build: the points are sorted by coordinate through keys of b bits (1 to 32, default 32), quantized over their bounding box, then runs of equal keys by coordinate (runs of more than 32 points, as where a curve crowds along one coordinate, by 64-bit keys); 64: 64-bit keys for all points (two sorts of 8 passes instead of 4). The same tree
-.  -mat_fmm_cuda_tree_list_room <n> - GPU tree build: the strong lists of each level get room for n entries per box, the far lists for 3n, before their sizes are known, so that the host queues all levels without waiting for them (1 to 1024, default 16; a curve uses 3 and 9, a square 13 and 40; lists that need more are built again with the sizes found, reported by -info; the same lists)
+.  -mat_fmm_cuda_tree_list_room <n> - GPU tree build: the strong lists of each level get room for n entries per box, the far lists for 3n, before their sizes are known, so that the host queues all levels without waiting for them (1 to 64, default 16; a curve uses 3 and 9, a square 13 and 40; lists that need more are built again with the sizes found, reported by -info; the same lists)
 .  -mat_fmm_cuda_pool_reserve <MB> - GPU memory that petscfmm's memory pool maps when the process's CUDA context is made, so that first assemblies need not map it fresh (default 0; read once per process, see `PetscFMMCUDAInitialize()`)
 -  -mat_fmm_kernel <single,double,combined>, -mat_fmm_alpha, -mat_fmm_beta - the operator
 
