@@ -1252,6 +1252,12 @@ __device__ __forceinline__ PetscInt LevelCandidates(const ListTotal *lev)
   return lev->ok ? 16 * lev->n.s : 0;
 }
 
+/* the far entries of the levels down to lev: where the next level's start */
+__device__ __forceinline__ PetscInt NextFarBase(const ListTotal *lev)
+{
+  return lev->farbase + lev->n.f;
+}
+
 struct ListCountSum {
   __device__ __forceinline__ ListCount operator()(const ListCount &a, const ListCount &b) const { return ListCount{a.s + b.s, a.f + b.f}; }
 };
@@ -1292,7 +1298,7 @@ struct ListScanOut {
     const PetscInt nc = LevelCandidates(lev);
     if (i > nc) return;
     sc[i] = v;
-    if (i == nc) *next = ListTotal{v, lev->farbase + lev->n.f, (lev->ok && v.s <= cap) ? 1 : 0};
+    if (i == nc) *next = ListTotal{v, NextFarBase(lev), (lev->ok && v.s <= cap) ? 1 : 0};
   }
 };
 
@@ -1343,7 +1349,7 @@ __global__ void ListWriteKernel(ListStep st)
 {
   const ListTotal *lev = st.kind.lev;
   if (!lev->ok) return;
-  const PetscInt nc = LevelCandidates(lev), farbase = lev->farbase + lev->n.f;
+  const PetscInt nc = LevelCandidates(lev), farbase = NextFarBase(lev);
   for (PetscInt i = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x; i < nc || i <= st.nb; i += (PetscInt)gridDim.x * blockDim.x) ListWriteAt(st, i, nc, farbase);
 }
 
@@ -1368,7 +1374,7 @@ __global__ void __launch_bounds__(LTB) ListTopKernel(ListTop top)
   for (int l = 0; l < top.n; l++) {
     const ListStep  &st  = top.st[l];
     const ListTotal *lev = st.kind.lev; /* written by the level before, before the barrier */
-    const PetscInt   nc  = LevelCandidates(lev), farbase = lev->farbase + lev->n.f;
+    const PetscInt   nc  = LevelCandidates(lev), farbase = NextFarBase(lev);
     ListCount        carry = {0, 0};
     for (PetscInt base = 0; base <= nc; base += LTB) {
       const PetscInt i = base + threadIdx.x;
@@ -2114,20 +2120,19 @@ typedef struct {
 
 static PetscErrorCode ListLevelsAlloc(FMM_CUDA *c, PetscInt L, const PetscInt64 *cap, PetscInt **block, ListLevel *v)
 {
-  size_t n = 0, nsc = 1;
+  const auto lists = [cap](PetscInt l) { return 2 * ((size_t)cap[l] + 1) + ((size_t)1 << (2 * l)) + 1; }; /* the PetscInts of level l */
+  size_t     n = 0, nsc = 1;
 
   PetscFunctionBegin;
-  for (PetscInt l = 0; l <= L; l++) {
-    n += 2 * ((size_t)cap[l] + 1) + ((size_t)1 << (2 * l)) + 1;
-    if (l < L) nsc = PetscMax(nsc, 16 * (size_t)cap[l] + 1);
-  }
+  for (PetscInt l = 0; l <= L; l++) n += lists(l);
+  for (PetscInt l = 0; l < L; l++) nsc = PetscMax(nsc, 16 * (size_t)cap[l] + 1);
   PetscCall(FMMCUDAMalloc(c->stream, (void **)block, sizeof(PetscInt) * (n + 2 * nsc), "the strong lists"));
   n = 0;
   for (PetscInt l = 0; l <= L; l++) {
     v[l].str    = *block + n;
     v[l].owner  = v[l].str + cap[l] + 1;
     v[l].stroff = v[l].owner + cap[l] + 1;
-    n += 2 * ((size_t)cap[l] + 1) + ((size_t)1 << (2 * l)) + 1;
+    n += lists(l);
   }
   for (PetscInt l = 0; l <= L; l++) v[l].sc = (ListCount *)(*block + n);
   PetscFunctionReturn(0);
