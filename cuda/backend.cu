@@ -52,6 +52,11 @@ static PetscErrorCode FMMCUDADestroy(Mat A)
   if (c->stream) (void)cudaStreamSynchronize(c->stream);
   PetscCall(FMMCUDAP2PWorkDestroy(c)); /* after an error in the setup */
   if (c->treebuilt) c->nearoff = NULL; /* in near's block (tree.cu) */
+  if (c->treeblk) { /* in one block (tree.cu) */
+    c->sperm = c->tperm = c->tleafof = c->sleaf = c->tleaf = c->faroff = NULL;
+    c->sx = c->sy = c->cq = c->cdx = c->cdy = c->tx = c->ty = c->cx = c->cy = c->scale = NULL;
+    Free(c, &c->treeblk);
+  }
   Free(c, &c->sperm), Free(c, &c->sleaf), Free(c, &c->tperm), Free(c, &c->tleaf), Free(c, &c->faroff), Free(c, &c->far), Free(c, &c->nearoff), Free(c, &c->near), Free(c, &c->tleafof);
   Free(c, &c->sx), Free(c, &c->sy), Free(c, &c->cq), Free(c, &c->cdx), Free(c, &c->cdy), Free(c, &c->tx), Free(c, &c->ty), Free(c, &c->cx), Free(c, &c->cy), Free(c, &c->scale);
   Free(c, &c->pairtgt), Free(c, &c->chunkpart), Free(c, &c->tpart), Free(c, &c->part);

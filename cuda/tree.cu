@@ -47,19 +47,21 @@
 
 #define BS 256
 
-/* the CUB scratch buffer, grown on demand */
+/* the CUB scratch buffer, grown on demand (lent: part of a block it does not free) */
 typedef struct {
-  void  *tmp;
-  size_t bytes;
+  void     *tmp;
+  size_t    bytes;
+  PetscBool lent;
 } Scratch;
 
 static PetscErrorCode ScratchEnsure(FMM_CUDA *c, Scratch *s, size_t need)
 {
   PetscFunctionBegin;
   if (need <= s->bytes) PetscFunctionReturn(0);
-  if (s->tmp) PetscCall(FMMCUDAFree(c->stream, s->tmp));
+  if (s->tmp && !s->lent) PetscCall(FMMCUDAFree(c->stream, s->tmp));
   s->tmp   = NULL;
   s->bytes = 0;
+  s->lent  = PETSC_FALSE;
   PetscCall(FMMCUDAMalloc(c->stream, &s->tmp, need, "the scratch space of the tree build"));
   s->bytes = need;
   PetscFunctionReturn(0);
@@ -1542,26 +1544,15 @@ static PetscInt SplitSlots(PetscInt U, PetscInt nseg)
   return U / (FMM_SPLIT_WINDOW / 2) + nseg;
 }
 
-static PetscErrorCode SplitWorkCreate(FMM_CUDA *c, PetscInt U, PetscInt nsegmax, SplitWork *w)
+/* the split picks, extents, windows and costs, from the tree build's block */
+static void SplitWorkCarve(FMMCarve *k, PetscInt U, PetscInt nsegmax, SplitWork *w)
 {
-  PetscFunctionBegin;
   w->nslot = SplitSlots(U, nsegmax);
-  PetscCall(FMMCUDAMalloc(c->stream, (void **)&w->rank, sizeof(PetscInt) * (size_t)nsegmax, "the split picks"));
-  PetscCall(FMMCUDAMalloc(c->stream, (void **)&w->core, sizeof(unsigned long long) * 9 * (size_t)nsegmax, "the split extents"));
-  w->best = w->core + 8 * nsegmax;
-  PetscCall(FMMCUDAMalloc(c->stream, (void **)&w->tile, sizeof(SplitExt) * 2 * (size_t)FMMCUDABlocks(w->nslot, WTILE), "the split windows"));
-  PetscCall(FMMCUDAMalloc(c->stream, (void **)&w->cost, sizeof(double) * 2 * (size_t)w->nslot, "the split costs"));
-  PetscFunctionReturn(0);
-}
-
-static PetscErrorCode SplitWorkDestroy(FMM_CUDA *c, SplitWork *w)
-{
-  PetscFunctionBegin;
-  PetscCall(FMMCUDAFree(c->stream, w->rank));
-  PetscCall(FMMCUDAFree(c->stream, w->core));
-  PetscCall(FMMCUDAFree(c->stream, w->tile));
-  PetscCall(FMMCUDAFree(c->stream, w->cost));
-  PetscFunctionReturn(0);
+  w->rank  = FMMCarveArray<PetscInt>(k, (size_t)nsegmax);
+  w->core  = FMMCarveArray<unsigned long long>(k, 9 * (size_t)nsegmax);
+  w->best  = w->core ? w->core + 8 * nsegmax : NULL;
+  w->tile  = FMMCarveArray<SplitExt>(k, 2 * (size_t)FMMCUDABlocks(w->nslot, WTILE));
+  w->cost  = FMMCarveArray<double>(k, 2 * (size_t)w->nslot);
 }
 
 /* the kernel of the local split for blocks of up to SNT ipt points */
@@ -2138,14 +2129,30 @@ static PetscErrorCode ListLevelsAlloc(FMM_CUDA *c, PetscInt L, const PetscInt64 
   PetscFunctionReturn(0);
 }
 
+/* the scratch of SortShort: its reduction's, or its two sorts' side by side */
+static PetscErrorCode SortShortScratch(FMM_CUDA *c, PetscInt U, PetscInt bits, size_t *bytes, size_t *sortbytes)
+{
+  const KeyBox none = {{~0ull, ~0ull}, {0, 0}};
+  const auto   in   = thrust::make_transform_iterator(thrust::counting_iterator<PetscInt>(0), KeyBoxOf{NULL});
+  size_t       need = 0, n2 = 0;
+
+  PetscFunctionBegin;
+  FMMCallCUDA(cub::DeviceReduce::Reduce(NULL, need, in, (KeyBox *)NULL, (int)U, KeyBoxJoin(), none, c->stream));
+  FMMCallCUDA(cub::DeviceRadixSort::SortPairs(NULL, n2, (unsigned int *)NULL, (unsigned int *)NULL, (PetscInt *)NULL, (PetscInt *)NULL, (int)U, 0, (int)bits, c->stream));
+  n2         = (n2 + 255) & ~(size_t)255; /* the y sort's scratch after the x sort's */
+  *sortbytes = n2;
+  *bytes     = PetscMax(need, 2 * n2);
+  PetscFunctionReturn(0);
+}
+
 /* the x and y lists X, Y of all U points sorted by (coordinate, index) through
    short keys (see ShortKey): the bounding box, the keys in kx's space, the
    two sorts into kt's (then the box, the flags and the marks), the runs
    fixed; the long runs, where one is out of order, sorted by 64-bit keys in
    the space of ky (keys), kx (sorted keys) and of the second list buffers
    (positions, indices) after Y (one more wait for the GPU, two where a
-   long run is out of order) */
-static PetscErrorCode SortShort(FMM_CUDA *c, Scratch *s, PetscInt U, PetscInt bits, const double *xy, unsigned long long *kx, unsigned long long *ky, unsigned long long *kt, PetscInt *val, PetscInt *X, PetscInt *Y)
+   long run is out of order); s holds SortShortScratch's bytes, n2 a sort's */
+static PetscErrorCode SortShort(FMM_CUDA *c, Scratch *s, size_t n2, PetscInt U, PetscInt bits, const double *xy, unsigned long long *kx, unsigned long long *ky, unsigned long long *kt, PetscInt *val, PetscInt *X, PetscInt *Y)
 {
   unsigned int  *qx = (unsigned int *)kx, *qy = qx + U, *qtx = (unsigned int *)kt, *qty = qtx + U;
   KeyBox        *box  = (KeyBox *)(kt + U);
@@ -2154,14 +2161,11 @@ static PetscErrorCode SortShort(FMM_CUDA *c, Scratch *s, PetscInt U, PetscInt bi
   PetscInt      *pos = Y + (U + 1), *v0 = pos + (U + 1), *v1 = v0 + (U + 1);
   const KeyBox   none = {{~0ull, ~0ull}, {0, 0}};
   const auto     in   = thrust::make_transform_iterator(thrust::counting_iterator<PetscInt>(0), KeyBoxOf{xy});
-  size_t         need = 0, n2 = 0;
+  size_t         need;
 
   PetscFunctionBegin;
   if (!flag) flag = (int *)(box + 1);
-  FMMCallCUDA(cub::DeviceReduce::Reduce(NULL, need, in, box, (int)U, KeyBoxJoin(), none, c->stream));
-  FMMCallCUDA(cub::DeviceRadixSort::SortPairs(NULL, n2, qx, qtx, val, X, (int)U, 0, (int)bits, c->stream));
-  n2 = (n2 + 255) & ~(size_t)255; /* the y sort's scratch after the x sort's */
-  PetscCall(ScratchEnsure(c, s, PetscMax(need, 2 * n2)));
+  need = s->bytes;
   FMMCallCUDA(cub::DeviceReduce::Reduce(s->tmp, need, in, box, (int)U, KeyBoxJoin(), none, c->stream));
   ShortKeysKernel<<<LAUNCH_N(U)>>>(U, (int)bits, xy, box, qx, qy, val, flag);
   FMMCheckLaunch();
@@ -2216,7 +2220,8 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
 {
   const PetscInt      N = P->N, M = P->M;
   PetscInt            L = 0, nleaves, nboxes, nch;
-  Scratch             s = {NULL, 0};
+  Scratch             s = {NULL, 0, PETSC_FALSE};
+  FMMCarve            work = {NULL, 0}, out = {NULL, 0};
   unsigned long long *kx, *ky, *kt;
   PetscInt           *val, *X, *Y, *seg, *cseg, *offbase, *off, *noff, *fs, *ss, *ft, *st;
   char               *dir;
@@ -2240,14 +2245,37 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
   P->nleaves = nleaves;
   P->nboxes  = nboxes;
 
-  /* work arrays of the tree (freed at the end); the sort keys' space then
-     holds the other coordinates: XO, YO, then their second buffers */
-  PetscCall(FMMCUDAMalloc(c->stream, (void **)&kx, sizeof(unsigned long long) * 4 * (size_t)PetscMax(U, 1), "the sort keys"));
+  /* work arrays of the tree, one block freed at the end (the sort's scratch
+     in it); the sort keys' space then holds the other coordinates: XO, YO,
+     then their second buffers */
+  const PetscInt  K         = parts && U >= SORT_PARTS_MIN ? 2 : 1, h = U / K; /* the points go up in parts [0, h) and [h, U) */
+  const PetscBool shortkeys = keybits < 64 && K == 1 && U >= 64 ? PETSC_TRUE : PETSC_FALSE; /* (the parts' merge compares the keys of both) */
+  size_t n2 = 0; /* the scratch of one of SortShort's sorts */
+  {
+    size_t     scr = 0;
+    const auto carve = [&](FMMCarve *k) {
+      kx      = FMMCarveArray<unsigned long long>(k, 4 * (size_t)PetscMax(U, 1));
+      val     = FMMCarveArray<PetscInt>(k, 11 * (size_t)(U + 1));
+      offbase = FMMCarveArray<PetscInt>(k, 2 * ((size_t)nleaves + 1));
+      dir     = FMMCarveArray<char>(k, (size_t)nleaves);
+      sel     = FMMCarveArray<unsigned char>(k, 2 * (size_t)nleaves);
+      bb      = FMMCarveArray<double>(k, 4 * (size_t)nboxes);
+      if (!median && L > 0 && U) SplitWorkCarve(k, U, nleaves / 2, &sp);
+      s.tmp = FMMCarveArray<char>(k, scr);
+    };
+    if (U && shortkeys) PetscCall(SortShortScratch(c, U, keybits, &scr, &n2));
+    else if (U) FMMCallCUDA(cub::DeviceRadixSort::SortPairs(NULL, scr, (unsigned long long *)NULL, (unsigned long long *)NULL, (PetscInt *)NULL, (PetscInt *)NULL, (int)(U - h), 0, 64, c->stream));
+    carve(&work);
+    PetscCall(FMMCUDAMalloc(c->stream, (void **)&work.base, work.off, "the work arrays of the tree build"));
+    work.off = 0;
+    carve(&work);
+    s.bytes = scr;
+    s.lent  = PETSC_TRUE;
+  }
   ky  = kx + PetscMax(U, 1);
   kt  = ky + PetscMax(U, 1);
   XO  = (double *)kx;
   YO  = (double *)ky;
-  PetscCall(FMMCUDAMalloc(c->stream, (void **)&val, sizeof(PetscInt) * (11 * (size_t)(U + 1)), "the point lists"));
   X    = val + (U + 1);
   Y    = X + (U + 1);
   seg  = Y + 3 * (U + 1); /* after Y, the second buffers of X and Y */
@@ -2256,15 +2284,10 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
   ss   = fs + (U + 1);
   ft   = ss + (U + 1);
   st   = ft + (U + 1);
-  PetscCall(FMMCUDAMalloc(c->stream, (void **)&offbase, sizeof(PetscInt) * 2 * ((size_t)nleaves + 1), "the box offsets"));
   off  = offbase;
   noff = off + nleaves + 1;
-  PetscCall(FMMCUDAMalloc(c->stream, (void **)&dir, (size_t)nleaves, "the split directions"));
-  PetscCall(FMMCUDAMalloc(c->stream, (void **)&sel, 2 * (size_t)nleaves, "the list buffers of the segments"));
   nsel = sel + nleaves;
   FMMCallCUDA(cudaMemsetAsync(sel, 0, 2 * (size_t)nleaves, c->stream));
-  PetscCall(FMMCUDAMalloc(c->stream, (void **)&bb, sizeof(double) * 4 * (size_t)nboxes, "the bounding boxes"));
-  if (!median && L > 0 && U) PetscCall(SplitWorkCreate(c, U, nleaves / 2, &sp));
   if (L > 0 && U && splitlocal) PetscCall(SplitLocalSetup(c, &lsplit));
 
   /* the points go up in parts on a second stream, each part's two lists
@@ -2274,8 +2297,6 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
      scratch, measured slower: the sort stage at 10^6 points 0.53-0.62 ->
      0.68-0.75 ms, H100) */
   if (U) {
-    const PetscInt K = parts && U >= SORT_PARTS_MIN ? 2 : 1, h = U / K;         /* parts [0, h) and [h, U) */
-    const PetscBool shortkeys = keybits < 64 && K == 1 && U >= 64 ? PETSC_TRUE : PETSC_FALSE; /* (the parts' merge compares the keys of both) */
     PetscInt      *X1 = K == 2 ? Y + (U + 1) : X, *Y1 = K == 2 ? Y + 2 * (U + 1) : Y; /* the parts' lists: the second buffers, when merged */
     cudaStream_t   us = K == 2 ? FMMCUDAStaging.side[1] : c->stream;              /* the upload's */
     cudaEvent_t    ev;
@@ -2295,7 +2316,7 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
       PetscCall(up(c, uctx, a, b, us));
       FMMCallCUDA(cudaEventRecord(ev, us));
       if (us != c->stream) FMMCallCUDA(cudaStreamWaitEvent(c->stream, ev, 0));
-      if (shortkeys) PetscCall(SortShort(c, &s, U, keybits, xy, kx, ky, kt, val, X, Y));
+      if (shortkeys) PetscCall(SortShort(c, &s, n2, U, keybits, xy, kx, ky, kt, val, X, Y));
       else {
         KeysKernel<<<LAUNCH_N(b - a)>>>(a, b, xy, kx, ky, val);
         FMMCheckLaunch();
@@ -2367,18 +2388,31 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
     FMMCallCUDA(cudaEventDestroy(lated));
   }
   /* sources and this rank's targets in tree order */
-  PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->sperm, sizeof(PetscInt) * N, "the source permutation"));
-  PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->sx, sizeof(double) * N, "the source coordinates"));
-  PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->sy, sizeof(double) * N, "the source coordinates"));
-  PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->cq, sizeof(double) * N, "the charges per unit density"));
-  PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->cdx, sizeof(double) * N, "the dipoles per unit density"));
-  PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->cdy, sizeof(double) * N, "the dipoles per unit density"));
-  PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->tperm, sizeof(PetscInt) * M, "the target permutation"));
-  PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->tx, sizeof(double) * M, "the target coordinates"));
-  PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->ty, sizeof(double) * M, "the target coordinates"));
-  PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->tleafof, sizeof(PetscInt) * M, "the target leaves"));
-  PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->sleaf, sizeof(PetscInt) * (nleaves + 1), "the leaf source ranges"));
-  PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->tleaf, sizeof(PetscInt) * (nleaves + 1), "the leaf target ranges"));
+  { /* the plan's arrays of points, leaves and boxes in one block (c->treeblk, freed by the backend's destroy) */
+    const auto carve = [&](FMMCarve *k) {
+      c->sperm   = FMMCarveArray<PetscInt>(k, (size_t)N);
+      c->sx      = FMMCarveArray<double>(k, (size_t)N);
+      c->sy      = FMMCarveArray<double>(k, (size_t)N);
+      c->cq      = FMMCarveArray<double>(k, (size_t)N);
+      c->cdx     = FMMCarveArray<double>(k, (size_t)N);
+      c->cdy     = FMMCarveArray<double>(k, (size_t)N);
+      c->tperm   = FMMCarveArray<PetscInt>(k, (size_t)M);
+      c->tx      = FMMCarveArray<double>(k, (size_t)M);
+      c->ty      = FMMCarveArray<double>(k, (size_t)M);
+      c->tleafof = FMMCarveArray<PetscInt>(k, (size_t)M);
+      c->sleaf   = FMMCarveArray<PetscInt>(k, (size_t)nleaves + 1);
+      c->tleaf   = FMMCarveArray<PetscInt>(k, (size_t)nleaves + 1);
+      c->cx      = FMMCarveArray<double>(k, (size_t)nboxes);
+      c->cy      = FMMCarveArray<double>(k, (size_t)nboxes);
+      c->scale   = FMMCarveArray<double>(k, (size_t)nboxes);
+      c->faroff  = FMMCarveArray<PetscInt>(k, (size_t)nboxes + 1);
+    };
+    carve(&out);
+    PetscCall(FMMCUDAMalloc(c->stream, &c->treeblk, out.off, "the plan's points, leaves and boxes"));
+    out.base = (char *)c->treeblk;
+    out.off  = 0;
+    carve(&out);
+  }
   ClassifyKernel<<<LAUNCH_N(U + 1)>>>(U, N, same ? 1 : 0, t0, t0 + M, X, fs, ft);
   FMMCheckLaunch();
   PetscCall(ExclusiveScan(c, &s, fs, ss, U));
@@ -2389,9 +2423,6 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
   FMMCheckLaunch();
 
   /* box geometry */
-  PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->cx, sizeof(double) * nboxes, "the box centres"));
-  PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->cy, sizeof(double) * nboxes, "the box centres"));
-  PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->scale, sizeof(double) * nboxes, "the box scales"));
   GeometryKernel<<<LAUNCH_N(nboxes)>>>(nboxes, bb, c->cx, c->cy, c->scale);
   FMMCheckLaunch();
 
@@ -2417,7 +2448,6 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
     cap[0] = nroot;
     for (PetscInt l = 1; l <= L; l++) cap[l] = PetscMin(16 * cap[l - 1], (PetscInt64)c->listroom << (2 * l));
     root[2 * nroot + 3] = nroot; /* the root's lists: str and owner 0, stroff {0, nroot} */
-    PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->faroff, sizeof(PetscInt) * (nboxes + 1), "the M2L offsets"));
     PetscCall(FMMCUDAMalloc(c->stream, (void **)&dtot, sizeof(ListTotal) * (L + 1), "the sizes of the lists"));
     FMMCallCUDA(cudaMemsetAsync(c->faroff, 0, 2 * sizeof(PetscInt), c->stream)); /* the root has no far field */
     for (int attempt = 0;; attempt++) {
@@ -2488,14 +2518,8 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
     PetscCall(PetscFree3(cap, tot, lev));
   }
   PetscCall(StageMark(c, &stg));
-  PetscCall(FMMCUDAFree(c->stream, kx));
-  PetscCall(FMMCUDAFree(c->stream, val));
-  PetscCall(FMMCUDAFree(c->stream, offbase));
-  PetscCall(FMMCUDAFree(c->stream, dir));
-  PetscCall(FMMCUDAFree(c->stream, sel));
-  PetscCall(FMMCUDAFree(c->stream, bb));
-  if (sp.core) PetscCall(SplitWorkDestroy(c, &sp));
-  if (s.tmp) PetscCall(FMMCUDAFree(c->stream, s.tmp));
+  PetscCall(FMMCUDAFree(c->stream, work.base));
+  if (s.tmp && !s.lent) PetscCall(FMMCUDAFree(c->stream, s.tmp));
   PetscCall(StageMark(c, &stg));
   if (stg.on) FMMCallCUDA(cudaStreamSynchronize(c->stream)); /* (the readback of the lists' sizes waited for the rest) */
   PetscCall(StageReport(&stg, stgname));
