@@ -349,7 +349,7 @@ static PetscErrorCode FMMCUDAPlan(Mat A)
   LateUpload     late = {fmm, NULL, NULL, NULL, NULL};
   PointUpload    up;
   const double  *mir = FMMCUDAMirrorData(fmm->galias ? fmm->mirror : NULL); /* the sources' GPU copy sent by MatFMMSetSources() (one rank, page-locked block) */
-  PetscBool      fromhost;
+  PetscBool      fromhost, inplace;
   PetscLogDouble t0, t0b, t1;
 
   PetscFunctionBegin;
@@ -361,17 +361,30 @@ static PetscErrorCode FMMCUDAPlan(Mat A)
   c = (FMM_CUDA *)fmm->backend;
   PetscCall(PinSources(A));
   PetscCall(PetscTime(&t0b));
-  PetscCall(FMMCUDAMalloc(c->stream, (void **)&xy, sizeof(double) * 2 * PetscMax(U, 1), "the points"));
-  if (fmm->gnrm) PetscCall(FMMCUDAMalloc(c->stream, (void **)&late.nrm, sizeof(double) * 2 * N, "the normals"));
-  if (fmm->gwts) PetscCall(FMMCUDAMalloc(c->stream, (void **)&late.wts, sizeof(double) * N, "the weights"));
-  FMMCallCUDA(cudaEventCreateWithFlags(&late.ready, cudaEventDisableTiming));
-  FMMCallCUDA(cudaEventRecord(late.ready, c->stream));
   late.mirror = mir ? fmm->mirror : NULL;
-  up          = PointUpload{fmm, xy, N, mir ? mir : fmm->gsrc, late.mirror, mir ? FMM_MEM_HERE : MemOf(c, fmm->gsrc), same ? FMM_MEM_PAGEABLE : MemOf(c, fmm->gtgt)};
+  up          = PointUpload{fmm, NULL, N, mir ? mir : fmm->gsrc, late.mirror, mir ? FMM_MEM_HERE : MemOf(c, fmm->gsrc), same ? FMM_MEM_PAGEABLE : MemOf(c, fmm->gtgt)};
+  /* the sources given in this GPU's memory (one rank: the matrix's copy of
+     them, made by MatFMMSetSources()) and no other targets: the tree reads
+     them, the normals and the weights where they are, instead of copies
+     (at 10^6 points three allocations and three copies fewer, 40 MB) */
+  inplace = (!mir && same && up.msrc == FMM_MEM_HERE && (!fmm->gnrm || MemOf(c, fmm->gnrm) == FMM_MEM_HERE) && (!fmm->gwts || MemOf(c, fmm->gwts) == FMM_MEM_HERE)) ? PETSC_TRUE : PETSC_FALSE;
+  if (inplace) {
+    xy       = (double *)fmm->gsrc;
+    late.nrm = (double *)fmm->gnrm;
+    late.wts = (double *)fmm->gwts;
+  } else {
+    PetscCall(FMMCUDAMalloc(c->stream, (void **)&xy, sizeof(double) * 2 * PetscMax(U, 1), "the points"));
+    if (fmm->gnrm) PetscCall(FMMCUDAMalloc(c->stream, (void **)&late.nrm, sizeof(double) * 2 * N, "the normals"));
+    if (fmm->gwts) PetscCall(FMMCUDAMalloc(c->stream, (void **)&late.wts, sizeof(double) * N, "the weights"));
+    FMMCallCUDA(cudaEventCreateWithFlags(&late.ready, cudaEventDisableTiming));
+    FMMCallCUDA(cudaEventRecord(late.ready, c->stream));
+  }
+  up.xy    = xy;
   fromhost = (up.msrc != FMM_MEM_HERE || (!same && up.mtgt != FMM_MEM_HERE)) ? PETSC_TRUE : PETSC_FALSE; /* else no upload to overlap */
-  PetscCall(FMMCUDATreeBuild(c, P, fmm->ct, fmm->theta, fmm->split_median, fmm->cuda_split_local, same, same ? A->cmap->rstart : A->rmap->rstart, fmm->alpha, fmm->beta, xy, UploadPoints, &up, late.nrm, late.wts, (late.nrm || late.wts) ? UploadLate : NULL, &late, fromhost, U, fmm->cuda_key_bits));
+  PetscCall(FMMCUDATreeBuild(c, P, fmm->ct, fmm->theta, fmm->split_median, fmm->cuda_split_local, same, same ? A->cmap->rstart : A->rmap->rstart, fmm->alpha, fmm->beta, xy, inplace ? NULL : UploadPoints, &up, late.nrm, late.wts, (!inplace && (late.nrm || late.wts)) ? UploadLate : NULL, &late, fromhost, U, fmm->cuda_key_bits));
   PetscCall(PetscTime(&t1));
-  PetscCall(PetscInfo(A, "GPU plan: context and staging %.2f ms, %" PetscInt_FMT " points up%s, tree and lists (with the normals and weights up) %.2f ms\n", 1e3 * (t0b - t0), U, mir ? " (the sources from their GPU copy sent by MatFMMSetSources())" : "", 1e3 * (t1 - t0b)));
+  PetscCall(PetscInfo(A, "GPU plan: context and staging %.2f ms, %" PetscInt_FMT " points %s, tree and lists (with the normals and weights up) %.2f ms\n", 1e3 * (t0b - t0), U, inplace ? "read in place (the matrix's copy of the points given in GPU memory)" : (mir ? "up (the sources from their GPU copy sent by MatFMMSetSources())" : "up"), 1e3 * (t1 - t0b)));
+  if (inplace) PetscFunctionReturn(0); /* (indexing: SetupNearLists copies the sources) */
   FMMCallCUDA(cudaEventDestroy(late.ready));
   if (late.nrm) PetscCall(FMMCUDAFree(c->stream, late.nrm));
   if (late.wts) PetscCall(FMMCUDAFree(c->stream, late.wts));

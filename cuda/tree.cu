@@ -2207,7 +2207,7 @@ static PetscErrorCode SortShort(FMM_CUDA *c, Scratch *s, size_t n2, PetscInt U, 
   Input: xy, room on the device for the U = N + Mg points of all ranks
   (sources in global order, then, when the targets are not the sources, the
   targets in global order), which up(c, uctx, a, b, s) copies there, points
-  a to b - 1, on stream s; nrm (2N, or NULL) and wts (N, or NULL) on the
+  a to b - 1, on stream s (up NULL: xy holds them already); nrm (2N, or NULL) and wts (N, or NULL) on the
   device, where late(c, lctx, after, &done) (when not NULL), called once the
   sort is queued, starts their upload after the event after (the points up)
   and returns the event of its end, which the scatter of the points waits
@@ -2313,7 +2313,7 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
     }
     for (PetscInt j = 0; j < K; j++) {
       const PetscInt a = j ? h : 0, b = j == K - 1 ? U : h;
-      PetscCall(up(c, uctx, a, b, us));
+      if (up) PetscCall(up(c, uctx, a, b, us));
       FMMCallCUDA(cudaEventRecord(ev, us));
       if (us != c->stream) FMMCallCUDA(cudaStreamWaitEvent(c->stream, ev, 0));
       if (shortkeys) PetscCall(SortShort(c, &s, n2, U, keybits, xy, kx, ky, kt, val, X, Y));

@@ -586,6 +586,18 @@ static PetscErrorCode CheckDevicePoints(MPI_Comm comm, const Problem *pb, Vec x,
   PetscCall(MatCreateVecs(Ah, NULL, &yh));
   PetscCall(MatMult(Ah, x, yh));
   PetscCall(MultSame(comm, "GPU, points in device memory vs host memory", Ad, x, yh, nfail));
+  { /* the indexing layout keeps a copy of the sources in global order (the tiled one reads the matrix's copy in place) */
+    Mat Ai, Aid;
+    Vec yi;
+    PetscCall(CreateFMM(comm, pb, MATFMM_KERNEL_COMBINED, MATFMM_LAYOUT_INDEXING, MATFMM_METHOD_FMM, MATFMM_DEVICE_CUDA, &Ai));
+    PetscCall(CreateFMM(comm, &pd, MATFMM_KERNEL_COMBINED, MATFMM_LAYOUT_INDEXING, MATFMM_METHOD_FMM, MATFMM_DEVICE_CUDA, &Aid));
+    PetscCall(VecDuplicate(yh, &yi));
+    PetscCall(MatMult(Ai, x, yi));
+    PetscCall(MultSame(comm, "GPU indexing layout, points in device memory vs host memory", Aid, x, yi, nfail));
+    PetscCall(VecDestroy(&yi));
+    PetscCall(MatDestroy(&Ai));
+    PetscCall(MatDestroy(&Aid));
+  }
   if (pb->m < 0) { /* the diagonal (Jacobi) reads the points on the host */
     PetscCall(MatCreateVecs(Ah, NULL, &dh));
     PetscCall(VecDuplicate(dh, &dd));
