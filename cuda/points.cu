@@ -94,26 +94,37 @@ __device__ static void WarpMinAtomic(unsigned long long v, unsigned long long *r
   if ((threadIdx.x & 31) == 0 && v != ~0ull) atomicMin(r, v);
 }
 
-/* d = s (n reals) and r[0] = the first index of a NaN/Inf (unchanged: none) */
-__global__ static void CopyFiniteKernel(PetscInt64 n, const double *__restrict__ s, double *__restrict__ d, unsigned long long *r)
-{
-  unsigned long long first = ~0ull;
-  for (PetscInt64 i = blockIdx.x * (PetscInt64)blockDim.x + threadIdx.x; i < n; i += (PetscInt64)gridDim.x * blockDim.x) {
-    const double v = s[i];
-    d[i]           = v;
-    if (!(fabs(v) <= DBL_MAX) && (unsigned long long)i < first) first = (unsigned long long)i;
-  }
-  WarpMinAtomic(first, r);
-}
+/* the arrays of FMMCUDACopyChecked: s[k] to d[k], n[k] reals each */
+typedef struct {
+  const double *s[4];
+  double       *d[4];
+  PetscInt64    n[4];
+  int           na, distinct;
+} CopyArrays;
 
-/* r[0] = the first point (of n, interleaved) not at the first point's place (unchanged: all there) */
-__global__ static void DistinctKernel(PetscInt64 n, const double *__restrict__ xy, unsigned long long *r)
+/* d[k] = s[k] for every array k < na, with r[k] the first index of a
+   NaN/Inf in array k and, with distinct, r[4] the first point of array 0
+   (interleaved x, y) not at the place of its point 0 (point p is at another
+   place where s[0][2p] or s[0][2p+1] differs from that coordinate of point
+   0); r[k] unchanged where there is none.  One launch for all the arrays and
+   both checks (four launches before: on an idle GPU each cost its wake-up) */
+__global__ static void CopyCheckKernel(CopyArrays a, unsigned long long *r)
 {
-  unsigned long long first = ~0ull;
-  const double       x0 = xy[0], y0 = xy[1];
-  for (PetscInt64 i = 1 + blockIdx.x * (PetscInt64)blockDim.x + threadIdx.x; i < n; i += (PetscInt64)gridDim.x * blockDim.x)
-    if ((xy[2 * i] != x0 || xy[2 * i + 1] != y0) && (unsigned long long)i < first) first = (unsigned long long)i;
-  WarpMinAtomic(first, r);
+  const PetscInt64 stride = (PetscInt64)gridDim.x * blockDim.x;
+  const double     p0[2]  = {a.distinct ? a.s[0][0] : 0.0, a.distinct ? a.s[0][1] : 0.0};
+  for (int k = 0; k < a.na; k++) {
+    const double *__restrict__ s = a.s[k];
+    double *__restrict__ d       = a.d[k];
+    unsigned long long first = ~0ull, other = ~0ull;
+    for (PetscInt64 i = blockIdx.x * (PetscInt64)blockDim.x + threadIdx.x; i < a.n[k]; i += stride) {
+      const double v = s[i];
+      d[i]           = v;
+      if (!(fabs(v) <= DBL_MAX) && (unsigned long long)i < first) first = (unsigned long long)i;
+      if (k == 0 && a.distinct && v != p0[i & 1] && (unsigned long long)(i / 2) < other) other = (unsigned long long)(i / 2);
+    }
+    WarpMinAtomic(first, r + k);
+    if (k == 0 && a.distinct) WarpMinAtomic(other, r + 4);
+  }
 }
 
 /*
@@ -141,14 +152,19 @@ PetscErrorCode FMMCUDACopyChecked(PetscInt na, PetscReal *const dst[], const Pet
   FMMCallCUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   PetscCall(FMMCUDAMalloc(s, (void **)&r, sizeof(h), "the check of the points"));
   FMMCallCUDA(cudaMemsetAsync(r, 0xff, sizeof(h), s));
-  for (PetscInt k = 0; k < na; k++) {
-    const unsigned nb = (unsigned)PetscMax(1, PetscMin((PetscInt64)4 * sms, (n[k] + 255) / 256));
-    if (!n[k]) continue;
-    CopyFiniteKernel<<<nb, 256, 0, s>>>(n[k], src[k], dst[k], r + k);
-    FMMCheckLaunch();
-  }
-  if (distinct && n[0] > 2) {
-    DistinctKernel<<<(unsigned)PetscMax(1, PetscMin((PetscInt64)4 * sms, (n[0] / 2 + 255) / 256)), 256, 0, s>>>(n[0] / 2, dst[0], r + 4);
+  {
+    CopyArrays a;
+    PetscInt64 tot = 0;
+    PetscCall(PetscMemzero(&a, sizeof(a)));
+    a.na       = (int)na;
+    a.distinct = (distinct && n[0] > 2) ? 1 : 0;
+    for (PetscInt k = 0; k < na; k++) {
+      a.s[k] = src[k];
+      a.d[k] = dst[k];
+      a.n[k] = n[k];
+      tot += n[k];
+    }
+    if (tot) CopyCheckKernel<<<(unsigned)PetscMax(1, PetscMin((PetscInt64)4 * sms, (tot + 255) / 256)), 256, 0, s>>>(a, r);
     FMMCheckLaunch();
   }
   PetscCall(FMMCUDAReadback(s, h, r, sizeof(h)));
@@ -162,7 +178,7 @@ PetscErrorCode FMMCUDACopyChecked(PetscInt na, PetscReal *const dst[], const Pet
   PetscFunctionReturn(0);
 }
 
-/* loads the kernels of FMMCUDACopyChecked (CUDA loads a kernel at its first
+/* loads the kernel of FMMCUDACopyChecked (CUDA loads a kernel at its first
    use, a launch or a query of its attributes), which the warm-up product
    (host points) does not run: a first MatFMMSetSources() with 10^6 points
    in GPU memory took 0.4-0.6 ms instead of 0.1 ms, 0.37 ms of it in its
@@ -172,8 +188,7 @@ PetscErrorCode FMMCUDAPointsLoad(void)
   cudaFuncAttributes at;
 
   PetscFunctionBegin;
-  FMMCallCUDA(cudaFuncGetAttributes(&at, CopyFiniteKernel));
-  FMMCallCUDA(cudaFuncGetAttributes(&at, DistinctKernel));
+  FMMCallCUDA(cudaFuncGetAttributes(&at, CopyCheckKernel));
   PetscFunctionReturn(0);
 }
 
