@@ -364,10 +364,11 @@ static PetscErrorCode FMMCUDAPlan(Mat A)
   late.mirror = mir ? fmm->mirror : NULL;
   up          = PointUpload{fmm, NULL, N, mir ? mir : fmm->gsrc, late.mirror, mir ? FMM_MEM_HERE : MemOf(c, fmm->gsrc), same ? FMM_MEM_PAGEABLE : MemOf(c, fmm->gtgt)};
   /* the sources given in this GPU's memory (one rank: the matrix's copy of
-     them, made by MatFMMSetSources()) and no other targets: the tree reads
-     them, the normals and the weights where they are, instead of copies
-     (at 10^6 points three allocations and three copies fewer, 40 MB) */
-  inplace = (!mir && same && up.msrc == FMM_MEM_HERE && (!fmm->gnrm || MemOf(c, fmm->gnrm) == FMM_MEM_HERE) && (!fmm->gwts || MemOf(c, fmm->gwts) == FMM_MEM_HERE)) ? PETSC_TRUE : PETSC_FALSE;
+     them, made by MatFMMSetSources(), whose block also holds the normals
+     and weights) and no other targets: the tree reads them where they are,
+     instead of copies (at 10^6 points three allocations and three copies
+     fewer, 40 MB) */
+  inplace = (!mir && same && up.msrc == FMM_MEM_HERE) ? PETSC_TRUE : PETSC_FALSE;
   if (inplace) {
     xy       = (double *)fmm->gsrc;
     late.nrm = (double *)fmm->gnrm;

@@ -2207,11 +2207,11 @@ static PetscErrorCode SortShort(FMM_CUDA *c, Scratch *s, size_t n2, PetscInt U, 
   Input: xy, room on the device for the U = N + Mg points of all ranks
   (sources in global order, then, when the targets are not the sources, the
   targets in global order), which up(c, uctx, a, b, s) copies there, points
-  a to b - 1, on stream s (up NULL: xy holds them already); nrm (2N, or NULL) and wts (N, or NULL) on the
-  device, where late(c, lctx, after, &done) (when not NULL), called once the
-  sort is queued, starts their upload after the event after (the points up)
-  and returns the event of its end, which the scatter of the points waits
-  for.  parts: the points come from host memory (from SORT_PARTS_MIN on,
+  a to b - 1, on stream s (up NULL: xy holds them already); nrm (2N, or
+  NULL) and wts (N, or NULL) on the device, where late(c, lctx, after,
+  &done) (when not NULL), called once the sort is queued, starts their
+  upload after the event after (the points up) and returns the event of its
+  end, which the scatter of the points waits for.  parts: the points come from host memory (from SORT_PARTS_MIN on,
   they go up in two parts, each sorted while the next goes up).  Fills
   the device plan of c (sperm ... scale, faroff, far, nearoff, near, tleafof)
   and the counts and statistics of P (no host arrays).
@@ -2264,7 +2264,7 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
       s.tmp = FMMCarveArray<char>(k, scr);
     };
     if (U && shortkeys) PetscCall(SortShortScratch(c, U, keybits, &scr, &n2));
-    else if (U) FMMCallCUDA(cub::DeviceRadixSort::SortPairs(NULL, scr, (unsigned long long *)NULL, (unsigned long long *)NULL, (PetscInt *)NULL, (PetscInt *)NULL, (int)(U - h), 0, 64, c->stream));
+    else if (U) FMMCallCUDA(cub::DeviceRadixSort::SortPairs(NULL, scr, (unsigned long long *)NULL, (unsigned long long *)NULL, (PetscInt *)NULL, (PetscInt *)NULL, (int)PetscMax(U - h, h), 0, 64, c->stream)); /* the larger part (h = U for one) */
     carve(&work);
     PetscCall(FMMCUDAMalloc(c->stream, (void **)&work.base, work.off, "the work arrays of the tree build"));
     work.off = 0;
@@ -2307,10 +2307,7 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
       FMMCallCUDA(cudaEventRecord(ev, c->stream)); /* xy is allocated */
       FMMCallCUDA(cudaStreamWaitEvent(us, ev, 0));
     }
-    if (!shortkeys) { /* (SortShort sizes its own) */
-      FMMCallCUDA(cub::DeviceRadixSort::SortPairs(NULL, need, kx, kt, val, X1, (int)(U - h > h ? U - h : h), 0, 64, c->stream));
-      PetscCall(ScratchEnsure(c, &s, need));
-    }
+    if (!shortkeys) need = s.bytes; /* the block's scratch, sized above for the larger part */
     for (PetscInt j = 0; j < K; j++) {
       const PetscInt a = j ? h : 0, b = j == K - 1 ? U : h;
       if (up) PetscCall(up(c, uctx, a, b, us));
