@@ -12,16 +12,22 @@ static char help[] = "MATFMM benchmark: setup, MatMult (median of -reps), time p
 
 /*
   Prints, for the options given:
-    bench: device=.. vec=.. points=.. N=.. geometry=.. eps=.. p=.. ct=.. layout=.. levels=.. setup_s=.. assembly_s=.. cuda_init_s=.. mult_med_s=.. mult_min_s=.. mult_max_s=.. points_per_s=..
+    bench: device=.. vec=.. points=.. N=.. geometry=.. eps=.. p=.. ct=.. layout=.. levels=.. setup_s=.. setsources_s=.. assembly_s=.. cuda_init_s=.. mult_med_s=.. mult_min_s=.. mult_max_s=.. mult_logged_med_s=.. points_per_s=..
   vec is the type of x and y (seqcuda: the product moves no vector between
   host and device); setup_s is MatCreate to MatAssemblyEnd (the sources copied in, the tree, the
-  lists, the device arrays); assembly_s is MatAssemblyBegin/End alone;
+  lists, the device arrays), setsources_s its MatFMMSetSources() and
+  assembly_s its MatAssemblyBegin/End;
   cuda_init_s is PetscFMMCUDAInitialize(), the CUDA context, once per process;
   with -reassemble k, reassembly_med_s is the median of k assemblies after
   MatFMMSetSources() with the same points (what a time-stepping code pays when
   its points move: the tree is rebuilt), and setsources_med_s the median of
   those MatFMMSetSources() calls (the copy and check of the points; points=
-  says whether they are given in host or device memory).
+  says whether they are given in host or device memory).  These and
+  mult_*_s are timed with PETSc's logging off (unless -log_view), as a code
+  runs without -log_view; then the products run again with it on, each
+  phase's event waiting for the GPU (and the assembly its tree, the CUDA
+  backend's FMMCUDAPlan): mult_logged_med_s is their median, and phases_ms
+  their time per phase.
     phases_ms: P2M=.. M2M=.. M2L=.. L2L=.. L2P=.. P2P=..   (per MatMult)
     rates: p2p_pairs_per_s=.. m2l_gflops=.. m2l_count=.. p2p_pairs=.. relerr_sample=..
     check: y_sum=..   (the sum of the last product, to 17 digits)
@@ -45,15 +51,32 @@ static int CmpReal(const void *a, const void *b)
   return (x > y) - (x < y);
 }
 
+/* t[0..reps) = the times of reps products y = A x, sorted */
+static PetscErrorCode TimeMults(Mat A, Vec x, Vec y, PetscInt reps, PetscReal *t)
+{
+  PetscFunctionBeginUser;
+  for (PetscInt r = 0; r < reps; r++) {
+    PetscLogDouble a, b;
+    PetscCall(PetscBarrier((PetscObject)A));
+    PetscCall(PetscTime(&a));
+    PetscCall(MatMult(A, x, y));
+    PetscCall(PetscBarrier((PetscObject)A));
+    PetscCall(PetscTime(&b));
+    t[r] = b - a;
+  }
+  qsort(t, reps, sizeof(PetscReal), CmpReal);
+  PetscFunctionReturn(0);
+}
+
 int main(int argc, char **argv)
 {
   PetscInt           N = 1000000, reps = 10, nsample = 200, nre = 0, n, rstart, p, L, m2l, ct;
   PetscBool          curve = PETSC_TRUE, hostvecs = PETSC_FALSE, devpts = PETSC_FALSE;
   VecType            vtype;
   char               geom[16] = "curve";
-  PetscReal         *xy, *nrm, *w, *times, eps = 1e-10, reas = 0, sets = 0;
+  PetscReal         *xy, *nrm, *w, *times, *ltimes, eps = 1e-10, reas = 0, sets = 0;
   PetscReal         *sxy, *snrm, *sw; /* what MatFMMSetSources() is given: xy, nrm, w or their device copies */
-  PetscLogDouble     t0, t1, ta, ti0, ti1;
+  PetscLogDouble     t0, t1, ta, ts0, ts1, ti0, ti1;
   Mat                A;
   Vec                x, y;
   PetscRandom        rnd;
@@ -64,7 +87,6 @@ int main(int argc, char **argv)
 
   PetscCall(PetscInitialize(&argc, &argv, NULL, help));
   PetscCall(PetscFMMInitializePackage());
-  PetscCall(PetscLogDefaultBegin());
   PetscOptionsBegin(PETSC_COMM_WORLD, NULL, "bench options", NULL);
   PetscCall(PetscOptionsInt("-n", "Number of points", NULL, N, &N, NULL));
   PetscCall(PetscOptionsString("-geometry", "square or curve", NULL, geom, geom, sizeof(geom), NULL));
@@ -74,6 +96,8 @@ int main(int argc, char **argv)
   PetscCall(PetscOptionsBool("-host_vectors", "MatMult on host vectors", NULL, hostvecs, &hostvecs, NULL));
   PetscCall(PetscOptionsBool("-device_points", "Points, normals and weights given in device memory", NULL, devpts, &devpts, NULL));
   PetscOptionsEnd();
+  PetscCheck(reps >= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-reps %" PetscInt_FMT ": at least one timed MatMult is needed", reps);
+  PetscCheck(nre >= 0 && nsample >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-reassemble %" PetscInt_FMT " and -sample %" PetscInt_FMT " must be >= 0", nre, nsample);
   curve = (PetscBool)(strcmp(geom, "square") != 0);
   PetscCall(PetscOptionsGetReal(NULL, NULL, "-mat_fmm_eps", &eps, NULL));
 
@@ -81,7 +105,7 @@ int main(int argc, char **argv)
   PetscCall(PetscSplitOwnership(PETSC_COMM_WORLD, &n, &N));
   PetscCallMPI(MPI_Scan(&n, &rstart, 1, MPIU_INT, MPI_SUM, PETSC_COMM_WORLD));
   rstart -= n;
-  PetscCall(PetscMalloc4(2 * n, &xy, 2 * n, &nrm, n, &w, reps, &times));
+  PetscCall(PetscMalloc5(2 * n, &xy, 2 * n, &nrm, n, &w, reps, &times, reps, &ltimes));
   PetscCall(PetscRandomCreate(PETSC_COMM_SELF, &rnd));
   for (PetscInt i = 0; i < n; i++) {
     PetscInt g = rstart + i;
@@ -116,7 +140,9 @@ int main(int argc, char **argv)
   PetscCall(MatCreate(PETSC_COMM_WORLD, &A));
   PetscCall(MatSetSizes(A, n, n, PETSC_DETERMINE, PETSC_DETERMINE));
   PetscCall(MatSetType(A, MATFMM));
+  PetscCall(PetscTime(&ts0));
   PetscCall(MatFMMSetSources(A, n, sxy, snrm, sw));
+  PetscCall(PetscTime(&ts1));
   PetscCall(MatSetFromOptions(A));
   PetscCall(PetscTime(&ta));
   PetscCall(MatAssemblyBegin(A, MAT_FINAL_ASSEMBLY));
@@ -127,22 +153,7 @@ int main(int argc, char **argv)
   PetscCall(VecGetType(x, &vtype));
   PetscCall(VecSetRandom(x, rnd));
   PetscCall(MatMult(A, x, y)); /* warm-up */
-
-  for (int e = 0; e < 6; e++) {
-    PetscCall(PetscLogEventGetId(evname[e], &ev[e]));
-    PetscCall(PetscLogEventGetPerfInfo(PETSC_DETERMINE, ev[e], &before[e]));
-  }
-  for (PetscInt r = 0; r < reps; r++) {
-    PetscLogDouble a, b;
-    PetscCall(PetscBarrier((PetscObject)A));
-    PetscCall(PetscTime(&a));
-    PetscCall(MatMult(A, x, y));
-    PetscCall(PetscBarrier((PetscObject)A));
-    PetscCall(PetscTime(&b));
-    times[r] = b - a;
-  }
-  for (int e = 0; e < 6; e++) PetscCall(PetscLogEventGetPerfInfo(PETSC_DETERMINE, ev[e], &after[e]));
-  qsort(times, reps, sizeof(PetscReal), CmpReal);
+  PetscCall(TimeMults(A, x, y, reps, times));
 
   if (nre > 0) { /* the tree rebuilt: the points set again */
     PetscReal *rt, *st;
@@ -167,7 +178,18 @@ int main(int argc, char **argv)
     reas = rt[nre / 2];
     sets = st[nre / 2];
     PetscCall(PetscFree2(rt, st));
+    PetscCall(MatMult(A, x, y)); /* warm-up */
   }
+  /* the phases: the products again with PETSc's logging on (unless -log_view
+     had it on from the start), whose events wait for the GPU at the end of
+     each phase */
+  PetscCall(PetscLogDefaultBegin());
+  for (int e = 0; e < 6; e++) {
+    PetscCall(PetscLogEventGetId(evname[e], &ev[e]));
+    PetscCall(PetscLogEventGetPerfInfo(PETSC_DETERMINE, ev[e], &before[e]));
+  }
+  PetscCall(TimeMults(A, x, y, reps, ltimes));
+  for (int e = 0; e < 6; e++) PetscCall(PetscLogEventGetPerfInfo(PETSC_DETERMINE, ev[e], &after[e]));
   PetscCall(MatFMMGetExpansionOrder(A, &p));
   PetscCall(MatFMMGetClusteringThreshold(A, &ct));
   PetscCall(MatFMMGetTreeInfo(A, &L, NULL, &m2l, NULL));
@@ -186,8 +208,8 @@ int main(int argc, char **argv)
     pairs = (PetscReal)p2p;
     PetscCall(MPIU_Allreduce(&mloc, &msum, 1, MPIU_REAL, MPIU_SUM, PETSC_COMM_WORLD));
     PetscCall(MPIU_Allreduce(MPI_IN_PLACE, &pairs, 1, MPIU_REAL, MPIU_SUM, PETSC_COMM_WORLD));
-    PetscCall(PetscPrintf(PETSC_COMM_WORLD, "bench: device=%s vec=%s points=%s N=%" PetscInt_FMT " geometry=%s eps=%g p=%" PetscInt_FMT " ct=%" PetscInt_FMT " layout=%s levels=%" PetscInt_FMT " setup_s=%.6f assembly_s=%.6f cuda_init_s=%.3f mult_med_s=%.5f mult_min_s=%.5f mult_max_s=%.5f points_per_s=%.3e", MatFMMDevices[dev], vtype, devpts ? "device" : "host", N,
-                           curve ? "curve" : "square", (double)eps, p, ct, layout, L, (double)(t1 - t0), (double)(t1 - ta), (double)(ti1 - ti0), (double)med, (double)times[0], (double)times[reps - 1], (double)(N / med)));
+    PetscCall(PetscPrintf(PETSC_COMM_WORLD, "bench: device=%s vec=%s points=%s N=%" PetscInt_FMT " geometry=%s eps=%g p=%" PetscInt_FMT " ct=%" PetscInt_FMT " layout=%s levels=%" PetscInt_FMT " setup_s=%.6f setsources_s=%.6f assembly_s=%.6f cuda_init_s=%.3f mult_med_s=%.5f mult_min_s=%.5f mult_max_s=%.5f mult_logged_med_s=%.5f points_per_s=%.3e", MatFMMDevices[dev], vtype, devpts ? "device" : "host", N,
+                           curve ? "curve" : "square", (double)eps, p, ct, layout, L, (double)(t1 - t0), (double)(ts1 - ts0), (double)(t1 - ta), (double)(ti1 - ti0), (double)med, (double)times[0], (double)times[reps - 1], (double)ltimes[reps / 2], (double)(N / med)));
     if (nre) PetscCall(PetscPrintf(PETSC_COMM_WORLD, " reassembly_med_s=%.6f setsources_med_s=%.6f", (double)reas, (double)sets));
     PetscCall(PetscPrintf(PETSC_COMM_WORLD, "\n"));
     PetscCall(PetscPrintf(PETSC_COMM_WORLD, "phases_ms: P2M=%.3f M2M=%.3f M2L=%.3f L2L=%.3f L2P=%.3f P2P=%.3f\n", 1e3 * ph[0], 1e3 * ph[1], 1e3 * ph[2], 1e3 * ph[3], 1e3 * ph[4], 1e3 * ph[5]));
@@ -251,7 +273,7 @@ int main(int argc, char **argv)
 #if defined(PETSC_HAVE_CUDA)
   if (devpts) PetscCallCUDA(cudaFree(sxy));
 #endif
-  PetscCall(PetscFree4(xy, nrm, w, times));
+  PetscCall(PetscFree5(xy, nrm, w, times, ltimes));
   PetscCall(PetscFinalize());
   return 0;
 }
