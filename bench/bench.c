@@ -25,9 +25,8 @@ static char help[] = "MATFMM benchmark: setup, MatMult (median of -reps), time p
   says whether they are given in host or device memory).  These and
   mult_*_s are timed with PETSc's logging off (unless -log_view), as a code
   runs without -log_view; then the products run again with it on, each
-  phase's event waiting for the GPU (and the assembly its tree, the CUDA
-  backend's FMMCUDAPlan): mult_logged_med_s is their median, and phases_ms
-  their time per phase.
+  phase's event waiting for the GPU: mult_logged_med_s is their median, and
+  phases_ms their time per phase.
     phases_ms: P2M=.. M2M=.. M2L=.. L2L=.. L2P=.. P2P=..   (per MatMult)
     rates: p2p_pairs_per_s=.. m2l_gflops=.. m2l_count=.. p2p_pairs=.. relerr_sample=..
     check: y_sum=..   (the sum of the last product, to 17 digits)

@@ -154,7 +154,7 @@ static PetscErrorCode FMMCUDAWarmUp(void)
    at once so far, the size to give; the memory stays with petscfmm until
    `PetscFinalize()` (or until an allocation would otherwise fail).  With a
    reserve, a matrix's copy of points given in GPU memory
-   (`MatFMMSetSources()`, 5 reals a point) comes from the pool as well
+   (`MatFMMSetSources()`, 5 reals a point) comes from the pool as well.
 
    Notes:
    Without this call the first assembly on the GPU pays these costs: the
