@@ -12,11 +12,13 @@ static char help[] = "MATFMM benchmark: setup, MatMult (median of -reps), time p
 
 /*
   Prints, for the options given:
-    bench: device=.. vec=.. points=.. N=.. geometry=.. eps=.. p=.. ct=.. layout=.. levels=.. setup_s=.. setsources_s=.. assembly_s=.. cuda_init_s=.. mult_med_s=.. mult_min_s=.. mult_max_s=.. mult_logged_med_s=.. points_per_s=..
+    bench: device=.. vec=.. points=.. N=.. geometry=.. eps=.. p=.. ct=.. layout=.. levels=.. setup_s=.. create_s=.. setsources_s=.. assembly_s=.. cuda_init_s=.. mult_med_s=.. mult_min_s=.. mult_max_s=.. mult_logged_med_s=.. points_per_s=..
   vec is the type of x and y (seqcuda: the product moves no vector between
   host and device); setup_s is MatCreate to MatAssemblyEnd (the sources copied in, the tree, the
-  lists, the device arrays), setsources_s its MatFMMSetSources() and
-  assembly_s its MatAssemblyBegin/End;
+  lists, the device arrays), create_s its MatCreate, MatSetSizes and
+  MatSetType (with PETSc's first use of the communicator in the process, a
+  cost any first PETSc object on it pays), setsources_s its
+  MatFMMSetSources() and assembly_s its MatAssemblyBegin/End;
   cuda_init_s is PetscFMMCUDAInitialize(), the CUDA context, once per process;
   with -reassemble k, reassembly_med_s is the median of k assemblies after
   MatFMMSetSources() with the same points (what a time-stepping code pays when
@@ -207,8 +209,8 @@ int main(int argc, char **argv)
     pairs = (PetscReal)p2p;
     PetscCall(MPIU_Allreduce(&mloc, &msum, 1, MPIU_REAL, MPIU_SUM, PETSC_COMM_WORLD));
     PetscCall(MPIU_Allreduce(MPI_IN_PLACE, &pairs, 1, MPIU_REAL, MPIU_SUM, PETSC_COMM_WORLD));
-    PetscCall(PetscPrintf(PETSC_COMM_WORLD, "bench: device=%s vec=%s points=%s N=%" PetscInt_FMT " geometry=%s eps=%g p=%" PetscInt_FMT " ct=%" PetscInt_FMT " layout=%s levels=%" PetscInt_FMT " setup_s=%.6f setsources_s=%.6f assembly_s=%.6f cuda_init_s=%.3f mult_med_s=%.5f mult_min_s=%.5f mult_max_s=%.5f mult_logged_med_s=%.5f points_per_s=%.3e", MatFMMDevices[dev], vtype, devpts ? "device" : "host", N,
-                           curve ? "curve" : "square", (double)eps, p, ct, layout, L, (double)(t1 - t0), (double)(ts1 - ts0), (double)(t1 - ta), (double)(ti1 - ti0), (double)med, (double)times[0], (double)times[reps - 1], (double)ltimes[reps / 2], (double)(N / med)));
+    PetscCall(PetscPrintf(PETSC_COMM_WORLD, "bench: device=%s vec=%s points=%s N=%" PetscInt_FMT " geometry=%s eps=%g p=%" PetscInt_FMT " ct=%" PetscInt_FMT " layout=%s levels=%" PetscInt_FMT " setup_s=%.6f create_s=%.6f setsources_s=%.6f assembly_s=%.6f cuda_init_s=%.3f mult_med_s=%.5f mult_min_s=%.5f mult_max_s=%.5f mult_logged_med_s=%.5f points_per_s=%.3e", MatFMMDevices[dev], vtype, devpts ? "device" : "host", N,
+                           curve ? "curve" : "square", (double)eps, p, ct, layout, L, (double)(t1 - t0), (double)(ts0 - t0), (double)(ts1 - ts0), (double)(t1 - ta), (double)(ti1 - ti0), (double)med, (double)times[0], (double)times[reps - 1], (double)ltimes[reps / 2], (double)(N / med)));
     if (nre) PetscCall(PetscPrintf(PETSC_COMM_WORLD, " reassembly_med_s=%.6f setsources_med_s=%.6f", (double)reas, (double)sets));
     PetscCall(PetscPrintf(PETSC_COMM_WORLD, "\n"));
     PetscCall(PetscPrintf(PETSC_COMM_WORLD, "phases_ms: P2M=%.3f M2M=%.3f M2L=%.3f L2L=%.3f L2P=%.3f P2P=%.3f\n", 1e3 * ph[0], 1e3 * ph[1], 1e3 * ph[2], 1e3 * ph[3], 1e3 * ph[4], 1e3 * ph[5]));

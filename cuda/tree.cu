@@ -640,8 +640,11 @@ __device__ __forceinline__ void BlockRunAtomics(long long key, unsigned long lon
    one): SplitWindowKernel over all rounds of a 10^7-point assembly (and of
    the warm-up's) 1.46 -> 1.16 ms, at 10^6 0.34 -> 0.22 ms, SplitCoreKernel
    +0.09 ms (twice the tiles); 128 threads of four slots: 1.12 and 0.26 ms
-   (ncu, H100) */
-#define WNT   256 /* threads of a window block */
+   (ncu, H100).  128 threads of two slots rather than 256: at 10^6 points a
+   round has about 62500 slots, 122 tiles of 512 (fewer than the SMs) against
+   245 of 256; the split stage (-info) 0.735 -> 0.720 ms at 10^6, an assembly
+   again 9.69 -> 9.57 ms at 10^7 (H100, alternating processes) */
+#define WNT   128 /* threads of a window block */
 #define WIT   2   /* consecutive slots per thread */
 #define WTILE (WNT * WIT)
 
