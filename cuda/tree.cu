@@ -1385,7 +1385,7 @@ __global__ void __launch_bounds__(LTB) ListTopKernel(ListTop top)
       const PetscInt i = base + threadIdx.x;
       ListCount      v = st.kind(i), ex, agg; /* (0, 0) from nc on */
       Scan(tmp).ExclusiveScan(v, ex, ListCount{0, 0}, ListCountSum(), agg);
-      if (i <= nc) st.out(i, ListCountSum()(carry, ex));
+      st.out(i, ListCountSum()(carry, ex)); /* (nothing past nc) */
       carry = ListCountSum()(carry, agg);
       __syncthreads();
     }
