@@ -125,6 +125,7 @@ __device__ __forceinline__ double OrderValue(unsigned long long u)
 /* radix keys of (coordinate, index); values are indices */
 __global__ void KeysKernel(PetscInt a, PetscInt b, const double *xy, unsigned long long *kx, unsigned long long *ky, PetscInt *val)
 {
+  FMMWaitPrior();
   const PetscInt i = a + (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= b) return;
   kx[i]  = OrderKey(xy[2 * i]);
@@ -189,6 +190,7 @@ __device__ __forceinline__ unsigned int ShortKey(double v, double lo, double hi,
 /* short radix keys of both coordinates, values are indices; clears the flags of FixRunsKernel */
 __global__ void ShortKeysKernel(PetscInt U, int bits, const double *xy, const KeyBox *box, unsigned int *qx, unsigned int *qy, PetscInt *val, int *flag)
 {
+  FMMWaitPrior();
   const PetscInt i = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   if (i == 0) flag[0] = flag[1] = 0;
   if (i >= U) return;
@@ -222,6 +224,7 @@ __device__ __forceinline__ bool RunOf(PetscInt U, const unsigned int *q, PetscIn
    first thread writes it, and no thread reads the indices of a short run */
 __global__ void FixRunsKernel(PetscInt U, const unsigned int *qx, const unsigned int *qy, PetscInt *X, PetscInt *Y, const double *xy, int *flag)
 {
+  FMMWaitPrior();
   const PetscInt      i = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   const int           d = blockIdx.y;
   const unsigned int *q = d ? qy : qx;
@@ -247,6 +250,7 @@ __global__ void FixRunsKernel(PetscInt U, const unsigned int *qx, const unsigned
 /* mark[i]: position i is in a run of more than FIX_RUN equal keys */
 __global__ void LongRunsKernel(PetscInt U, const unsigned int *q, unsigned char *mark)
 {
+  FMMWaitPrior();
   const PetscInt i = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   PetscInt       s, e;
   if (i >= U) return;
@@ -256,6 +260,7 @@ __global__ void LongRunsKernel(PetscInt U, const unsigned int *q, unsigned char 
 /* the 64-bit keys (coordinate d) and indices of the n selected positions pos of list id */
 __global__ void RunKeysKernel(PetscInt n, const PetscInt *pos, const PetscInt *id, const double *xy, int d, unsigned long long *key, PetscInt *val)
 {
+  FMMWaitPrior();
   const PetscInt k = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   if (k >= n) return;
   val[k] = id[pos[k]];
@@ -265,6 +270,7 @@ __global__ void RunKeysKernel(PetscInt n, const PetscInt *pos, const PetscInt *i
 /* the sorted indices back to the selected positions */
 __global__ void RunScatterKernel(PetscInt n, const PetscInt *pos, const PetscInt *val, PetscInt *id)
 {
+  FMMWaitPrior();
   const PetscInt k = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   if (k < n) id[pos[k]] = val[k];
 }
@@ -284,6 +290,7 @@ struct KeyIndexLess {
    of a round read them in order instead of gathering from xy */
 __global__ void OtherKernel(PetscInt U, const PetscInt *X, const PetscInt *Y, const double *xy, double *XO, double *YO)
 {
+  FMMWaitPrior();
   const PetscInt k = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   if (k >= U) return;
   XO[k] = xy[2 * X[k] + 1];
@@ -364,6 +371,7 @@ __device__ __forceinline__ void BoxSet(double *q, PetscInt n, double xmin, doubl
 #define SEG_CHUNK 256
 __global__ void SegmentKernel(PetscInt nseg, const PetscInt *off, SplitLists L, const double *xy, PetscInt *noff, char *dir, double *bb, unsigned long long *core, unsigned long long *best, PetscInt *rank, PetscInt nc, PetscInt *cseg)
 {
+  FMMWaitPrior();
   const PetscInt s = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   if (cseg && s <= nc) cseg[s] = s < nc ? FMMLastLE(off, 0, nseg, s * SEG_CHUNK) : nseg - 1;
   if (s >= nseg) return;
@@ -662,6 +670,7 @@ __device__ __forceinline__ void BlockRunAtomics(long long key, unsigned long lon
 #define CIT 4
 __global__ void __launch_bounds__(BS) SplitCoreKernel(PetscInt U, PetscInt nt, PetscInt nseg, PetscInt nslot, const PetscInt *off, const PetscInt *cseg, SplitLists L, unsigned long long *core, SplitExt *tile)
 {
+  FMMWaitPrior();
   long long          tag  = -1;           /* 2s (lower core) or 2s + 1 (upper core); -1: none */
   unsigned long long v[4] = {0, 0, 0, 0}; /* ylo, yhi, xlo, xhi as order keys */
   const auto         dst  = [core](long long t) { return core + 8 * (t / 2) + 4 * (t % 2); };
@@ -731,6 +740,7 @@ __global__ void __launch_bounds__(BS) SplitCoreKernel(PetscInt U, PetscInt nt, P
    its least cost (atomicMin on the bits: costs are >= 0). */
 __global__ void __launch_bounds__(WNT) SplitWindowKernel(PetscInt nslot, PetscInt nseg, PetscInt stride, const PetscInt *off, SplitLists L, const double *xy, const unsigned long long *core, const SplitExt *tile, double *cost, unsigned long long *best)
 {
+  FMMWaitPrior();
   typedef cub::BlockScan<SplitRun, WNT, cub::BLOCK_SCAN_WARP_SCANS> Scan; /* raking: bank conflicts on 40-byte items */
   typedef cub::BlockReduce<SplitExt, WNT>                           Reduce;
   __shared__ union {
@@ -822,6 +832,7 @@ __global__ void __launch_bounds__(WNT) SplitWindowKernel(PetscInt nslot, PetscIn
 /* the first candidate of least cost in the CPU's order: x before y, then j */
 __global__ void SplitPickKernel(PetscInt nslot, PetscInt nseg, PetscInt stride, const PetscInt *off, const double *cost, const unsigned long long *best, PetscInt *rank)
 {
+  FMMWaitPrior();
   const PetscInt c = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   const int      d = blockIdx.y;
   PetscInt       j, s;
@@ -940,6 +951,7 @@ __device__ __forceinline__ SplitRun SplitBlockScan(SplitRun v, SplitRun *ws)
 template <int IPT>
 __global__ void __launch_bounds__(SNT) SplitLocalKernel(int R, PetscInt r0, int median, const PetscInt *off, SplitLists L, const double *xy, PetscInt *seg, PetscInt *loff, double *bb)
 {
+  FMMWaitPrior();
   typedef cub::BlockScan<int, SNT, cub::BLOCK_SCAN_WARP_SCANS> IntScan;
   __shared__ typename IntScan::TempStorage tmp;
   __shared__ SplitRun                      ws[SNT / 32];
@@ -1139,6 +1151,7 @@ __global__ void __launch_bounds__(SNT) SplitLocalKernel(int R, PetscInt r0, int 
 /* the largest segment of a round */
 __global__ void SegmentMaxKernel(PetscInt nseg, const PetscInt *off, PetscInt *nmax)
 {
+  FMMWaitPrior();
   const PetscInt s = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   if (s < nseg) atomicMax(nmax, off[s + 1] - off[s]);
 }
@@ -1148,6 +1161,7 @@ __global__ void SegmentMaxKernel(PetscInt nseg, const PetscInt *off, PetscInt *n
 /* fs[k], ft[k]: the point at position k of the leaf order is a source / one of this rank's targets */
 __global__ void ClassifyKernel(PetscInt U, PetscInt N, int same, PetscInt t0, PetscInt t1, const PetscInt *X, PetscInt *fs, PetscInt *ft)
 {
+  FMMWaitPrior();
   const PetscInt k = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   if (k > U) return;
   if (k == U) {
@@ -1162,6 +1176,7 @@ __global__ void ClassifyKernel(PetscInt U, PetscInt N, int same, PetscInt t0, Pe
 /* leaf ranges from the leaf offsets of the point order */
 __global__ void LeafRangeKernel(PetscInt nleaves, const PetscInt *off, const PetscInt *ss, const PetscInt *st, PetscInt *sleaf, PetscInt *tleaf)
 {
+  FMMWaitPrior();
   const PetscInt b = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   if (b > nleaves) return;
   sleaf[b] = ss[off[b]];
@@ -1172,6 +1187,7 @@ __global__ void LeafRangeKernel(PetscInt nleaves, const PetscInt *off, const Pet
    density of src/plan.c (same expressions, so the same rounding) */
 __global__ void ScatterPointsKernel(PetscInt U, PetscInt N, int same, PetscInt t0, const PetscInt *X, const PetscInt *seg, const PetscInt *fs, const PetscInt *ss, const PetscInt *ft, const PetscInt *st, const double *xy, const double *nrm, const double *wts, double alpha, double beta, PetscInt *sperm, double *sx, double *sy, double *cq, double *cdx, double *cdy, PetscInt *tperm, double *tx, double *ty, PetscInt *tleafof)
 {
+  FMMWaitPrior();
   const PetscInt k = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   if (k >= U) return;
   const PetscInt i = X[k];
@@ -1198,6 +1214,7 @@ __global__ void ScatterPointsKernel(PetscInt U, PetscInt N, int same, PetscInt t
 /* centre and radius of every box from its bounding box; the scale floor of src/plan.c */
 __global__ void GeometryKernel(PetscInt nboxes, const double *bb, double *cx, double *cy, double *scale)
 {
+  FMMWaitPrior();
   const PetscInt b = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   if (b >= nboxes) return;
   double floor_s = 0.0;
@@ -1352,6 +1369,7 @@ __device__ __forceinline__ void ListWriteAt(const ListStep &st, PetscInt i, Pets
    candidates (on the device); nothing where the lists above lacked room */
 __global__ void ListWriteKernel(ListStep st)
 {
+  FMMWaitPrior();
   const ListTotal *lev = st.kind.lev;
   if (!lev->ok) return;
   const PetscInt nc = LevelCandidates(lev), farbase = NextFarBase(lev);
@@ -1373,6 +1391,7 @@ typedef struct {
 
 __global__ void __launch_bounds__(LTB) ListTopKernel(ListTop top)
 {
+  FMMWaitPrior();
   typedef cub::BlockScan<ListCount, LTB> Scan;
   __shared__ typename Scan::TempStorage tmp;
 
@@ -1401,6 +1420,7 @@ __global__ void __launch_bounds__(LTB) ListTopKernel(ListTop top)
    nearscan, and entrysrc[j] = its first source (tree position) */
 __global__ void EntryCountKernel(PetscInt nnear, const PetscInt *sleaf, const PetscInt *near, PetscInt *ec, PetscInt *entrysrc)
 {
+  FMMWaitPrior();
   const PetscInt j = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   if (j > nnear) return;
   ec[j] = j < nnear ? sleaf[near[j] + 1] - sleaf[near[j]] : 0;
@@ -1410,6 +1430,7 @@ __global__ void EntryCountKernel(PetscInt nnear, const PetscInt *sleaf, const Pe
 /* nbroff[b] = the neighbour sources of the leaves before b (nearscan at the leaf's first entry) */
 __global__ void NbrOffKernel(PetscInt nleaves, const PetscInt *nearoff, const PetscInt *nearscan, PetscInt *nbroff)
 {
+  FMMWaitPrior();
   const PetscInt b = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   if (b <= nleaves) nbroff[b] = nearscan[nearoff[b]];
 }
@@ -1418,6 +1439,7 @@ __global__ void NbrOffKernel(PetscInt nleaves, const PetscInt *nearoff, const Pe
    partials (see fmmcuda.h); entry nleaves is 0 for the scans */
 __global__ void LeafWorkKernel(PetscInt nleaves, const PetscInt *tleaf, const PetscInt *nbroff, PetscInt *ns, PetscInt *nsc, PetscInt *nit, PetscInt *npart)
 {
+  FMMWaitPrior();
   const PetscInt b = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   if (b > nleaves) return;
   if (b == nleaves) {
@@ -1449,6 +1471,7 @@ typedef struct {
    then out[5..7] = *n.p[0..2] */
 __global__ void __launch_bounds__(1024) StatsKernel(PetscInt nleaves, const PetscInt *sleaf, const PetscInt *tleaf, const PetscInt *ns, Totals3 n, long long *out)
 {
+  FMMWaitPrior();
   typedef cub::BlockReduce<long long, 1024> R;
   __shared__ typename R::TempStorage        tmp;
   long long                                 v[5] = {0, 0, 0, 0, LLONG_MAX};
@@ -1471,6 +1494,7 @@ __global__ void __launch_bounds__(1024) StatsKernel(PetscInt nleaves, const Pets
 /* the first partial of each leaf whose list is split (-1: none) */
 __global__ void LeafPartKernel(PetscInt nleaves, const PetscInt *nsc, const PetscInt *partoff, PetscInt *leafpart)
 {
+  FMMWaitPrior();
   const PetscInt b = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   if (b < nleaves) leafpart[b] = nsc[b] > 1 ? partoff[b] : -1;
 }
@@ -1480,6 +1504,7 @@ __global__ void LeafPartKernel(PetscInt nleaves, const PetscInt *nsc, const Pets
    items, the targets in blocks of FMMCUDA_P2P_T */
 __global__ void ChunkItemsKernel(PetscInt nchunks, PetscInt nleaves, const PetscInt *choff, const PetscInt *sleaf, const PetscInt *tleaf, const PetscInt *nearoff, const PetscInt *near, const PetscInt *nearscan, const PetscInt *nbroff, const PetscInt *nsc, const PetscInt *itoff, const PetscInt *partoff, FMMP2PItem *it)
 {
+  FMMWaitPrior();
   const PetscInt q = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   if (q >= nchunks) return;
   const PetscInt b = FMMLastLE(choff, 0, nleaves, q), k = q - choff[b], K = nsc[b], nt = tleaf[b + 1] - tleaf[b];
@@ -1504,6 +1529,7 @@ __global__ void ChunkItemsKernel(PetscInt nchunks, PetscInt nleaves, const Petsc
 /* M2L: the target box of each pair, by binary search in faroff */
 __global__ void PairTargetKernel(PetscInt npairs, PetscInt nboxes, const PetscInt *faroff, PetscInt *pairtgt)
 {
+  FMMWaitPrior();
   const PetscInt g = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   if (g < npairs) pairtgt[g] = FMMLastLE(faroff, 0, nboxes, g);
 }
@@ -1511,6 +1537,7 @@ __global__ void PairTargetKernel(PetscInt npairs, PetscInt nboxes, const PetscIn
 /* M2L: per box the number of 32-pair chunks its run touches (tcnt[nboxes] = 0) */
 __global__ void BoxChunksKernel(PetscInt nboxes, const PetscInt *faroff, PetscInt *tcnt)
 {
+  FMMWaitPrior();
   const PetscInt t = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   if (t > nboxes) return;
   const PetscInt g0 = t < nboxes ? faroff[t] : 0, g1 = t < nboxes ? faroff[t + 1] : 0;
@@ -1520,6 +1547,7 @@ __global__ void BoxChunksKernel(PetscInt nboxes, const PetscInt *faroff, PetscIn
 /* M2L: the partial sums of each chunk (runs of one target box within it) */
 __global__ void ChunkKernel(PetscInt nchunks, PetscInt npairs, const PetscInt *pairtgt, PetscInt *ccnt)
 {
+  FMMWaitPrior();
   const PetscInt ch = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   if (ch > nchunks) return;
   PetscInt n = 0;
@@ -1616,6 +1644,7 @@ static PetscErrorCode SplitPartition(FMM_CUDA *c, Scratch *w, PetscInt U, const 
    list in its first buffer where a leaf's is in the second */
 __global__ void LeafOfKernel(PetscInt U, PetscInt nleaves, const PetscInt *off, SplitLists L, PetscInt *seg)
 {
+  FMMWaitPrior();
   const PetscInt k = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   if (k >= U) return;
   const PetscInt b = FMMLastLE(off, 0, nleaves, k);
@@ -1632,11 +1661,11 @@ static PetscErrorCode CompactSplit(FMM_CUDA *c, SplitWork *w, PetscInt nseg, Pet
   const unsigned nt = FMMCUDABlocks(nc, WTILE), ntc = nt > 1 ? nt : 0;
 
   PetscFunctionBegin;
-  SplitCoreKernel<<<ntc + FMMCUDABlocks(U, BS * CIT), BS, 0, c->stream>>>(U, ntc, nseg, nc, off, cseg, L, w->core, w->tile);
+  FMMCallCUDA(FMMLaunch(SplitCoreKernel, ntc + FMMCUDABlocks(U, BS * CIT), BS, 0, c->stream, U, ntc, nseg, nc, off, cseg, L, w->core, w->tile));
   FMMCheckLaunch();
-  SplitWindowKernel<<<nt, WNT, 0, c->stream>>>(nc, nseg, w->nslot, off, L, xy, w->core, w->tile, w->cost, w->best);
+  FMMCallCUDA(FMMLaunch(SplitWindowKernel, nt, WNT, 0, c->stream, nc, nseg, w->nslot, off, L, xy, w->core, w->tile, w->cost, w->best));
   FMMCheckLaunch();
-  SplitPickKernel<<<dim3(FMMCUDABlocks(nc, BS), 2), BS, 0, c->stream>>>(nc, nseg, w->nslot, off, w->cost, w->best, w->rank);
+  FMMCallCUDA(FMMLaunch(SplitPickKernel, dim3(FMMCUDABlocks(nc, BS), 2), BS, 0, c->stream, nc, nseg, w->nslot, off, w->cost, w->best, w->rank));
   FMMCheckLaunch();
   PetscFunctionReturn(0);
 }
@@ -1688,12 +1717,12 @@ PetscErrorCode FMMCUDAM2LPlan(FMM_CUDA *c, const FMMPlan *P)
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->tpart, sizeof(PetscInt) * (P->nboxes + 1), "the M2L partial offsets"));
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&tcnt, sizeof(PetscInt) * (PetscMax(P->nboxes, c->nchunks) + 1), "the M2L counts"));
   ccnt = tcnt;
-  if (c->npairs) PairTargetKernel<<<LAUNCH_N(c->npairs)>>>(c->npairs, P->nboxes, c->faroff, c->pairtgt);
+  if (c->npairs) FMMCallCUDA(FMMLaunch(PairTargetKernel, LAUNCH_N(c->npairs), c->npairs, P->nboxes, c->faroff, c->pairtgt));
   FMMCheckLaunch();
-  BoxChunksKernel<<<LAUNCH_N(P->nboxes + 1)>>>(P->nboxes, c->faroff, tcnt);
+  FMMCallCUDA(FMMLaunch(BoxChunksKernel, LAUNCH_N(P->nboxes + 1), P->nboxes, c->faroff, tcnt));
   FMMCheckLaunch();
   PetscCall(ExclusiveScan(c, s, tcnt, c->tpart, P->nboxes));
-  ChunkKernel<<<LAUNCH_N(c->nchunks + 1)>>>(c->nchunks, c->npairs, c->pairtgt, ccnt);
+  FMMCallCUDA(FMMLaunch(ChunkKernel, LAUNCH_N(c->nchunks + 1), c->nchunks, c->npairs, c->pairtgt, ccnt));
   FMMCheckLaunch();
   PetscCall(ExclusiveScan(c, s, ccnt, c->chunkpart, c->nchunks));
   PetscCall(FMMCUDAFree(c->stream, tcnt));
@@ -1778,15 +1807,15 @@ PetscErrorCode FMMCUDAP2PPlanBegin(FMM_CUDA *c, const FMMPlan *P, PetscBool sym)
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->leafpart, sizeof(PetscInt) * nl, "the P2P partial offsets"));
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->nbroff, sizeof(PetscInt) * (nl + 1), "the neighbour-source offsets"));
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->entrysrc, sizeof(PetscInt) * (c->nnear + 1), "the P2P entry sources"));
-  EntryCountKernel<<<LAUNCH_N(c->nnear + 1)>>>(c->nnear, c->sleaf, c->near, w->ec, c->entrysrc);
+  FMMCallCUDA(FMMLaunch(EntryCountKernel, LAUNCH_N(c->nnear + 1), c->nnear, c->sleaf, c->near, w->ec, c->entrysrc));
   FMMCheckLaunch();
   PetscCall(ExclusiveScan(c, s, w->ec, c->nearscan, c->nnear));
-  NbrOffKernel<<<LAUNCH_N(nl + 1)>>>(nl, c->nearoff, c->nearscan, c->nbroff);
+  FMMCallCUDA(FMMLaunch(NbrOffKernel, LAUNCH_N(nl + 1), nl, c->nearoff, c->nearscan, c->nbroff));
   FMMCheckLaunch();
-  LeafWorkKernel<<<LAUNCH_N(nl + 1)>>>(nl, c->tleaf, c->nbroff, w->ns, c->leafnsc, w->nit, w->npart);
+  FMMCallCUDA(FMMLaunch(LeafWorkKernel, LAUNCH_N(nl + 1), nl, c->tleaf, c->nbroff, w->ns, c->leafnsc, w->nit, w->npart));
   FMMCheckLaunch();
   PetscCall(ExclusiveScan3(c, s, w->nit, w->npart, c->leafnsc, w->itoff, w->partoff, w->choff, nl));
-  StatsKernel<<<1, 1024, 0, c->stream>>>(nl, c->sleaf, c->tleaf, w->ns, Totals3{{w->itoff + nl, w->partoff + nl, w->choff + nl}}, w->dstat);
+  FMMCallCUDA(FMMLaunch(StatsKernel, 1, 1024, 0, c->stream, nl, c->sleaf, c->tleaf, w->ns, Totals3{{w->itoff + nl, w->partoff + nl, w->choff + nl}}, w->dstat));
   FMMCheckLaunch();
   if (sym) PetscCall(SymCount(c, P, s, &w->sw, w->dstat + 8));
   PetscFunctionReturn(0);
@@ -1812,9 +1841,9 @@ PetscErrorCode FMMCUDAP2PPlanEnd(FMM_CUDA *c, FMMPlan *P, PetscBool hostitems)
   c->p2psplit   = tot[1] > 0 ? PETSC_TRUE : PETSC_FALSE;
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->items, sizeof(FMMP2PItem) * c->nitems, "the P2P work items"));
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->p2ppart, sizeof(PetscReal) * tot[1], "the P2P partial sums"));
-  if (nl) LeafPartKernel<<<LAUNCH_N(nl)>>>(nl, c->leafnsc, w->partoff, c->leafpart);
+  if (nl) FMMCallCUDA(FMMLaunch(LeafPartKernel, LAUNCH_N(nl), nl, c->leafnsc, w->partoff, c->leafpart));
   FMMCheckLaunch();
-  if (tot[2]) ChunkItemsKernel<<<LAUNCH_N(tot[2])>>>(tot[2], nl, w->choff, c->sleaf, c->tleaf, c->nearoff, c->near, c->nearscan, c->nbroff, c->leafnsc, w->itoff, w->partoff, c->items);
+  if (tot[2]) FMMCallCUDA(FMMLaunch(ChunkItemsKernel, LAUNCH_N(tot[2]), tot[2], nl, w->choff, c->sleaf, c->tleaf, c->nearoff, c->near, c->nearscan, c->nbroff, c->leafnsc, w->itoff, w->partoff, c->items));
   FMMCheckLaunch();
   if (hostitems) { /* the host keeps the first item of each leaf (the repetition layout launches by leaf ranges) */
     PetscCall(PetscMalloc1(nl + 1, &c->itemstart));
@@ -1834,6 +1863,7 @@ PetscErrorCode FMMCUDAP2PPlanEnd(FMM_CUDA *c, FMMPlan *P, PetscBool hostitems)
    there are several (row partials); long slot lists are summed in chunks */
 __global__ void SymLeafKernel(PetscInt nl, const PetscInt *nearoff, const PetscInt *near, const PetscInt *sleaf, PetscInt *dg, PetscInt *nk, PetscInt *nsl, PetscInt *nslv, PetscInt *nch, long long *bad)
 {
+  FMMWaitPrior();
   const PetscInt A = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   if (A > nl) return;
   if (A == nl) { /* for the scans; and the flag of SymEntryKernel, cleared */
@@ -1864,6 +1894,7 @@ __device__ __forceinline__ PetscInt SymItemEntries(const PetscInt *nearoff, cons
 /* one thread per leaf A: per item the sort key FMMCUDA_SYM_E - entries (see SymItemKernel) */
 __global__ void SymItemKeyKernel(PetscInt nl, const PetscInt *nearoff, const PetscInt *symleaf, unsigned *key, PetscInt *idx)
 {
+  FMMWaitPrior();
   const PetscInt A = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   if (A >= nl) return;
   const PetscInt *dg = symleaf, *item = symleaf + (nl + 1);
@@ -1876,6 +1907,7 @@ __global__ void SymItemKeyKernel(PetscInt nl, const PetscInt *nearoff, const Pet
 /* pos[order[j]] = j */
 __global__ void InversePermKernel(PetscInt n, const PetscInt *order, PetscInt *pos)
 {
+  FMMWaitPrior();
   const PetscInt j = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   if (j < n) pos[order[j]] = j;
 }
@@ -1885,6 +1917,7 @@ __global__ void InversePermKernel(PetscInt n, const PetscInt *order, PetscInt *p
    so that the kernel's last items are short ones */
 __global__ void SymItemKernel(PetscInt nl, const PetscInt *nearoff, const PetscInt *near, const PetscInt *sleaf, const PetscInt *tleaf, const PetscInt *symleaf, const PetscInt *wslot, const PetscInt *pos, PetscInt *desc)
 {
+  FMMWaitPrior();
   const PetscInt A = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   if (A >= nl) return;
   const PetscInt *dg = symleaf, *item = symleaf + (nl + 1), *slot = symleaf + 2 * (nl + 1), a0 = sleaf[A], nA = sleaf[A + 1] - a0;
@@ -1908,6 +1941,7 @@ __global__ void SymItemKernel(PetscInt nl, const PetscInt *nearoff, const PetscI
 /* the leaf of each chunk of a long slot list (one thread per leaf) */
 __global__ void SymChunkLeafKernel(PetscInt nl, const PetscInt *ch, PetscInt *chleaf)
 {
+  FMMWaitPrior();
   const PetscInt A = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   if (A < nl)
     for (PetscInt h = ch[A]; h < ch[A + 1]; h++) chleaf[h] = A;
@@ -1920,6 +1954,7 @@ __global__ void SymChunkLeafKernel(PetscInt nl, const PetscInt *ch, PetscInt *ch
    out[0..2] = *n.p[0..2] (the plan's sizes, one readback) */
 __global__ void SymEntryKernel(PetscInt nnear, PetscInt nl, const PetscInt *nearoff, const PetscInt *near, const PetscInt *sleaf, const PetscInt *slot, PetscInt *wslot, Totals3 n, long long *out)
 {
+  FMMWaitPrior();
   const PetscInt e   = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   long long     *bad = out + 3;
   if (e < 3) out[e] = *n.p[e];
@@ -1963,10 +1998,10 @@ static PetscErrorCode SymCount(FMM_CUDA *c, const FMMPlan *P, Scratch *s, SymWor
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->symleaf, sizeof(PetscInt) * 5 * ((size_t)nl + 1), "the symmetric P2P leaf work"));
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&sw->wslot, sizeof(PetscInt) * c->nnear, "the symmetric P2P work"));
   /* symleaf: dg [nl+1], items [nl+1], slots (doubles) [nl+1], slot count [nl+1], chunks [nl+1] */
-  SymLeafKernel<<<LAUNCH_N(nl + 1)>>>(nl, c->nearoff, c->near, c->sleaf, c->symleaf, nk, c->symleaf + 3 * (nl + 1), nslv, nch, dout + 3);
+  FMMCallCUDA(FMMLaunch(SymLeafKernel, LAUNCH_N(nl + 1), nl, c->nearoff, c->near, c->sleaf, c->symleaf, nk, c->symleaf + 3 * (nl + 1), nslv, nch, dout + 3));
   FMMCheckLaunch();
   PetscCall(ExclusiveScan3(c, s, nk, nslv, nch, c->symleaf + (nl + 1), c->symleaf + 2 * (nl + 1), c->symleaf + 4 * (nl + 1), nl));
-  SymEntryKernel<<<LAUNCH_N(PetscMax(c->nnear, 3))>>>(c->nnear, nl, c->nearoff, c->near, c->sleaf, c->symleaf + 2 * (nl + 1), sw->wslot, Totals3{{c->symleaf + (nl + 1) + nl, c->symleaf + 2 * (nl + 1) + nl, c->symleaf + 4 * (nl + 1) + nl}}, dout);
+  FMMCallCUDA(FMMLaunch(SymEntryKernel, LAUNCH_N(PetscMax(c->nnear, 3)), c->nnear, nl, c->nearoff, c->near, c->sleaf, c->symleaf + 2 * (nl + 1), sw->wslot, Totals3{{c->symleaf + (nl + 1) + nl, c->symleaf + 2 * (nl + 1) + nl, c->symleaf + 4 * (nl + 1) + nl}}, dout));
   FMMCheckLaunch();
   PetscFunctionReturn(0);
 }
@@ -1998,7 +2033,7 @@ static PetscErrorCode SymItems(FMM_CUDA *c, const FMMPlan *P, Scratch *s, SymWor
     PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->symchleaf, sizeof(PetscInt) * PetscMax(tot[2], 1), "the symmetric P2P chunk leaves"));
     PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->symchdone, sizeof(unsigned) * PetscMax(tot[2], 1), "the symmetric P2P chunk counters"));
     FMMCallCUDA(cudaMemsetAsync(c->symchdone, 0, sizeof(unsigned) * PetscMax(tot[2], 1), c->stream));
-    SymChunkLeafKernel<<<LAUNCH_N(nl)>>>(nl, c->symleaf + 4 * (nl + 1), c->symchleaf);
+    FMMCallCUDA(FMMLaunch(SymChunkLeafKernel, LAUNCH_N(nl), nl, c->symleaf + 4 * (nl + 1), c->symchleaf));
     FMMCheckLaunch();
     {
       const PetscInt ni = PetscMax(tot[0], 1);
@@ -2007,15 +2042,15 @@ static PetscErrorCode SymItems(FMM_CUDA *c, const FMMPlan *P, Scratch *s, SymWor
       size_t         need = 0;
       PetscCall(FMMCUDAMalloc(c->stream, (void **)&key, sizeof(unsigned) * 2 * ni, "the symmetric P2P work"));
       PetscCall(FMMCUDAMalloc(c->stream, (void **)&idx, sizeof(PetscInt) * 3 * ni, "the symmetric P2P work"));
-      SymItemKeyKernel<<<LAUNCH_N(nl)>>>(nl, c->nearoff, c->symleaf, key, idx);
+      FMMCallCUDA(FMMLaunch(SymItemKeyKernel, LAUNCH_N(nl), nl, c->nearoff, c->symleaf, key, idx));
       FMMCheckLaunch();
       FMMCallCUDA(cub::DeviceRadixSort::SortPairs(NULL, need, key, key + ni, idx, idx + ni, (int)tot[0], 0, 4, c->stream));
       PetscCall(ScratchEnsure(c, s, need));
       FMMCallCUDA(cub::DeviceRadixSort::SortPairs(s->tmp, need, key, key + ni, idx, idx + ni, (int)tot[0], 0, 4, c->stream));
-      InversePermKernel<<<LAUNCH_N(tot[0])>>>(tot[0], idx + ni, idx + 2 * ni);
+      FMMCallCUDA(FMMLaunch(InversePermKernel, LAUNCH_N(tot[0]), tot[0], idx + ni, idx + 2 * ni));
       FMMCheckLaunch();
       PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->symitem, sizeof(PetscInt) * FMMCUDA_SYM_D * ni, "the symmetric P2P items"));
-      SymItemKernel<<<LAUNCH_N(nl)>>>(nl, c->nearoff, c->near, c->sleaf, c->tleaf, c->symleaf, sw->wslot, idx + 2 * ni, c->symitem);
+      FMMCallCUDA(FMMLaunch(SymItemKernel, LAUNCH_N(nl), nl, c->nearoff, c->near, c->sleaf, c->tleaf, c->symleaf, sw->wslot, idx + 2 * ni, c->symitem));
       FMMCheckLaunch();
       PetscCall(FMMCUDAFree(c->stream, key));
       PetscCall(FMMCUDAFree(c->stream, idx));
@@ -2072,6 +2107,7 @@ PetscErrorCode FMMCUDAWarmUpSorts(void)
    nearscan[j] of the concatenation over the leaves */
 __global__ void NearSourcesKernel(PetscInt nnear, const PetscInt *sleaf, const PetscInt *near, const PetscInt *nearscan, PetscInt *nbr)
 {
+  FMMWaitPrior();
   const PetscInt j = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   if (j >= nnear) return;
   PetscInt k = nearscan[j];
@@ -2080,6 +2116,7 @@ __global__ void NearSourcesKernel(PetscInt nnear, const PetscInt *sleaf, const P
 
 __global__ void GlobalIndexKernel(PetscInt n, const PetscInt *sperm, PetscInt *nbr)
 {
+  FMMWaitPrior();
   const PetscInt e = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   if (e < n) nbr[e] = sperm[nbr[e]];
 }
@@ -2092,9 +2129,9 @@ PetscErrorCode FMMCUDANearSources(FMM_CUDA *c, const FMMPlan *P, PetscBool globa
 {
   PetscFunctionBegin;
   PetscCall(FMMCUDAMalloc(c->stream, (void **)nbr, sizeof(PetscInt) * P->nearsrc, "the neighbour-source lists"));
-  if (c->nnear) NearSourcesKernel<<<LAUNCH_N(c->nnear)>>>(c->nnear, c->sleaf, c->near, c->nearscan, *nbr);
+  if (c->nnear) FMMCallCUDA(FMMLaunch(NearSourcesKernel, LAUNCH_N(c->nnear), c->nnear, c->sleaf, c->near, c->nearscan, *nbr));
   FMMCheckLaunch();
-  if (global && P->nearsrc) GlobalIndexKernel<<<LAUNCH_N(P->nearsrc)>>>(P->nearsrc, c->sperm, *nbr);
+  if (global && P->nearsrc) FMMCallCUDA(FMMLaunch(GlobalIndexKernel, LAUNCH_N(P->nearsrc), P->nearsrc, c->sperm, *nbr));
   FMMCheckLaunch();
   if (hnbroff) FMMCallCUDA(cudaMemcpyAsync(hnbroff, c->nbroff, sizeof(PetscInt) * (P->nleaves + 1), cudaMemcpyDeviceToHost, c->stream));
   FMMCallCUDA(cudaStreamSynchronize(c->stream));
@@ -2170,7 +2207,7 @@ static PetscErrorCode SortShort(FMM_CUDA *c, Scratch *s, size_t n2, PetscInt U, 
   if (!flag) flag = (int *)(box + 1);
   need = s->bytes;
   FMMCallCUDA(cub::DeviceReduce::Reduce(s->tmp, need, in, box, (int)U, KeyBoxJoin(), none, c->stream));
-  ShortKeysKernel<<<LAUNCH_N(U)>>>(U, (int)bits, xy, box, qx, qy, val, flag);
+  FMMCallCUDA(FMMLaunch(ShortKeysKernel, LAUNCH_N(U), U, (int)bits, xy, box, qx, qy, val, flag));
   FMMCheckLaunch();
   /* the two sorts side by side, the y list's on the side stream 1: at 10^6
      points each is a chain of small passes that does not fill the GPU */
@@ -2180,25 +2217,25 @@ static PetscErrorCode SortShort(FMM_CUDA *c, Scratch *s, size_t n2, PetscInt U, 
   FMMCallCUDA(cub::DeviceRadixSort::SortPairs((char *)s->tmp + n2, n2, qy, qty, val, Y, (int)U, 0, (int)bits, FMMCUDAStaging.side[1]));
   FMMCallCUDA(cudaEventRecord(FMMCUDAStaging.evjoin, FMMCUDAStaging.side[1]));
   FMMCallCUDA(cudaStreamWaitEvent(c->stream, FMMCUDAStaging.evjoin, 0));
-  FixRunsKernel<<<dim3((unsigned)FMMCUDABlocks(U, BS), 2), BS, 0, c->stream>>>(U, qtx, qty, X, Y, xy, flag);
+  FMMCallCUDA(FMMLaunch(FixRunsKernel, dim3((unsigned)FMMCUDABlocks(U, BS), 2), BS, 0, c->stream, U, qtx, qty, X, Y, xy, flag));
   FMMCheckLaunch();
   PetscCall(FMMCUDAReadback(c->stream, bad, flag, sizeof(bad)));
   for (int d = 0; d < 2; d++) {
     PetscInt *id = d ? Y : X, *dn = (PetscInt *)flag, n = 0; /* the count read back where the flags were */
     if (!bad[d]) continue;
-    LongRunsKernel<<<LAUNCH_N(U)>>>(U, d ? qty : qtx, mark);
+    FMMCallCUDA(FMMLaunch(LongRunsKernel, LAUNCH_N(U), U, d ? qty : qtx, mark));
     FMMCheckLaunch();
     FMMCallCUDA(cub::DeviceSelect::Flagged(NULL, need, thrust::counting_iterator<PetscInt>(0), mark, pos, dn, (int)U, c->stream));
     PetscCall(ScratchEnsure(c, s, need));
     FMMCallCUDA(cub::DeviceSelect::Flagged(s->tmp, need, thrust::counting_iterator<PetscInt>(0), mark, pos, dn, (int)U, c->stream));
     PetscCall(FMMCUDAReadback(c->stream, &n, dn, sizeof(n)));
     PetscCall(PetscInfo(NULL, "GPU tree build: %s list: %" PetscInt_FMT " of %" PetscInt_FMT " points in runs of more than %d equal %d-bit keys, one out of order: sorted by 64-bit keys\n", d ? "y" : "x", n, U, FIX_RUN, (int)bits));
-    RunKeysKernel<<<LAUNCH_N(n)>>>(n, pos, id, xy, d, ky, v0);
+    FMMCallCUDA(FMMLaunch(RunKeysKernel, LAUNCH_N(n), n, pos, id, xy, d, ky, v0));
     FMMCheckLaunch();
     FMMCallCUDA(cub::DeviceRadixSort::SortPairs(NULL, need, ky, kx, v0, v1, (int)n, 0, 64, c->stream));
     PetscCall(ScratchEnsure(c, s, need));
     FMMCallCUDA(cub::DeviceRadixSort::SortPairs(s->tmp, need, ky, kx, v0, v1, (int)n, 0, 64, c->stream));
-    RunScatterKernel<<<LAUNCH_N(n)>>>(n, pos, v1, id);
+    FMMCallCUDA(FMMLaunch(RunScatterKernel, LAUNCH_N(n), n, pos, v1, id));
     FMMCheckLaunch();
   }
   PetscFunctionReturn(0);
@@ -2318,7 +2355,7 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
       if (us != c->stream) FMMCallCUDA(cudaStreamWaitEvent(c->stream, ev, 0));
       if (shortkeys) PetscCall(SortShort(c, &s, n2, U, keybits, xy, kx, ky, kt, val, X, Y));
       else {
-        KeysKernel<<<LAUNCH_N(b - a)>>>(a, b, xy, kx, ky, val);
+        FMMCallCUDA(FMMLaunch(KeysKernel, LAUNCH_N(b - a), a, b, xy, kx, ky, val));
         FMMCheckLaunch();
         FMMCallCUDA(cub::DeviceRadixSort::SortPairs(s.tmp, need, kx + a, kt + a, val + a, X1 + a, (int)(b - a), 0, 64, c->stream));
         FMMCallCUDA(cub::DeviceRadixSort::SortPairs(s.tmp, need, ky + a, kt + U + a, val + a, Y1 + a, (int)(b - a), 0, 64, c->stream));
@@ -2332,7 +2369,7 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
       FMMCallCUDA(cub::DeviceMerge::MergeKeys(s.tmp, need, xa, h, xb, U - h, xo, KeyIndexLess(), c->stream));
       FMMCallCUDA(cub::DeviceMerge::MergeKeys(s.tmp, need, ya, h, yb, U - h, yo, KeyIndexLess(), c->stream));
     }
-    OtherKernel<<<LAUNCH_N(U)>>>(U, X, Y, xy, XO, YO);
+    FMMCallCUDA(FMMLaunch(OtherKernel, LAUNCH_N(U), U, X, Y, xy, XO, YO));
     FMMCheckLaunch();
     if (late) PetscCall(late(c, lctx, ev, &lated)); /* after the points, while the GPU sorts and splits */
     FMMCallCUDA(cudaEventDestroy(ev));
@@ -2355,12 +2392,12 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
     if (lsplit && 2 * L - r <= SRMAX && U <= (PetscInt64)SCAP * nseg) {
       PetscInt nmax = 0;
       FMMCallCUDA(cudaMemsetAsync(cseg, 0, sizeof(PetscInt), c->stream));
-      SegmentMaxKernel<<<LAUNCH_N(nseg)>>>(nseg, off, cseg);
+      FMMCallCUDA(FMMLaunch(SegmentMaxKernel, LAUNCH_N(nseg), nseg, off, cseg));
       FMMCheckLaunch();
       PetscCall(FMMCUDAReadback(c->stream, &nmax, cseg, sizeof(PetscInt)));
       if (nmax <= SCAP) {
         const int ipt = SplitLocalIPT(nmax);
-        SplitLocalOf(ipt)<<<(unsigned)nseg, SNT, SplitLocalBytes(ipt), c->stream>>>((int)(2 * L - r), r, median ? 1 : 0, off, lists, xy, seg, noff, bb);
+        FMMCallCUDA(FMMLaunch(SplitLocalOf(ipt), (unsigned)nseg, SNT, SplitLocalBytes(ipt), c->stream, (int)(2 * L - r), r, median ? 1 : 0, off, lists, xy, seg, noff, bb));
         FMMCheckLaunch();
         PetscCall(PetscInfo(NULL, "GPU tree build: rounds %" PetscInt_FMT " to %" PetscInt_FMT " of %" PetscInt_FMT " in shared memory, %" PetscInt_FMT " blocks of up to %" PetscInt_FMT " points, %d a thread\n", r, 2 * L - 1, 2 * L, nseg, nmax, ipt));
         { PetscInt *t = off; off = noff; noff = t; }
@@ -2368,7 +2405,7 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
         break;
       }
     }
-    SegmentKernel<<<LAUNCH_N(PetscMax(nseg, nch + 1))>>>(nseg, off, lists, xy, noff, dir, lbb, sp.core, sp.best, sp.rank, nch, cseg);
+    FMMCallCUDA(FMMLaunch(SegmentKernel, LAUNCH_N(PetscMax(nseg, nch + 1)), nseg, off, lists, xy, noff, dir, lbb, sp.core, sp.best, sp.rank, nch, cseg));
     FMMCheckLaunch();
     if (U && sp.core) PetscCall(CompactSplit(c, &sp, nseg, U, off, cseg, lists, xy));
     if (U) PetscCall(SplitPartition(c, &s, U, cseg, off, noff, dir, sp.rank, lists, nsel, xy));
@@ -2376,9 +2413,9 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
     { unsigned char *t = lists.sel; lists.sel = nsel; nsel = t; }
   }
   if (!local) { /* the leaves' bounding boxes, the leaf of each position, the x list in one buffer */
-    SegmentKernel<<<LAUNCH_N(nleaves)>>>(nleaves, off, lists, xy, NULL, NULL, bb + 4 * FMMLevelStart(L), NULL, NULL, NULL, 0, NULL);
+    FMMCallCUDA(FMMLaunch(SegmentKernel, LAUNCH_N(nleaves), nleaves, off, lists, xy, NULL, NULL, bb + 4 * FMMLevelStart(L), NULL, NULL, NULL, 0, NULL));
     FMMCheckLaunch();
-    if (U) LeafOfKernel<<<LAUNCH_N(U)>>>(U, nleaves, off, lists, seg);
+    if (U) FMMCallCUDA(FMMLaunch(LeafOfKernel, LAUNCH_N(U), U, nleaves, off, lists, seg));
     FMMCheckLaunch();
   }
 
@@ -2413,17 +2450,17 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
     out.off  = 0;
     carve(&out);
   }
-  ClassifyKernel<<<LAUNCH_N(U + 1)>>>(U, N, same ? 1 : 0, t0, t0 + M, X, fs, ft);
+  FMMCallCUDA(FMMLaunch(ClassifyKernel, LAUNCH_N(U + 1), U, N, same ? 1 : 0, t0, t0 + M, X, fs, ft));
   FMMCheckLaunch();
   PetscCall(ExclusiveScan(c, &s, fs, ss, U));
   PetscCall(ExclusiveScan(c, &s, ft, st, U));
-  LeafRangeKernel<<<LAUNCH_N(nleaves + 1)>>>(nleaves, off, ss, st, c->sleaf, c->tleaf);
+  FMMCallCUDA(FMMLaunch(LeafRangeKernel, LAUNCH_N(nleaves + 1), nleaves, off, ss, st, c->sleaf, c->tleaf));
   FMMCheckLaunch();
-  if (U) ScatterPointsKernel<<<LAUNCH_N(U)>>>(U, N, same ? 1 : 0, t0, X, seg, fs, ss, ft, st, xy, nrm, wts, alpha, beta, c->sperm, c->sx, c->sy, c->cq, c->cdx, c->cdy, c->tperm, c->tx, c->ty, c->tleafof);
+  if (U) FMMCallCUDA(FMMLaunch(ScatterPointsKernel, LAUNCH_N(U), U, N, same ? 1 : 0, t0, X, seg, fs, ss, ft, st, xy, nrm, wts, alpha, beta, c->sperm, c->sx, c->sy, c->cq, c->cdx, c->cdy, c->tperm, c->tx, c->ty, c->tleafof));
   FMMCheckLaunch();
 
   /* box geometry */
-  GeometryKernel<<<LAUNCH_N(nboxes)>>>(nboxes, bb, c->cx, c->cy, c->scale);
+  FMMCallCUDA(FMMLaunch(GeometryKernel, LAUNCH_N(nboxes), nboxes, bb, c->cx, c->cy, c->scale));
   FMMCheckLaunch();
 
   PetscCall(StageMark(c, &stg));
@@ -2472,16 +2509,16 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
             continue;
           }
           if (top.n) {
-            ListTopKernel<<<1, LTB, 0, c->stream>>>(top);
+            FMMCallCUDA(FMMLaunch(ListTopKernel, 1, LTB, 0, c->stream, top));
             FMMCheckLaunch();
             top.n = 0;
           }
           PetscCall(ExclusiveScanBy(c, &s, thrust::make_transform_iterator(thrust::counting_iterator<PetscInt>(0), st.kind), thrust::make_tabulate_output_iterator(st.out), ListCountSum(), ListCount{0, 0}, nc));
-          ListWriteKernel<<<PetscMin(FMMCUDABlocks(PetscMax(nc, nb + 1), BS), 4096u), BS, 0, c->stream>>>(st);
+          FMMCallCUDA(FMMLaunch(ListWriteKernel, PetscMin(FMMCUDABlocks(PetscMax(nc, nb + 1), BS), 4096u), BS, 0, c->stream, st));
           FMMCheckLaunch();
         }
         if (top.n) {
-          ListTopKernel<<<1, LTB, 0, c->stream>>>(top);
+          FMMCallCUDA(FMMLaunch(ListTopKernel, 1, LTB, 0, c->stream, top));
           FMMCheckLaunch();
         }
       }
