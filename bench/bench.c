@@ -209,7 +209,7 @@ int main(int argc, char **argv)
     pairs = (PetscReal)p2p;
     PetscCall(MPIU_Allreduce(&mloc, &msum, 1, MPIU_REAL, MPIU_SUM, PETSC_COMM_WORLD));
     PetscCall(MPIU_Allreduce(MPI_IN_PLACE, &pairs, 1, MPIU_REAL, MPIU_SUM, PETSC_COMM_WORLD));
-    PetscCall(PetscPrintf(PETSC_COMM_WORLD, "bench: device=%s vec=%s points=%s N=%" PetscInt_FMT " geometry=%s eps=%g p=%" PetscInt_FMT " ct=%" PetscInt_FMT " layout=%s levels=%" PetscInt_FMT " setup_s=%.6f create_s=%.6f setsources_s=%.6f assembly_s=%.6f cuda_init_s=%.3f mult_med_s=%.5f mult_min_s=%.5f mult_max_s=%.5f mult_logged_med_s=%.5f points_per_s=%.3e", MatFMMDevices[dev], vtype, devpts ? "device" : "host", N,
+    PetscCall(PetscPrintf(PETSC_COMM_WORLD, "bench: device=%s vec=%s points=%s N=%" PetscInt_FMT " geometry=%s eps=%g p=%" PetscInt_FMT " ct=%" PetscInt_FMT " layout=%s levels=%" PetscInt_FMT " setup_s=%.6f create_s=%.6f setsources_s=%.6f assembly_s=%.6f cuda_init_s=%.3f mult_med_s=%.6f mult_min_s=%.6f mult_max_s=%.6f mult_logged_med_s=%.6f points_per_s=%.3e", MatFMMDevices[dev], vtype, devpts ? "device" : "host", N,
                            curve ? "curve" : "square", (double)eps, p, ct, layout, L, (double)(t1 - t0), (double)(ts0 - t0), (double)(ts1 - ts0), (double)(t1 - ta), (double)(ti1 - ti0), (double)med, (double)times[0], (double)times[reps - 1], (double)ltimes[reps / 2], (double)(N / med)));
     if (nre) PetscCall(PetscPrintf(PETSC_COMM_WORLD, " reassembly_med_s=%.6f setsources_med_s=%.6f", (double)reas, (double)sets));
     PetscCall(PetscPrintf(PETSC_COMM_WORLD, "\n"));

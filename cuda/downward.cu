@@ -12,6 +12,7 @@
    C_l += rho^l sum_{k=l..p} B_k C(k,l) u^(k-l), in the CPU's order and rounding */
 __global__ void L2LKernel(PetscInt nb, int p, int ne, PetscInt pl, PetscInt cl, PetscInt span, const PetscInt *tleaf, const double *cx, const double *cy, const double *scale, const double *binom, double *local)
 {
+  FMMWaitPrior();
   const PetscInt t = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   if (t >= nb * (p + 1)) return;
   const PetscInt b = t / (p + 1);
@@ -39,7 +40,7 @@ PetscErrorCode FMMCUDAL2L(FMM_CUDA *c, const FMMPlan *P)
   PetscFunctionBegin;
   for (PetscInt l = 1; l <= P->L; l++) {
     PetscInt nb = (PetscInt)1 << (2 * l), span = (PetscInt)1 << (2 * (P->L - l));
-    L2LKernel<<<FMMCUDABlocks(nb * (c->p + 1), 128), 128, 0, c->stream>>>(nb, (int)c->p, (int)c->ne, FMMLevelStart(l - 1), FMMLevelStart(l), span, c->tleaf, c->cx, c->cy, c->scale, c->binom, c->local);
+    FMMCallCUDA(FMMLaunch(L2LKernel, FMMCUDABlocks(nb * (c->p + 1), 128), 128, 0, c->stream, nb, (int)c->p, (int)c->ne, FMMLevelStart(l - 1), FMMLevelStart(l), span, c->tleaf, c->cx, c->cy, c->scale, c->binom, c->local));
     FMMCheckLaunch();
   }
   PetscFunctionReturn(0);
@@ -56,6 +57,7 @@ PetscErrorCode FMMCUDAL2L(FMM_CUDA *c, const FMMPlan *P)
 template <bool NEAR>
 __global__ void L2PKernel(PetscInt M, int p, int ne, const PetscInt *tleafof, const double *tx, const double *ty, const double *cx, const double *cy, const double *scale, const double *local, double *pot, PetscInt nl, PetscInt nmax, const PetscInt *tleaf, const PetscInt *symleaf, const double *colpart, const double *chsum, const PetscInt *tperm, double *y, unsigned long long *next)
 {
+  FMMWaitPrior();
   const PetscInt i = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   if (NEAR && i == 0) *next = 0;
   if (i >= M) return;
@@ -87,14 +89,15 @@ PetscErrorCode FMMCUDAL2P(FMM_CUDA *c, const FMMPlan *P, double *y)
 
   PetscFunctionBegin;
   if (!P->M) PetscFunctionReturn(0);
-  if (c->syma) L2PKernel<true><<<nb, 128, 0, c->stream>>>(P->M, (int)c->p, (int)c->ne, c->tleafof, c->tx, c->ty, c->cx + l0, c->cy + l0, c->scale + l0, c->local + l0 * c->ne, c->pot, P->nleaves, P->maxleafsrc, c->tleaf, c->symleaf, c->colpart, c->chsum, c->tperm, y, c->symnext);
-  else L2PKernel<false><<<nb, 128, 0, c->stream>>>(P->M, (int)c->p, (int)c->ne, c->tleafof, c->tx, c->ty, c->cx + l0, c->cy + l0, c->scale + l0, c->local + l0 * c->ne, c->pot, 0, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL);
+  if (c->syma) FMMCallCUDA(FMMLaunch(L2PKernel<true>, nb, 128, 0, c->stream, P->M, (int)c->p, (int)c->ne, c->tleafof, c->tx, c->ty, c->cx + l0, c->cy + l0, c->scale + l0, c->local + l0 * c->ne, c->pot, P->nleaves, P->maxleafsrc, c->tleaf, c->symleaf, c->colpart, c->chsum, c->tperm, y, c->symnext));
+  else FMMCallCUDA(FMMLaunch(L2PKernel<false>, nb, 128, 0, c->stream, P->M, (int)c->p, (int)c->ne, c->tleafof, c->tx, c->ty, c->cx + l0, c->cy + l0, c->scale + l0, c->local + l0 * c->ne, c->pot, 0, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL));
   FMMCheckLaunch();
   PetscFunctionReturn(0);
 }
 
 __global__ void ScatterKernel(PetscInt M, const PetscInt *tperm, const double *pot, double *y)
 {
+  FMMWaitPrior();
   const PetscInt i = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < M) y[tperm[i]] = pot[i];
 }
@@ -104,7 +107,7 @@ PetscErrorCode FMMCUDAScatter(FMM_CUDA *c, const FMMPlan *P, double *y)
 {
   PetscFunctionBegin;
   if (!P->M) PetscFunctionReturn(0);
-  ScatterKernel<<<FMMCUDABlocks(P->M, 256), 256, 0, c->stream>>>(P->M, c->tperm, c->pot, y);
+  FMMCallCUDA(FMMLaunch(ScatterKernel, FMMCUDABlocks(P->M, 256), 256, 0, c->stream, P->M, c->tperm, c->pot, y));
   FMMCheckLaunch();
   PetscFunctionReturn(0);
 }
@@ -113,6 +116,7 @@ PetscErrorCode FMMCUDAScatter(FMM_CUDA *c, const FMMPlan *P, double *y)
    terms apply), the host loop of MatApply_FMM (src/mat/matfmm.c) on device arrays */
 __global__ void CombineKernel(PetscInt m, double scale, double shift, int diag, int add, const double *r, const double *x, const double *d, double *y)
 {
+  FMMWaitPrior();
   const PetscInt i = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= m) return;
   double v = scale * r[i];
@@ -124,7 +128,7 @@ PetscErrorCode FMMCUDACombine(FMM_CUDA *c, PetscInt m, double scale, double shif
 {
   PetscFunctionBegin;
   if (!m) PetscFunctionReturn(0);
-  CombineKernel<<<FMMCUDABlocks(m, 256), 256, 0, c->stream>>>(m, scale, shift, (shift != 0.0 || d) ? 1 : 0, add ? 1 : 0, c->y, x, d, y);
+  FMMCallCUDA(FMMLaunch(CombineKernel, FMMCUDABlocks(m, 256), 256, 0, c->stream, m, scale, shift, (shift != 0.0 || d) ? 1 : 0, add ? 1 : 0, c->y, x, d, y));
   FMMCheckLaunch();
   PetscFunctionReturn(0);
 }

@@ -167,6 +167,7 @@ __device__ __forceinline__ void M2LRunSums(const double *v, int rstride, unsigne
 template <int PP>
 __global__ void __launch_bounds__(32 * M2L_WARPS) M2LChunkKernel(PetscInt npairs, int p, int ne, int stride, const PetscInt *far, const PetscInt *pairtgt, const PetscInt *chunkpart, const double *cx, const double *cy, const double *scale, const double *mpole, const double *m2l, double *part)
 {
+  FMMWaitPrior();
   extern __shared__ double sh[];
   const int      lane = threadIdx.x & 31, w = threadIdx.x >> 5;
   const PetscInt chunk = (PetscInt)blockIdx.x * M2L_WARPS + w, g0 = chunk * 32;
@@ -220,6 +221,7 @@ __global__ void __launch_bounds__(32 * M2L_WARPS) M2LChunkKernel(PetscInt npairs
 /* local[t] = sum of the partials of box t, in order (zero for boxes without far field) */
 __global__ void M2LSumKernel(PetscInt nboxes, int ne, const PetscInt *tpart, const double *part, double *local)
 {
+  FMMWaitPrior();
   const PetscInt64 idx = (PetscInt64)blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= (PetscInt64)nboxes * ne) return;
   const PetscInt t = (PetscInt)(idx / ne), col = (PetscInt)(idx % ne);
@@ -238,6 +240,7 @@ __global__ void M2LSumKernel(PetscInt nboxes, int ne, const PetscInt *tpart, con
 template <int KP>
 __global__ void __launch_bounds__(32 * M2L_TC_WARPS) M2LTensorKernel(PetscInt nchunks, PetscInt npairs, int p, int ne, const PetscInt *far, const PetscInt *pairtgt, const PetscInt *chunkpart, const double *cx, const double *cy, const double *scale, const double *mpole, const double *cmat, double *part)
 {
+  FMMWaitPrior();
   using namespace nvcuda;
   extern __shared__ __align__(128) double sh[];
   constexpr int  LDT  = M2L_TC_LDT, MT = KP / 8, KT = KP / 4;
@@ -446,6 +449,7 @@ __device__ __forceinline__ M2LCx CPow2t(int t, M2LCx x2, M2LCx x4)
 template <int KP>
 __global__ void __launch_bounds__(32 * M2L_RW, 3) M2LRegKernel(PetscInt nchunks, PetscInt npairs, int p, int ne, const PetscInt *far, const PetscInt *pairtgt, const PetscInt *chunkpart, const double *cx, const double *cy, const double *scale, const double *mpole, const double *chat, double *part)
 {
+  FMMWaitPrior();
   constexpr int NK = KP / 8, RS = 2 * KP + 8; /* k steps = n tiles; row stride of the run-sum tile (16-byte stores of a quarter warp in distinct banks) */
   extern __shared__ double m2lsh[];
   const int      lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -609,7 +613,7 @@ PetscErrorCode FMMCUDAM2L(FMM_CUDA *c, const FMMPlan *P)
     FMMCallCUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSM, kern, 32 * M2L_RW, shmem));
     FMMCallCUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, c->dev));
     PetscInt blocks = PetscMin((c->nchunks + M2L_RW - 1) / M2L_RW, (PetscInt)PetscMax(perSM, 1) * sms);
-    kern<<<(unsigned)blocks, 32 * M2L_RW, shmem, c->stream>>>(c->nchunks, c->npairs, (int)c->p, (int)c->ne, c->far, c->pairtgt, c->chunkpart, c->cx, c->cy, c->scale, c->mpole, c->m2lpad, c->part);
+    FMMCallCUDA(FMMLaunch(kern, (unsigned)blocks, 32 * M2L_RW, shmem, c->stream, c->nchunks, c->npairs, (int)c->p, (int)c->ne, c->far, c->pairtgt, c->chunkpart, c->cx, c->cy, c->scale, c->mpole, c->m2lpad, c->part));
     FMMCheckLaunch();
   } else if (c->npairs && c->kp) { /* tensor cores (WMMA m8n8k4): a persistent grid of warps */
     const int    kp = (int)c->kp, threads = 32 * M2L_TC_WARPS;
@@ -620,17 +624,17 @@ PetscErrorCode FMMCUDAM2L(FMM_CUDA *c, const FMMPlan *P)
     FMMCallCUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSM, kern, threads, shmem));
     FMMCallCUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, c->dev));
     PetscInt blocks = PetscMin((c->nchunks + M2L_TC_WARPS - 1) / M2L_TC_WARPS, (PetscInt)PetscMax(perSM, 1) * sms);
-    kern<<<(unsigned)blocks, threads, shmem, c->stream>>>(c->nchunks, c->npairs, (int)c->p, (int)c->ne, c->far, c->pairtgt, c->chunkpart, c->cx, c->cy, c->scale, c->mpole, c->m2lpad, c->part);
+    FMMCallCUDA(FMMLaunch(kern, (unsigned)blocks, threads, shmem, c->stream, c->nchunks, c->npairs, (int)c->p, (int)c->ne, c->far, c->pairtgt, c->chunkpart, c->cx, c->cy, c->scale, c->mpole, c->m2lpad, c->part));
     FMMCheckLaunch();
   } else if (c->npairs) {
     const int    stride = (int)c->ne + 1;
     const size_t shmem  = (size_t)M2L_WARPS * 32 * stride * sizeof(double);
     M2LKernelFn  kern   = M2LKernels[c->pp / 2];
     if (shmem > 49152) FMMCallCUDA(cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shmem));
-    kern<<<FMMCUDABlocks(c->nchunks, M2L_WARPS), 32 * M2L_WARPS, shmem, c->stream>>>(c->npairs, (int)c->p, (int)c->ne, stride, c->far, c->pairtgt, c->chunkpart, c->cx, c->cy, c->scale, c->mpole, c->m2l, c->part);
+    FMMCallCUDA(FMMLaunch(kern, FMMCUDABlocks(c->nchunks, M2L_WARPS), 32 * M2L_WARPS, shmem, c->stream, c->npairs, (int)c->p, (int)c->ne, stride, c->far, c->pairtgt, c->chunkpart, c->cx, c->cy, c->scale, c->mpole, c->m2l, c->part));
     FMMCheckLaunch();
   }
-  M2LSumKernel<<<FMMCUDABlocks((PetscInt64)P->nboxes * c->ne, 256), 256, 0, c->stream>>>(P->nboxes, (int)c->ne, c->tpart, c->part, c->local);
+  FMMCallCUDA(FMMLaunch(M2LSumKernel, FMMCUDABlocks((PetscInt64)P->nboxes * c->ne, 256), 256, 0, c->stream, P->nboxes, (int)c->ne, c->tpart, c->part, c->local));
   FMMCheckLaunch();
   PetscFunctionReturn(0);
 }

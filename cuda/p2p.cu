@@ -197,6 +197,7 @@ __device__ __forceinline__ void TiledPair(double zx, double zy, double2 xy, doub
 template <int KIND, bool FAST>
 __global__ void __launch_bounds__(TL_THREADS, 4) P2PTiledKernel(PetscInt nitems, const FMMP2PItem *items, const PetscInt *nearoff, const PetscInt *nearscan, const PetscInt *entrysrc, const PetscInt *nbroff, const double *tx, const double *ty, const double *sx, const double *sy, const double *q, const double *dx, const double *dy, double *pot, double *part, const double2 *logtab)
 {
+  FMMWaitPrior();
   constexpr bool LOG = FAST && KIND != 1;
   extern __shared__ double2 tlsh[]; /* 16-byte aligned */
   double2 *lts = tlsh;
@@ -422,6 +423,7 @@ __device__ __forceinline__ PetscInt SymWord(PetscInt d, int j)
 template <int R>
 __global__ void __launch_bounds__(SY_THREADS, 2) P2PSymmetricKernel(PetscInt nitems, int a, unsigned long long *next, const PetscInt *symitem, const double *sx, const double *sy, const double *q, double *pot, double *colpart, const double2 *logtab)
 {
+  FMMWaitPrior();
   extern __shared__ double2 sysh[];
   const int      lane = threadIdx.x & 31, G = 32 / a, g = lane / a, l = lane % a, nmax = R * a;
   const int      gs = 6 - __ffs(a), nu = (a * a) >> 6; /* a is 8, 16 or 32: G = 2^gs; diagonal units a group, a/(2G) */
@@ -573,6 +575,7 @@ __global__ void __launch_bounds__(SY_THREADS, 2) P2PSymmetricKernel(PetscInt nit
    block is last does not change the result. */
 __global__ void __launch_bounds__(256) P2PChunkSumKernel(PetscInt nl, PetscInt nmax, const PetscInt *sleaf, const PetscInt *symleaf, const PetscInt *chleaf, const double *colpart, double *chsum, unsigned *chdone)
 {
+  FMMWaitPrior();
   __shared__ double red[256];
   __shared__ bool   last;
   const FMMSymLeaf  S(symleaf, nl);
@@ -621,9 +624,9 @@ static PetscErrorCode LaunchSymmetric(FMM_CUDA *c, const FMMPlan *P)
     FMMCallCUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, c->dev));
     c->symblocks = PetscMax(1, PetscMin((c->nsymitems + SY_WARPS - 1) / SY_WARPS, (PetscInt)PetscMax(perSM, 1) * sms));
   }
-  P2PSymmetricKernel<R><<<(unsigned)c->symblocks, SY_THREADS, shmem, c->stream>>>(c->nsymitems, (int)c->syma, c->symnext, c->symitem, c->sx, c->sy, c->q, c->pot, c->colpart, c->logtab);
+  FMMCallCUDA(FMMLaunch(P2PSymmetricKernel<R>, (unsigned)c->symblocks, SY_THREADS, shmem, c->stream, c->nsymitems, (int)c->syma, c->symnext, c->symitem, c->sx, c->sy, c->q, c->pot, c->colpart, c->logtab));
   FMMCheckLaunch();
-  if (c->nsymch) P2PChunkSumKernel<<<(unsigned)c->nsymch, 256, 0, c->stream>>>(P->nleaves, P->maxleafsrc, c->sleaf, c->symleaf, c->symchleaf, c->colpart, c->chsum, c->symchdone);
+  if (c->nsymch) FMMCallCUDA(FMMLaunch(P2PChunkSumKernel, (unsigned)c->nsymch, 256, 0, c->stream, P->nleaves, P->maxleafsrc, c->sleaf, c->symleaf, c->symchleaf, c->colpart, c->chsum, c->symchdone));
   FMMCheckLaunch();
   PetscFunctionReturn(0);
 }
@@ -648,6 +651,7 @@ static PetscErrorCode P2PSymmetric(FMM_CUDA *c, const FMMPlan *P)
 /* the partials of split lists, in item order */
 __global__ void P2PSumKernel(PetscInt M, const PetscInt *tleafof, const PetscInt *tleaf, const PetscInt *leafnsc, const PetscInt *leafpart, const double *part, double *pot)
 {
+  FMMWaitPrior();
   const PetscInt i = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= M) return;
   const PetscInt b = tleafof[i], nsc = leafnsc[b];
@@ -662,7 +666,7 @@ static PetscErrorCode P2PSum(FMM_CUDA *c, const FMMPlan *P)
 {
   PetscFunctionBegin;
   if (!c->p2psplit) PetscFunctionReturn(0);
-  P2PSumKernel<<<FMMCUDABlocks(P->M, 256), 256, 0, c->stream>>>(P->M, c->tleafof, c->tleaf, c->leafnsc, c->leafpart, c->p2ppart, c->pot);
+  FMMCallCUDA(FMMLaunch(P2PSumKernel, FMMCUDABlocks(P->M, 256), 256, 0, c->stream, P->M, c->tleafof, c->tleaf, c->leafnsc, c->leafpart, c->p2ppart, c->pot));
   FMMCheckLaunch();
   PetscFunctionReturn(0);
 }
@@ -679,7 +683,7 @@ static PetscErrorCode LaunchTiled(FMM_CUDA *c)
   FMMCallCUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSM, kern, TL_THREADS, shmem));
   FMMCallCUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, c->dev));
   const PetscInt blocks = PetscMin(c->nitems, (PetscInt)PetscMax(perSM, 1) * sms);
-  P2PTiledKernel<KIND, FAST><<<(unsigned)blocks, TL_THREADS, shmem, c->stream>>>(c->nitems, c->items, c->nearoff, c->nearscan, c->entrysrc, c->nbroff, c->tx, c->ty, c->sx, c->sy, c->q, c->dx, c->dy, c->pot, c->p2ppart, c->logtab);
+  FMMCallCUDA(FMMLaunch(P2PTiledKernel<KIND, FAST>, (unsigned)blocks, TL_THREADS, shmem, c->stream, c->nitems, c->items, c->nearoff, c->nearscan, c->entrysrc, c->nbroff, c->tx, c->ty, c->sx, c->sy, c->q, c->dx, c->dy, c->pot, c->p2ppart, c->logtab));
   FMMCheckLaunch();
   PetscFunctionReturn(0);
 }
@@ -704,6 +708,7 @@ PetscErrorCode FMMCUDAP2PTiled(FMM_CUDA *c, const FMMPlan *P)
 template <int KIND>
 __global__ void __launch_bounds__(P2P_THREADS) P2PIndexingKernel(const FMMP2PItem *items, const PetscInt *nbroff, const PetscInt *nbr, const double *tx, const double *ty, const double *gxy, const double *gq, const double *gdx, const double *gdy, double *pot, double *part, const double2 *logtab)
 {
+  FMMWaitPrior();
   __shared__ double  red[P2P_THREADS];
   __shared__ double2 lts[FMM_LOGTAB];
   const double2     *lt = LoadLogTable(KIND == 1 ? NULL : logtab, lts);
@@ -725,7 +730,7 @@ PetscErrorCode FMMCUDAP2PIndexing(FMM_CUDA *c, const FMMPlan *P)
 {
   PetscFunctionBegin;
   if (!c->nitems) PetscFunctionReturn(0);
-#define LAUNCH(K) P2PIndexingKernel<K><<<(unsigned)c->nitems, P2P_THREADS, 0, c->stream>>>(c->items, c->nbroff, c->nbr, c->tx, c->ty, c->gxy, c->gq, c->gdx, c->gdy, c->pot, c->p2ppart, c->logtab)
+#define LAUNCH(K) FMMCallCUDA(FMMLaunch(P2PIndexingKernel<K>, (unsigned)c->nitems, P2P_THREADS, 0, c->stream, c->items, c->nbroff, c->nbr, c->tx, c->ty, c->gxy, c->gq, c->gdx, c->gdy, c->pot, c->p2ppart, c->logtab))
   if (c->kind == 0) LAUNCH(0);
   else if (c->kind == 1) LAUNCH(1);
   else LAUNCH(2);
@@ -740,6 +745,7 @@ PetscErrorCode FMMCUDAP2PIndexing(FMM_CUDA *c, const FMMPlan *P)
 template <int KIND>
 __global__ void RepBuildKernel(PetscInt b0, const PetscInt *tleaf, const PetscInt *nbroff, const PetscInt *nbrt, const PetscInt64 *recoff, const double *tx, const double *ty, const double *sx, const double *sy, const double *q, const double *dx, const double *dy, double *rec)
 {
+  FMMWaitPrior();
   constexpr int    S = KIND == 2 ? 5 : (KIND == 1 ? 4 : 3);
   const PetscInt   b = b0 + blockIdx.x, t0 = tleaf[b], nt = tleaf[b + 1] - t0, e0 = nbroff[b], ns = nbroff[b + 1] - e0;
   const PetscInt64 len = 2 + (PetscInt64)S * ns;
@@ -767,6 +773,7 @@ __global__ void RepBuildKernel(PetscInt b0, const PetscInt *tleaf, const PetscIn
 template <int KIND>
 __global__ void __launch_bounds__(P2P_THREADS) RepEvalKernel(PetscInt i0, const FMMP2PItem *items, const PetscInt *tleaf, const PetscInt *nbroff, const PetscInt64 *recoff, const double *rec, double *pot, double *part, const double2 *logtab)
 {
+  FMMWaitPrior();
   constexpr int      S = KIND == 2 ? 5 : (KIND == 1 ? 4 : 3);
   __shared__ double  red[P2P_THREADS];
   __shared__ double2 lts[FMM_LOGTAB];
@@ -795,9 +802,9 @@ PetscErrorCode FMMCUDAP2PRepetition(FMM_CUDA *c, const FMMPlan *P)
     if (it1 == it0) continue;
 #define LAUNCH(K) \
   do { \
-    RepBuildKernel<K><<<(unsigned)(b1 - b0), 128, 0, c->stream>>>(b0, c->tleaf, c->nbroff, c->nbrt, c->recoff, c->tx, c->ty, c->sx, c->sy, c->q, c->dx, c->dy, c->rec); \
+    FMMCallCUDA(FMMLaunch(RepBuildKernel<K>, (unsigned)(b1 - b0), 128, 0, c->stream, b0, c->tleaf, c->nbroff, c->nbrt, c->recoff, c->tx, c->ty, c->sx, c->sy, c->q, c->dx, c->dy, c->rec)); \
     FMMCheckLaunch(); \
-    RepEvalKernel<K><<<(unsigned)(it1 - it0), P2P_THREADS, 0, c->stream>>>(it0, c->items, c->tleaf, c->nbroff, c->recoff, c->rec, c->pot, c->p2ppart, c->logtab); \
+    FMMCallCUDA(FMMLaunch(RepEvalKernel<K>, (unsigned)(it1 - it0), P2P_THREADS, 0, c->stream, it0, c->items, c->tleaf, c->nbroff, c->recoff, c->rec, c->pot, c->p2ppart, c->logtab)); \
     FMMCheckLaunch(); \
   } while (0)
     if (c->kind == 0) LAUNCH(0);
@@ -820,6 +827,7 @@ PetscErrorCode FMMCUDAP2PRepetition(FMM_CUDA *c, const FMMPlan *P)
 template <int KIND>
 __global__ void __launch_bounds__(DIRECT_THREADS) DirectKernel(PetscInt M, PetscInt N, PetscInt slicelen, const double *tx, const double *ty, const double *sx, const double *sy, const double *q, const double *dx, const double *dy, double *out, const double2 *logtab)
 {
+  FMMWaitPrior();
   __shared__ double  xs[DIRECT_THREADS], ys[DIRECT_THREADS], qs[DIRECT_THREADS], dxs[DIRECT_THREADS], dys[DIRECT_THREADS];
   __shared__ double2 lts[FMM_LOGTAB];
   const double2     *lt = LoadLogTable(KIND == 1 ? NULL : logtab, lts);
@@ -847,6 +855,7 @@ __global__ void __launch_bounds__(DIRECT_THREADS) DirectKernel(PetscInt M, Petsc
 
 __global__ void DirectSumKernel(PetscInt M, PetscInt nsl, const double *part, double *pot)
 {
+  FMMWaitPrior();
   const PetscInt i = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= M) return;
   double acc = part[i];
@@ -862,14 +871,14 @@ PetscErrorCode FMMCUDADirect(FMM_CUDA *c, const FMMPlan *P)
 
   PetscFunctionBegin;
   if (!P->M) PetscFunctionReturn(0);
-#define LAUNCH(K) DirectKernel<K><<<grid, DIRECT_THREADS, 0, c->stream>>>(P->M, P->N, slicelen, c->tx, c->ty, c->sx, c->sy, c->q, c->dx, c->dy, out, c->logtab)
+#define LAUNCH(K) FMMCallCUDA(FMMLaunch(DirectKernel<K>, grid, DIRECT_THREADS, 0, c->stream, P->M, P->N, slicelen, c->tx, c->ty, c->sx, c->sy, c->q, c->dx, c->dy, out, c->logtab))
   if (c->kind == 0) LAUNCH(0);
   else if (c->kind == 1) LAUNCH(1);
   else LAUNCH(2);
 #undef LAUNCH
   FMMCheckLaunch();
   if (nsl > 1) {
-    DirectSumKernel<<<FMMCUDABlocks(P->M, 256), 256, 0, c->stream>>>(P->M, nsl, c->dpart, c->pot);
+    FMMCallCUDA(FMMLaunch(DirectSumKernel, FMMCUDABlocks(P->M, 256), 256, 0, c->stream, P->M, nsl, c->dpart, c->pot));
     FMMCheckLaunch();
   }
   PetscFunctionReturn(0);

@@ -26,6 +26,7 @@ __constant__ FMMCUDAInvTable cP2MInv = FMMCUDAInvMake(); /* 1/k */
 /* q, d in tree order (and in global order for the indexing layout) */
 __global__ void StrengthsKernel(PetscInt N, const PetscInt *sperm, const double *cq, const double *cdx, const double *cdy, const double *sigma, double *q, double *dx, double *dy, double *gq, double *gdx, double *gdy)
 {
+  FMMWaitPrior();
   PetscInt i = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= N) return;
   PetscInt g = sperm[i];
@@ -45,7 +46,7 @@ PetscErrorCode FMMCUDAStrengths(FMM_CUDA *c, const FMMPlan *P, const double *sig
 {
   PetscFunctionBegin;
   if (!P->N) PetscFunctionReturn(0);
-  StrengthsKernel<<<FMMCUDABlocks(P->N, 256), 256, 0, c->stream>>>(P->N, c->sperm, c->cq, c->cdx, c->cdy, sigma, c->q, c->dx, c->dy, c->gq, c->gdx, c->gdy);
+  FMMCallCUDA(FMMLaunch(StrengthsKernel, FMMCUDABlocks(P->N, 256), 256, 0, c->stream, P->N, c->sperm, c->cq, c->cdx, c->cdy, sigma, c->q, c->dx, c->dy, c->gq, c->gdx, c->gdy));
   FMMCheckLaunch();
   PetscFunctionReturn(0);
 }
@@ -55,6 +56,7 @@ PetscErrorCode FMMCUDAStrengths(FMM_CUDA *c, const FMMPlan *P, const double *sig
 
 __global__ void __launch_bounds__(32 * P2M_WARPS) P2MKernel(PetscInt nleaves, int p, int ne, int stride, bool dip, const PetscInt *sleaf, const double *sx, const double *sy, const double *q, const double *dx, const double *dy, const double *cx, const double *cy, const double *scale, double *mpole)
 {
+  FMMWaitPrior();
   extern __shared__ double sh[];
   const int      lane = threadIdx.x & 31, w = threadIdx.x >> 5;
   const PetscInt b    = (PetscInt)blockIdx.x * P2M_WARPS + w;
@@ -94,6 +96,7 @@ __global__ void __launch_bounds__(32 * P2M_WARPS) P2MKernel(PetscInt nleaves, in
 template <int PP, bool DIP>
 __global__ void __launch_bounds__(128) P2MFastKernel(PetscInt nleaves, int p, int ne, const PetscInt *sleaf, const double *sx, const double *sy, const double *q, const double *dx, const double *dy, const double *cx, const double *cy, const double *scale, double *mpole)
 {
+  FMMWaitPrior();
   const PetscInt tid = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x, b = tid / P2M_GROUP;
   const int      g   = (int)(tid % P2M_GROUP);
   const bool     ok  = b < nleaves;
@@ -133,12 +136,12 @@ PetscErrorCode FMMCUDAP2M(FMM_CUDA *c, const FMMPlan *P)
 
   PetscFunctionBegin;
   if (c->pp) {
-    P2MFastKernels[c->pp / 2][c->kind != 0]<<<FMMCUDABlocks((PetscInt64)P2M_GROUP * P->nleaves, 128), 128, 0, c->stream>>>(P->nleaves, (int)c->p, (int)c->ne, c->sleaf, c->sx, c->sy, c->q, c->dx, c->dy, c->cx + l0, c->cy + l0, c->scale + l0, c->mpole + l0 * c->ne);
+    FMMCallCUDA(FMMLaunch(P2MFastKernels[c->pp / 2][c->kind != 0], FMMCUDABlocks((PetscInt64)P2M_GROUP * P->nleaves, 128), 128, 0, c->stream, P->nleaves, (int)c->p, (int)c->ne, c->sleaf, c->sx, c->sy, c->q, c->dx, c->dy, c->cx + l0, c->cy + l0, c->scale + l0, c->mpole + l0 * c->ne));
     FMMCheckLaunch();
     PetscFunctionReturn(0);
   }
   if (shmem > 49152) FMMCallCUDA(cudaFuncSetAttribute((const void *)P2MKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shmem));
-  P2MKernel<<<FMMCUDABlocks(P->nleaves, P2M_WARPS), 32 * P2M_WARPS, shmem, c->stream>>>(P->nleaves, (int)c->p, (int)c->ne, stride, c->kind != 0, c->sleaf, c->sx, c->sy, c->q, c->dx, c->dy, c->cx + l0, c->cy + l0, c->scale + l0, c->mpole + l0 * c->ne);
+  FMMCallCUDA(FMMLaunch(P2MKernel, FMMCUDABlocks(P->nleaves, P2M_WARPS), 32 * P2M_WARPS, shmem, c->stream, P->nleaves, (int)c->p, (int)c->ne, stride, c->kind != 0, c->sleaf, c->sx, c->sy, c->q, c->dx, c->dy, c->cx + l0, c->cy + l0, c->scale + l0, c->mpole + l0 * c->ne));
   FMMCheckLaunch();
   PetscFunctionReturn(0);
 }
@@ -147,6 +150,7 @@ PetscErrorCode FMMCUDAP2M(FMM_CUDA *c, const FMMPlan *P)
    B_0 = sum A_0,  B_l = sum over children of -A_0 u^l/l + sum_{k=1..l} C(l-1,k-1) A_k rho^k u^(l-k) */
 __global__ void M2MKernel(PetscInt nb, int p, int ne, PetscInt pl, PetscInt cl, PetscInt span, const PetscInt *sleaf, const double *cx, const double *cy, const double *scale, const double *binom, double *mpole)
 {
+  FMMWaitPrior();
   const PetscInt t = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   if (t >= nb * (p + 1)) return;
   const PetscInt b = t / (p + 1);
@@ -183,7 +187,7 @@ PetscErrorCode FMMCUDAM2M(FMM_CUDA *c, const FMMPlan *P)
   PetscFunctionBegin;
   for (PetscInt l = P->L - 1; l >= 0; l--) {
     PetscInt nb = (PetscInt)1 << (2 * l), span = (PetscInt)1 << (2 * (P->L - l - 1));
-    M2MKernel<<<FMMCUDABlocks(nb * (c->p + 1), 128), 128, 0, c->stream>>>(nb, (int)c->p, (int)c->ne, FMMLevelStart(l), FMMLevelStart(l + 1), span, c->sleaf, c->cx, c->cy, c->scale, c->binom, c->mpole);
+    FMMCallCUDA(FMMLaunch(M2MKernel, FMMCUDABlocks(nb * (c->p + 1), 128), 128, 0, c->stream, nb, (int)c->p, (int)c->ne, FMMLevelStart(l), FMMLevelStart(l + 1), span, c->sleaf, c->cx, c->cy, c->scale, c->binom, c->mpole));
     FMMCheckLaunch();
   }
   PetscFunctionReturn(0);
