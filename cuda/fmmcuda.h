@@ -77,7 +77,24 @@ PETSC_INTERN PetscBool     FMMCUDAPoolReserved; /* the pool was grown by -mat_fm
    0.536 ms at 10^6 and 3.938 -> 3.906 ms at 10^7 (H200).  No early trigger
    in the kernel before (waiting blocks would hold SMs that its own blocks
    need: a chain of 10^6-thread kernels 6.7 -> 9.9 us).  Devices before
-   sm_90 ignore the attribute (ordinary stream order). */
+   sm_90 ignore the attribute (ordinary stream order).  The attribute is set
+   only when every architecture compiled for (CUDA_ARCH of the makefile) has
+   the wait: a build for sm_80 run on an sm_90 GPU (its PTX compiled there)
+   has none, so its launches keep plain stream order. */
+#if defined(__CUDA_ARCH_LIST__)
+static constexpr int FMMArchList[] = {__CUDA_ARCH_LIST__};
+static constexpr bool FMMArchAllHaveWait()
+{
+  for (int a : FMMArchList)
+    if (a < 900) return false;
+  return true;
+}
+#else
+static constexpr bool FMMArchAllHaveWait()
+{
+  return false;
+}
+#endif
 template <class T>
 struct FMMSame {
   typedef T type;
@@ -94,7 +111,7 @@ static inline cudaError_t FMMLaunch(void (*k)(P...), dim3 grid, dim3 block, size
   cfg.dynamicSmemBytes                             = smem;
   cfg.stream                                       = s;
   cfg.attrs                                        = at;
-  cfg.numAttrs                                     = 1;
+  cfg.numAttrs                                     = FMMArchAllHaveWait() ? 1 : 0;
   return cudaLaunchKernelEx(&cfg, k, a...);
 }
 
