@@ -22,7 +22,7 @@
   m8n8k4, C padded to KP x KP, KP = p rounded up to 8, held in registers by a
   persistent warp), with re and im parts of the 32 T vectors as 64 columns.
 
-  On Hopper (sm_90) with p + 1 <= 32 the register variant M2LRegKernel replaces
+  On Hopper (sm_90, in a build for it) with p + 1 <= 32 the register variant M2LRegKernel replaces
   it (see there): mma.sync m16n8k8 FP64, every operand in registers, A_0 and the
   B_0 sum folded into the product.
 */
@@ -36,9 +36,12 @@
 __constant__ double cM2L[FMMCUDA_PFAST * FMMCUDA_PFAST]; /* cM2L[(l-1)*PFAST + k-1] = C(l+k-1, k-1) */
 __constant__ FMMCUDAInvTable cInv = FMMCUDAInvMake();  /* 1/l */
 
+static bool M2LRegCode(int);
+
 /* the order KP of the register tensor-core kernel (p + 1 rounded up to 8), or 0 where
    it does not run: tensor cores off, p + 1 > 32 (its operands would not fit in
-   registers) or a GPU older than sm_90 (no m16n8k8 FP64 mma) */
+   registers), a GPU older than sm_90 (no m16n8k8 FP64 mma) or a build whose
+   kernels this GPU runs from code for an older one (M2LRegCode) */
 static int M2LRegOrder(const FMM_CUDA *c)
 {
   int major = 0;
@@ -47,6 +50,7 @@ static int M2LRegOrder(const FMM_CUDA *c)
     (void)cudaGetLastError();
     return 0;
   }
+  if (!M2LRegCode(c->dev)) return 0;
   return (int)(8 * ((c->p + 8) / 8));
 }
 
@@ -593,6 +597,24 @@ __global__ void __launch_bounds__(32 * M2L_RW, 3) M2LRegKernel(PetscInt nchunks,
 
 typedef void (*M2LRegFn)(PetscInt, PetscInt, int, int, const PetscInt *, const PetscInt *, const PetscInt *, const double *, const double *, const double *, const double *, const double *, double *);
 static const M2LRegFn M2LRegKernels[] = {M2LRegKernel<8>, M2LRegKernel<16>, M2LRegKernel<24>, M2LRegKernel<32>};
+
+/* whether device dev runs M2LRegKernel from code for sm_90 or later: a build
+   for an older GPU only (CUDA_ARCH=sm_80) run on an sm_90 one compiles its
+   PTX there, where Dmma16x8x8 traps (found so: every product failed with
+   "unspecified launch failure", H100).  Once per process and device */
+static bool M2LRegCode(int dev)
+{
+  static unsigned long long asked = 0, yes = 0;
+  const unsigned long long  bit   = dev >= 0 && dev < 64 ? 1ull << dev : 0;
+  cudaFuncAttributes        fa;
+
+  if (bit && (asked & bit)) return (yes & bit) != 0;
+  const bool ok = cudaFuncGetAttributes(&fa, M2LRegKernels[0]) == cudaSuccess && fa.ptxVersion >= 90;
+  (void)cudaGetLastError();
+  asked |= bit;
+  if (ok) yes |= bit;
+  return ok;
+}
 
 typedef void (*M2LTensorFn)(PetscInt, PetscInt, int, int, const PetscInt *, const PetscInt *, const PetscInt *, const double *, const double *, const double *, const double *, const double *, double *);
 static const M2LTensorFn M2LTensorKernels[] = {M2LTensorKernel<8>, M2LTensorKernel<16>, M2LTensorKernel<24>, M2LTensorKernel<32>, M2LTensorKernel<40>};
