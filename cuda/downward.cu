@@ -40,7 +40,7 @@ PetscErrorCode FMMCUDAL2L(FMM_CUDA *c, const FMMPlan *P)
   PetscFunctionBegin;
   for (PetscInt l = 1; l <= P->L; l++) {
     PetscInt nb = (PetscInt)1 << (2 * l), span = (PetscInt)1 << (2 * (P->L - l));
-    FMMCallCUDA(FMMLaunch(L2LKernel, FMMCUDABlocks(nb * (c->p + 1), 128), 128, 0, c->stream, nb, (int)c->p, (int)c->ne, FMMLevelStart(l - 1), FMMLevelStart(l), span, c->tleaf, c->cx, c->cy, c->scale, c->binom, c->local));
+    FMMLaunch(L2LKernel, FMMCUDABlocks(nb * (c->p + 1), 128), 128, 0, c->stream, nb, (int)c->p, (int)c->ne, FMMLevelStart(l - 1), FMMLevelStart(l), span, c->tleaf, c->cx, c->cy, c->scale, c->binom, c->local);
     FMMCheckLaunch();
   }
   PetscFunctionReturn(0);
@@ -89,8 +89,8 @@ PetscErrorCode FMMCUDAL2P(FMM_CUDA *c, const FMMPlan *P, double *y)
 
   PetscFunctionBegin;
   if (!P->M) PetscFunctionReturn(0);
-  if (c->syma) FMMCallCUDA(FMMLaunch(L2PKernel<true>, nb, 128, 0, c->stream, P->M, (int)c->p, (int)c->ne, c->tleafof, c->tx, c->ty, c->cx + l0, c->cy + l0, c->scale + l0, c->local + l0 * c->ne, c->pot, P->nleaves, P->maxleafsrc, c->tleaf, c->symleaf, c->colpart, c->chsum, c->tperm, y, c->symnext));
-  else FMMCallCUDA(FMMLaunch(L2PKernel<false>, nb, 128, 0, c->stream, P->M, (int)c->p, (int)c->ne, c->tleafof, c->tx, c->ty, c->cx + l0, c->cy + l0, c->scale + l0, c->local + l0 * c->ne, c->pot, 0, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL));
+  if (c->syma) FMMLaunch(L2PKernel<true>, nb, 128, 0, c->stream, P->M, (int)c->p, (int)c->ne, c->tleafof, c->tx, c->ty, c->cx + l0, c->cy + l0, c->scale + l0, c->local + l0 * c->ne, c->pot, P->nleaves, P->maxleafsrc, c->tleaf, c->symleaf, c->colpart, c->chsum, c->tperm, y, c->symnext);
+  else FMMLaunch(L2PKernel<false>, nb, 128, 0, c->stream, P->M, (int)c->p, (int)c->ne, c->tleafof, c->tx, c->ty, c->cx + l0, c->cy + l0, c->scale + l0, c->local + l0 * c->ne, c->pot, 0, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL);
   FMMCheckLaunch();
   PetscFunctionReturn(0);
 }
@@ -107,7 +107,7 @@ PetscErrorCode FMMCUDAScatter(FMM_CUDA *c, const FMMPlan *P, double *y)
 {
   PetscFunctionBegin;
   if (!P->M) PetscFunctionReturn(0);
-  FMMCallCUDA(FMMLaunch(ScatterKernel, FMMCUDABlocks(P->M, 256), 256, 0, c->stream, P->M, c->tperm, c->pot, y));
+  FMMLaunch(ScatterKernel, FMMCUDABlocks(P->M, 256), 256, 0, c->stream, P->M, c->tperm, c->pot, y);
   FMMCheckLaunch();
   PetscFunctionReturn(0);
 }
@@ -128,7 +128,7 @@ PetscErrorCode FMMCUDACombine(FMM_CUDA *c, PetscInt m, double scale, double shif
 {
   PetscFunctionBegin;
   if (!m) PetscFunctionReturn(0);
-  FMMCallCUDA(FMMLaunch(CombineKernel, FMMCUDABlocks(m, 256), 256, 0, c->stream, m, scale, shift, (shift != 0.0 || d) ? 1 : 0, add ? 1 : 0, c->y, x, d, y));
+  FMMLaunch(CombineKernel, FMMCUDABlocks(m, 256), 256, 0, c->stream, m, scale, shift, (shift != 0.0 || d) ? 1 : 0, add ? 1 : 0, c->y, x, d, y);
   FMMCheckLaunch();
   PetscFunctionReturn(0);
 }

@@ -100,7 +100,7 @@ struct FMMSame {
   typedef T type;
 };
 template <class... P>
-static inline cudaError_t FMMLaunch(void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, typename FMMSame<P>::type... a) /* (a converted to k's types, as <<<>>> does) */
+static inline void FMMLaunch(void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, typename FMMSame<P>::type... a) /* (a converted to k's types, as <<<>>> does; errors: FMMCheckLaunch() after it, as after <<<>>>) */
 {
   cudaLaunchAttribute at[1];
   cudaLaunchConfig_t  cfg = {};
@@ -112,7 +112,7 @@ static inline cudaError_t FMMLaunch(void (*k)(P...), dim3 grid, dim3 block, size
   cfg.stream                                       = s;
   cfg.attrs                                        = at;
   cfg.numAttrs                                     = FMMArchAllHaveWait() ? 1 : 0;
-  return cudaLaunchKernelEx(&cfg, k, a...);
+  (void)cudaLaunchKernelEx(&cfg, k, a...); /* (its error stays for cudaGetLastError) */
 }
 
 /* the first statement of a kernel launched by FMMLaunch (see there) */

@@ -40,17 +40,10 @@ static bool M2LRegCode(int);
 
 /* the order KP of the register tensor-core kernel (p + 1 rounded up to 8), or 0 where
    it does not run: tensor cores off, p + 1 > 32 (its operands would not fit in
-   registers), a GPU older than sm_90 (no m16n8k8 FP64 mma) or a build whose
-   kernels this GPU runs from code for an older one (M2LRegCode) */
+   registers), or no code for sm_90 on this GPU (M2LRegCode) */
 static int M2LRegOrder(const FMM_CUDA *c)
 {
-  int major = 0;
-  if (!c->kp || c->p + 1 > 32) return 0;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, c->dev) != cudaSuccess || major < 9) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  if (!M2LRegCode(c->dev)) return 0;
+  if (!c->kp || c->p + 1 > 32 || !M2LRegCode(c->dev)) return 0;
   return (int)(8 * ((c->p + 8) / 8));
 }
 
@@ -598,10 +591,12 @@ __global__ void __launch_bounds__(32 * M2L_RW, 3) M2LRegKernel(PetscInt nchunks,
 typedef void (*M2LRegFn)(PetscInt, PetscInt, int, int, const PetscInt *, const PetscInt *, const PetscInt *, const double *, const double *, const double *, const double *, const double *, double *);
 static const M2LRegFn M2LRegKernels[] = {M2LRegKernel<8>, M2LRegKernel<16>, M2LRegKernel<24>, M2LRegKernel<32>};
 
-/* whether device dev runs M2LRegKernel from code for sm_90 or later: a build
-   for an older GPU only (CUDA_ARCH=sm_80) run on an sm_90 one compiles its
-   PTX there, where Dmma16x8x8 traps (found so: every product failed with
-   "unspecified launch failure", H100).  Once per process and device */
+/* whether device dev runs M2LRegKernel from code for sm_90 or later (its
+   m16n8k8 FP64 mma): not a GPU older than sm_90 (no such code runs there),
+   nor a build for an older GPU only (CUDA_ARCH=sm_80) run on an sm_90 one,
+   which compiles its PTX there, where Dmma16x8x8 traps (the device's
+   compute capability alone chose the kernel before: every product failed
+   with "unspecified launch failure", H100).  Once per process and device */
 static bool M2LRegCode(int dev)
 {
   static unsigned long long asked = 0, yes = 0;
@@ -635,7 +630,7 @@ PetscErrorCode FMMCUDAM2L(FMM_CUDA *c, const FMMPlan *P)
     FMMCallCUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSM, kern, 32 * M2L_RW, shmem));
     FMMCallCUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, c->dev));
     PetscInt blocks = PetscMin((c->nchunks + M2L_RW - 1) / M2L_RW, (PetscInt)PetscMax(perSM, 1) * sms);
-    FMMCallCUDA(FMMLaunch(kern, (unsigned)blocks, 32 * M2L_RW, shmem, c->stream, c->nchunks, c->npairs, (int)c->p, (int)c->ne, c->far, c->pairtgt, c->chunkpart, c->cx, c->cy, c->scale, c->mpole, c->m2lpad, c->part));
+    FMMLaunch(kern, (unsigned)blocks, 32 * M2L_RW, shmem, c->stream, c->nchunks, c->npairs, (int)c->p, (int)c->ne, c->far, c->pairtgt, c->chunkpart, c->cx, c->cy, c->scale, c->mpole, c->m2lpad, c->part);
     FMMCheckLaunch();
   } else if (c->npairs && c->kp) { /* tensor cores (WMMA m8n8k4): a persistent grid of warps */
     const int    kp = (int)c->kp, threads = 32 * M2L_TC_WARPS;
@@ -646,17 +641,17 @@ PetscErrorCode FMMCUDAM2L(FMM_CUDA *c, const FMMPlan *P)
     FMMCallCUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSM, kern, threads, shmem));
     FMMCallCUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, c->dev));
     PetscInt blocks = PetscMin((c->nchunks + M2L_TC_WARPS - 1) / M2L_TC_WARPS, (PetscInt)PetscMax(perSM, 1) * sms);
-    FMMCallCUDA(FMMLaunch(kern, (unsigned)blocks, threads, shmem, c->stream, c->nchunks, c->npairs, (int)c->p, (int)c->ne, c->far, c->pairtgt, c->chunkpart, c->cx, c->cy, c->scale, c->mpole, c->m2lpad, c->part));
+    FMMLaunch(kern, (unsigned)blocks, threads, shmem, c->stream, c->nchunks, c->npairs, (int)c->p, (int)c->ne, c->far, c->pairtgt, c->chunkpart, c->cx, c->cy, c->scale, c->mpole, c->m2lpad, c->part);
     FMMCheckLaunch();
   } else if (c->npairs) {
     const int    stride = (int)c->ne + 1;
     const size_t shmem  = (size_t)M2L_WARPS * 32 * stride * sizeof(double);
     M2LKernelFn  kern   = M2LKernels[c->pp / 2];
     if (shmem > 49152) FMMCallCUDA(cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shmem));
-    FMMCallCUDA(FMMLaunch(kern, FMMCUDABlocks(c->nchunks, M2L_WARPS), 32 * M2L_WARPS, shmem, c->stream, c->npairs, (int)c->p, (int)c->ne, stride, c->far, c->pairtgt, c->chunkpart, c->cx, c->cy, c->scale, c->mpole, c->m2l, c->part));
+    FMMLaunch(kern, FMMCUDABlocks(c->nchunks, M2L_WARPS), 32 * M2L_WARPS, shmem, c->stream, c->npairs, (int)c->p, (int)c->ne, stride, c->far, c->pairtgt, c->chunkpart, c->cx, c->cy, c->scale, c->mpole, c->m2l, c->part);
     FMMCheckLaunch();
   }
-  FMMCallCUDA(FMMLaunch(M2LSumKernel, FMMCUDABlocks((PetscInt64)P->nboxes * c->ne, 256), 256, 0, c->stream, P->nboxes, (int)c->ne, c->tpart, c->part, c->local));
+  FMMLaunch(M2LSumKernel, FMMCUDABlocks((PetscInt64)P->nboxes * c->ne, 256), 256, 0, c->stream, P->nboxes, (int)c->ne, c->tpart, c->part, c->local);
   FMMCheckLaunch();
   PetscFunctionReturn(0);
 }

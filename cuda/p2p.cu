@@ -624,9 +624,9 @@ static PetscErrorCode LaunchSymmetric(FMM_CUDA *c, const FMMPlan *P)
     FMMCallCUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, c->dev));
     c->symblocks = PetscMax(1, PetscMin((c->nsymitems + SY_WARPS - 1) / SY_WARPS, (PetscInt)PetscMax(perSM, 1) * sms));
   }
-  FMMCallCUDA(FMMLaunch(P2PSymmetricKernel<R>, (unsigned)c->symblocks, SY_THREADS, shmem, c->stream, c->nsymitems, (int)c->syma, c->symnext, c->symitem, c->sx, c->sy, c->q, c->pot, c->colpart, c->logtab));
+  FMMLaunch(P2PSymmetricKernel<R>, (unsigned)c->symblocks, SY_THREADS, shmem, c->stream, c->nsymitems, (int)c->syma, c->symnext, c->symitem, c->sx, c->sy, c->q, c->pot, c->colpart, c->logtab);
   FMMCheckLaunch();
-  if (c->nsymch) FMMCallCUDA(FMMLaunch(P2PChunkSumKernel, (unsigned)c->nsymch, 256, 0, c->stream, P->nleaves, P->maxleafsrc, c->sleaf, c->symleaf, c->symchleaf, c->colpart, c->chsum, c->symchdone));
+  if (c->nsymch) FMMLaunch(P2PChunkSumKernel, (unsigned)c->nsymch, 256, 0, c->stream, P->nleaves, P->maxleafsrc, c->sleaf, c->symleaf, c->symchleaf, c->colpart, c->chsum, c->symchdone);
   FMMCheckLaunch();
   PetscFunctionReturn(0);
 }
@@ -666,7 +666,7 @@ static PetscErrorCode P2PSum(FMM_CUDA *c, const FMMPlan *P)
 {
   PetscFunctionBegin;
   if (!c->p2psplit) PetscFunctionReturn(0);
-  FMMCallCUDA(FMMLaunch(P2PSumKernel, FMMCUDABlocks(P->M, 256), 256, 0, c->stream, P->M, c->tleafof, c->tleaf, c->leafnsc, c->leafpart, c->p2ppart, c->pot));
+  FMMLaunch(P2PSumKernel, FMMCUDABlocks(P->M, 256), 256, 0, c->stream, P->M, c->tleafof, c->tleaf, c->leafnsc, c->leafpart, c->p2ppart, c->pot);
   FMMCheckLaunch();
   PetscFunctionReturn(0);
 }
@@ -683,7 +683,7 @@ static PetscErrorCode LaunchTiled(FMM_CUDA *c)
   FMMCallCUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSM, kern, TL_THREADS, shmem));
   FMMCallCUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, c->dev));
   const PetscInt blocks = PetscMin(c->nitems, (PetscInt)PetscMax(perSM, 1) * sms);
-  FMMCallCUDA(FMMLaunch(P2PTiledKernel<KIND, FAST>, (unsigned)blocks, TL_THREADS, shmem, c->stream, c->nitems, c->items, c->nearoff, c->nearscan, c->entrysrc, c->nbroff, c->tx, c->ty, c->sx, c->sy, c->q, c->dx, c->dy, c->pot, c->p2ppart, c->logtab));
+  FMMLaunch(P2PTiledKernel<KIND, FAST>, (unsigned)blocks, TL_THREADS, shmem, c->stream, c->nitems, c->items, c->nearoff, c->nearscan, c->entrysrc, c->nbroff, c->tx, c->ty, c->sx, c->sy, c->q, c->dx, c->dy, c->pot, c->p2ppart, c->logtab);
   FMMCheckLaunch();
   PetscFunctionReturn(0);
 }
@@ -730,7 +730,7 @@ PetscErrorCode FMMCUDAP2PIndexing(FMM_CUDA *c, const FMMPlan *P)
 {
   PetscFunctionBegin;
   if (!c->nitems) PetscFunctionReturn(0);
-#define LAUNCH(K) FMMCallCUDA(FMMLaunch(P2PIndexingKernel<K>, (unsigned)c->nitems, P2P_THREADS, 0, c->stream, c->items, c->nbroff, c->nbr, c->tx, c->ty, c->gxy, c->gq, c->gdx, c->gdy, c->pot, c->p2ppart, c->logtab))
+#define LAUNCH(K) FMMLaunch(P2PIndexingKernel<K>, (unsigned)c->nitems, P2P_THREADS, 0, c->stream, c->items, c->nbroff, c->nbr, c->tx, c->ty, c->gxy, c->gq, c->gdx, c->gdy, c->pot, c->p2ppart, c->logtab)
   if (c->kind == 0) LAUNCH(0);
   else if (c->kind == 1) LAUNCH(1);
   else LAUNCH(2);
@@ -802,9 +802,9 @@ PetscErrorCode FMMCUDAP2PRepetition(FMM_CUDA *c, const FMMPlan *P)
     if (it1 == it0) continue;
 #define LAUNCH(K) \
   do { \
-    FMMCallCUDA(FMMLaunch(RepBuildKernel<K>, (unsigned)(b1 - b0), 128, 0, c->stream, b0, c->tleaf, c->nbroff, c->nbrt, c->recoff, c->tx, c->ty, c->sx, c->sy, c->q, c->dx, c->dy, c->rec)); \
+    FMMLaunch(RepBuildKernel<K>, (unsigned)(b1 - b0), 128, 0, c->stream, b0, c->tleaf, c->nbroff, c->nbrt, c->recoff, c->tx, c->ty, c->sx, c->sy, c->q, c->dx, c->dy, c->rec); \
     FMMCheckLaunch(); \
-    FMMCallCUDA(FMMLaunch(RepEvalKernel<K>, (unsigned)(it1 - it0), P2P_THREADS, 0, c->stream, it0, c->items, c->tleaf, c->nbroff, c->recoff, c->rec, c->pot, c->p2ppart, c->logtab)); \
+    FMMLaunch(RepEvalKernel<K>, (unsigned)(it1 - it0), P2P_THREADS, 0, c->stream, it0, c->items, c->tleaf, c->nbroff, c->recoff, c->rec, c->pot, c->p2ppart, c->logtab); \
     FMMCheckLaunch(); \
   } while (0)
     if (c->kind == 0) LAUNCH(0);
@@ -871,14 +871,14 @@ PetscErrorCode FMMCUDADirect(FMM_CUDA *c, const FMMPlan *P)
 
   PetscFunctionBegin;
   if (!P->M) PetscFunctionReturn(0);
-#define LAUNCH(K) FMMCallCUDA(FMMLaunch(DirectKernel<K>, grid, DIRECT_THREADS, 0, c->stream, P->M, P->N, slicelen, c->tx, c->ty, c->sx, c->sy, c->q, c->dx, c->dy, out, c->logtab))
+#define LAUNCH(K) FMMLaunch(DirectKernel<K>, grid, DIRECT_THREADS, 0, c->stream, P->M, P->N, slicelen, c->tx, c->ty, c->sx, c->sy, c->q, c->dx, c->dy, out, c->logtab)
   if (c->kind == 0) LAUNCH(0);
   else if (c->kind == 1) LAUNCH(1);
   else LAUNCH(2);
 #undef LAUNCH
   FMMCheckLaunch();
   if (nsl > 1) {
-    FMMCallCUDA(FMMLaunch(DirectSumKernel, FMMCUDABlocks(P->M, 256), 256, 0, c->stream, P->M, nsl, c->dpart, c->pot));
+    FMMLaunch(DirectSumKernel, FMMCUDABlocks(P->M, 256), 256, 0, c->stream, P->M, nsl, c->dpart, c->pot);
     FMMCheckLaunch();
   }
   PetscFunctionReturn(0);

@@ -1661,11 +1661,11 @@ static PetscErrorCode CompactSplit(FMM_CUDA *c, SplitWork *w, PetscInt nseg, Pet
   const unsigned nt = FMMCUDABlocks(nc, WTILE), ntc = nt > 1 ? nt : 0;
 
   PetscFunctionBegin;
-  FMMCallCUDA(FMMLaunch(SplitCoreKernel, ntc + FMMCUDABlocks(U, BS * CIT), BS, 0, c->stream, U, ntc, nseg, nc, off, cseg, L, w->core, w->tile));
+  FMMLaunch(SplitCoreKernel, ntc + FMMCUDABlocks(U, BS * CIT), BS, 0, c->stream, U, ntc, nseg, nc, off, cseg, L, w->core, w->tile);
   FMMCheckLaunch();
-  FMMCallCUDA(FMMLaunch(SplitWindowKernel, nt, WNT, 0, c->stream, nc, nseg, w->nslot, off, L, xy, w->core, w->tile, w->cost, w->best));
+  FMMLaunch(SplitWindowKernel, nt, WNT, 0, c->stream, nc, nseg, w->nslot, off, L, xy, w->core, w->tile, w->cost, w->best);
   FMMCheckLaunch();
-  FMMCallCUDA(FMMLaunch(SplitPickKernel, dim3(FMMCUDABlocks(nc, BS), 2), BS, 0, c->stream, nc, nseg, w->nslot, off, w->cost, w->best, w->rank));
+  FMMLaunch(SplitPickKernel, dim3(FMMCUDABlocks(nc, BS), 2), BS, 0, c->stream, nc, nseg, w->nslot, off, w->cost, w->best, w->rank);
   FMMCheckLaunch();
   PetscFunctionReturn(0);
 }
@@ -1717,12 +1717,12 @@ PetscErrorCode FMMCUDAM2LPlan(FMM_CUDA *c, const FMMPlan *P)
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->tpart, sizeof(PetscInt) * (P->nboxes + 1), "the M2L partial offsets"));
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&tcnt, sizeof(PetscInt) * (PetscMax(P->nboxes, c->nchunks) + 1), "the M2L counts"));
   ccnt = tcnt;
-  if (c->npairs) FMMCallCUDA(FMMLaunch(PairTargetKernel, LAUNCH_N(c->npairs), c->npairs, P->nboxes, c->faroff, c->pairtgt));
+  if (c->npairs) FMMLaunch(PairTargetKernel, LAUNCH_N(c->npairs), c->npairs, P->nboxes, c->faroff, c->pairtgt);
   FMMCheckLaunch();
-  FMMCallCUDA(FMMLaunch(BoxChunksKernel, LAUNCH_N(P->nboxes + 1), P->nboxes, c->faroff, tcnt));
+  FMMLaunch(BoxChunksKernel, LAUNCH_N(P->nboxes + 1), P->nboxes, c->faroff, tcnt);
   FMMCheckLaunch();
   PetscCall(ExclusiveScan(c, s, tcnt, c->tpart, P->nboxes));
-  FMMCallCUDA(FMMLaunch(ChunkKernel, LAUNCH_N(c->nchunks + 1), c->nchunks, c->npairs, c->pairtgt, ccnt));
+  FMMLaunch(ChunkKernel, LAUNCH_N(c->nchunks + 1), c->nchunks, c->npairs, c->pairtgt, ccnt);
   FMMCheckLaunch();
   PetscCall(ExclusiveScan(c, s, ccnt, c->chunkpart, c->nchunks));
   PetscCall(FMMCUDAFree(c->stream, tcnt));
@@ -1807,15 +1807,15 @@ PetscErrorCode FMMCUDAP2PPlanBegin(FMM_CUDA *c, const FMMPlan *P, PetscBool sym)
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->leafpart, sizeof(PetscInt) * nl, "the P2P partial offsets"));
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->nbroff, sizeof(PetscInt) * (nl + 1), "the neighbour-source offsets"));
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->entrysrc, sizeof(PetscInt) * (c->nnear + 1), "the P2P entry sources"));
-  FMMCallCUDA(FMMLaunch(EntryCountKernel, LAUNCH_N(c->nnear + 1), c->nnear, c->sleaf, c->near, w->ec, c->entrysrc));
+  FMMLaunch(EntryCountKernel, LAUNCH_N(c->nnear + 1), c->nnear, c->sleaf, c->near, w->ec, c->entrysrc);
   FMMCheckLaunch();
   PetscCall(ExclusiveScan(c, s, w->ec, c->nearscan, c->nnear));
-  FMMCallCUDA(FMMLaunch(NbrOffKernel, LAUNCH_N(nl + 1), nl, c->nearoff, c->nearscan, c->nbroff));
+  FMMLaunch(NbrOffKernel, LAUNCH_N(nl + 1), nl, c->nearoff, c->nearscan, c->nbroff);
   FMMCheckLaunch();
-  FMMCallCUDA(FMMLaunch(LeafWorkKernel, LAUNCH_N(nl + 1), nl, c->tleaf, c->nbroff, w->ns, c->leafnsc, w->nit, w->npart));
+  FMMLaunch(LeafWorkKernel, LAUNCH_N(nl + 1), nl, c->tleaf, c->nbroff, w->ns, c->leafnsc, w->nit, w->npart);
   FMMCheckLaunch();
   PetscCall(ExclusiveScan3(c, s, w->nit, w->npart, c->leafnsc, w->itoff, w->partoff, w->choff, nl));
-  FMMCallCUDA(FMMLaunch(StatsKernel, 1, 1024, 0, c->stream, nl, c->sleaf, c->tleaf, w->ns, Totals3{{w->itoff + nl, w->partoff + nl, w->choff + nl}}, w->dstat));
+  FMMLaunch(StatsKernel, 1, 1024, 0, c->stream, nl, c->sleaf, c->tleaf, w->ns, Totals3{{w->itoff + nl, w->partoff + nl, w->choff + nl}}, w->dstat);
   FMMCheckLaunch();
   if (sym) PetscCall(SymCount(c, P, s, &w->sw, w->dstat + 8));
   PetscFunctionReturn(0);
@@ -1841,9 +1841,9 @@ PetscErrorCode FMMCUDAP2PPlanEnd(FMM_CUDA *c, FMMPlan *P, PetscBool hostitems)
   c->p2psplit   = tot[1] > 0 ? PETSC_TRUE : PETSC_FALSE;
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->items, sizeof(FMMP2PItem) * c->nitems, "the P2P work items"));
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->p2ppart, sizeof(PetscReal) * tot[1], "the P2P partial sums"));
-  if (nl) FMMCallCUDA(FMMLaunch(LeafPartKernel, LAUNCH_N(nl), nl, c->leafnsc, w->partoff, c->leafpart));
+  if (nl) FMMLaunch(LeafPartKernel, LAUNCH_N(nl), nl, c->leafnsc, w->partoff, c->leafpart);
   FMMCheckLaunch();
-  if (tot[2]) FMMCallCUDA(FMMLaunch(ChunkItemsKernel, LAUNCH_N(tot[2]), tot[2], nl, w->choff, c->sleaf, c->tleaf, c->nearoff, c->near, c->nearscan, c->nbroff, c->leafnsc, w->itoff, w->partoff, c->items));
+  if (tot[2]) FMMLaunch(ChunkItemsKernel, LAUNCH_N(tot[2]), tot[2], nl, w->choff, c->sleaf, c->tleaf, c->nearoff, c->near, c->nearscan, c->nbroff, c->leafnsc, w->itoff, w->partoff, c->items);
   FMMCheckLaunch();
   if (hostitems) { /* the host keeps the first item of each leaf (the repetition layout launches by leaf ranges) */
     PetscCall(PetscMalloc1(nl + 1, &c->itemstart));
@@ -1998,10 +1998,10 @@ static PetscErrorCode SymCount(FMM_CUDA *c, const FMMPlan *P, Scratch *s, SymWor
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->symleaf, sizeof(PetscInt) * 5 * ((size_t)nl + 1), "the symmetric P2P leaf work"));
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&sw->wslot, sizeof(PetscInt) * c->nnear, "the symmetric P2P work"));
   /* symleaf: dg [nl+1], items [nl+1], slots (doubles) [nl+1], slot count [nl+1], chunks [nl+1] */
-  FMMCallCUDA(FMMLaunch(SymLeafKernel, LAUNCH_N(nl + 1), nl, c->nearoff, c->near, c->sleaf, c->symleaf, nk, c->symleaf + 3 * (nl + 1), nslv, nch, dout + 3));
+  FMMLaunch(SymLeafKernel, LAUNCH_N(nl + 1), nl, c->nearoff, c->near, c->sleaf, c->symleaf, nk, c->symleaf + 3 * (nl + 1), nslv, nch, dout + 3);
   FMMCheckLaunch();
   PetscCall(ExclusiveScan3(c, s, nk, nslv, nch, c->symleaf + (nl + 1), c->symleaf + 2 * (nl + 1), c->symleaf + 4 * (nl + 1), nl));
-  FMMCallCUDA(FMMLaunch(SymEntryKernel, LAUNCH_N(PetscMax(c->nnear, 3)), c->nnear, nl, c->nearoff, c->near, c->sleaf, c->symleaf + 2 * (nl + 1), sw->wslot, Totals3{{c->symleaf + (nl + 1) + nl, c->symleaf + 2 * (nl + 1) + nl, c->symleaf + 4 * (nl + 1) + nl}}, dout));
+  FMMLaunch(SymEntryKernel, LAUNCH_N(PetscMax(c->nnear, 3)), c->nnear, nl, c->nearoff, c->near, c->sleaf, c->symleaf + 2 * (nl + 1), sw->wslot, Totals3{{c->symleaf + (nl + 1) + nl, c->symleaf + 2 * (nl + 1) + nl, c->symleaf + 4 * (nl + 1) + nl}}, dout);
   FMMCheckLaunch();
   PetscFunctionReturn(0);
 }
@@ -2033,7 +2033,7 @@ static PetscErrorCode SymItems(FMM_CUDA *c, const FMMPlan *P, Scratch *s, SymWor
     PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->symchleaf, sizeof(PetscInt) * PetscMax(tot[2], 1), "the symmetric P2P chunk leaves"));
     PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->symchdone, sizeof(unsigned) * PetscMax(tot[2], 1), "the symmetric P2P chunk counters"));
     FMMCallCUDA(cudaMemsetAsync(c->symchdone, 0, sizeof(unsigned) * PetscMax(tot[2], 1), c->stream));
-    FMMCallCUDA(FMMLaunch(SymChunkLeafKernel, LAUNCH_N(nl), nl, c->symleaf + 4 * (nl + 1), c->symchleaf));
+    FMMLaunch(SymChunkLeafKernel, LAUNCH_N(nl), nl, c->symleaf + 4 * (nl + 1), c->symchleaf);
     FMMCheckLaunch();
     {
       const PetscInt ni = PetscMax(tot[0], 1);
@@ -2042,15 +2042,15 @@ static PetscErrorCode SymItems(FMM_CUDA *c, const FMMPlan *P, Scratch *s, SymWor
       size_t         need = 0;
       PetscCall(FMMCUDAMalloc(c->stream, (void **)&key, sizeof(unsigned) * 2 * ni, "the symmetric P2P work"));
       PetscCall(FMMCUDAMalloc(c->stream, (void **)&idx, sizeof(PetscInt) * 3 * ni, "the symmetric P2P work"));
-      FMMCallCUDA(FMMLaunch(SymItemKeyKernel, LAUNCH_N(nl), nl, c->nearoff, c->symleaf, key, idx));
+      FMMLaunch(SymItemKeyKernel, LAUNCH_N(nl), nl, c->nearoff, c->symleaf, key, idx);
       FMMCheckLaunch();
       FMMCallCUDA(cub::DeviceRadixSort::SortPairs(NULL, need, key, key + ni, idx, idx + ni, (int)tot[0], 0, 4, c->stream));
       PetscCall(ScratchEnsure(c, s, need));
       FMMCallCUDA(cub::DeviceRadixSort::SortPairs(s->tmp, need, key, key + ni, idx, idx + ni, (int)tot[0], 0, 4, c->stream));
-      FMMCallCUDA(FMMLaunch(InversePermKernel, LAUNCH_N(tot[0]), tot[0], idx + ni, idx + 2 * ni));
+      FMMLaunch(InversePermKernel, LAUNCH_N(tot[0]), tot[0], idx + ni, idx + 2 * ni);
       FMMCheckLaunch();
       PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->symitem, sizeof(PetscInt) * FMMCUDA_SYM_D * ni, "the symmetric P2P items"));
-      FMMCallCUDA(FMMLaunch(SymItemKernel, LAUNCH_N(nl), nl, c->nearoff, c->near, c->sleaf, c->tleaf, c->symleaf, sw->wslot, idx + 2 * ni, c->symitem));
+      FMMLaunch(SymItemKernel, LAUNCH_N(nl), nl, c->nearoff, c->near, c->sleaf, c->tleaf, c->symleaf, sw->wslot, idx + 2 * ni, c->symitem);
       FMMCheckLaunch();
       PetscCall(FMMCUDAFree(c->stream, key));
       PetscCall(FMMCUDAFree(c->stream, idx));
@@ -2129,9 +2129,9 @@ PetscErrorCode FMMCUDANearSources(FMM_CUDA *c, const FMMPlan *P, PetscBool globa
 {
   PetscFunctionBegin;
   PetscCall(FMMCUDAMalloc(c->stream, (void **)nbr, sizeof(PetscInt) * P->nearsrc, "the neighbour-source lists"));
-  if (c->nnear) FMMCallCUDA(FMMLaunch(NearSourcesKernel, LAUNCH_N(c->nnear), c->nnear, c->sleaf, c->near, c->nearscan, *nbr));
+  if (c->nnear) FMMLaunch(NearSourcesKernel, LAUNCH_N(c->nnear), c->nnear, c->sleaf, c->near, c->nearscan, *nbr);
   FMMCheckLaunch();
-  if (global && P->nearsrc) FMMCallCUDA(FMMLaunch(GlobalIndexKernel, LAUNCH_N(P->nearsrc), P->nearsrc, c->sperm, *nbr));
+  if (global && P->nearsrc) FMMLaunch(GlobalIndexKernel, LAUNCH_N(P->nearsrc), P->nearsrc, c->sperm, *nbr);
   FMMCheckLaunch();
   if (hnbroff) FMMCallCUDA(cudaMemcpyAsync(hnbroff, c->nbroff, sizeof(PetscInt) * (P->nleaves + 1), cudaMemcpyDeviceToHost, c->stream));
   FMMCallCUDA(cudaStreamSynchronize(c->stream));
@@ -2207,7 +2207,7 @@ static PetscErrorCode SortShort(FMM_CUDA *c, Scratch *s, size_t n2, PetscInt U, 
   if (!flag) flag = (int *)(box + 1);
   need = s->bytes;
   FMMCallCUDA(cub::DeviceReduce::Reduce(s->tmp, need, in, box, (int)U, KeyBoxJoin(), none, c->stream));
-  FMMCallCUDA(FMMLaunch(ShortKeysKernel, LAUNCH_N(U), U, (int)bits, xy, box, qx, qy, val, flag));
+  FMMLaunch(ShortKeysKernel, LAUNCH_N(U), U, (int)bits, xy, box, qx, qy, val, flag);
   FMMCheckLaunch();
   /* the two sorts side by side, the y list's on the side stream 1: at 10^6
      points each is a chain of small passes that does not fill the GPU */
@@ -2217,25 +2217,25 @@ static PetscErrorCode SortShort(FMM_CUDA *c, Scratch *s, size_t n2, PetscInt U, 
   FMMCallCUDA(cub::DeviceRadixSort::SortPairs((char *)s->tmp + n2, n2, qy, qty, val, Y, (int)U, 0, (int)bits, FMMCUDAStaging.side[1]));
   FMMCallCUDA(cudaEventRecord(FMMCUDAStaging.evjoin, FMMCUDAStaging.side[1]));
   FMMCallCUDA(cudaStreamWaitEvent(c->stream, FMMCUDAStaging.evjoin, 0));
-  FMMCallCUDA(FMMLaunch(FixRunsKernel, dim3((unsigned)FMMCUDABlocks(U, BS), 2), BS, 0, c->stream, U, qtx, qty, X, Y, xy, flag));
+  FMMLaunch(FixRunsKernel, dim3((unsigned)FMMCUDABlocks(U, BS), 2), BS, 0, c->stream, U, qtx, qty, X, Y, xy, flag);
   FMMCheckLaunch();
   PetscCall(FMMCUDAReadback(c->stream, bad, flag, sizeof(bad)));
   for (int d = 0; d < 2; d++) {
     PetscInt *id = d ? Y : X, *dn = (PetscInt *)flag, n = 0; /* the count read back where the flags were */
     if (!bad[d]) continue;
-    FMMCallCUDA(FMMLaunch(LongRunsKernel, LAUNCH_N(U), U, d ? qty : qtx, mark));
+    FMMLaunch(LongRunsKernel, LAUNCH_N(U), U, d ? qty : qtx, mark);
     FMMCheckLaunch();
     FMMCallCUDA(cub::DeviceSelect::Flagged(NULL, need, thrust::counting_iterator<PetscInt>(0), mark, pos, dn, (int)U, c->stream));
     PetscCall(ScratchEnsure(c, s, need));
     FMMCallCUDA(cub::DeviceSelect::Flagged(s->tmp, need, thrust::counting_iterator<PetscInt>(0), mark, pos, dn, (int)U, c->stream));
     PetscCall(FMMCUDAReadback(c->stream, &n, dn, sizeof(n)));
     PetscCall(PetscInfo(NULL, "GPU tree build: %s list: %" PetscInt_FMT " of %" PetscInt_FMT " points in runs of more than %d equal %d-bit keys, one out of order: sorted by 64-bit keys\n", d ? "y" : "x", n, U, FIX_RUN, (int)bits));
-    FMMCallCUDA(FMMLaunch(RunKeysKernel, LAUNCH_N(n), n, pos, id, xy, d, ky, v0));
+    FMMLaunch(RunKeysKernel, LAUNCH_N(n), n, pos, id, xy, d, ky, v0);
     FMMCheckLaunch();
     FMMCallCUDA(cub::DeviceRadixSort::SortPairs(NULL, need, ky, kx, v0, v1, (int)n, 0, 64, c->stream));
     PetscCall(ScratchEnsure(c, s, need));
     FMMCallCUDA(cub::DeviceRadixSort::SortPairs(s->tmp, need, ky, kx, v0, v1, (int)n, 0, 64, c->stream));
-    FMMCallCUDA(FMMLaunch(RunScatterKernel, LAUNCH_N(n), n, pos, v1, id));
+    FMMLaunch(RunScatterKernel, LAUNCH_N(n), n, pos, v1, id);
     FMMCheckLaunch();
   }
   PetscFunctionReturn(0);
@@ -2355,7 +2355,7 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
       if (us != c->stream) FMMCallCUDA(cudaStreamWaitEvent(c->stream, ev, 0));
       if (shortkeys) PetscCall(SortShort(c, &s, n2, U, keybits, xy, kx, ky, kt, val, X, Y));
       else {
-        FMMCallCUDA(FMMLaunch(KeysKernel, LAUNCH_N(b - a), a, b, xy, kx, ky, val));
+        FMMLaunch(KeysKernel, LAUNCH_N(b - a), a, b, xy, kx, ky, val);
         FMMCheckLaunch();
         FMMCallCUDA(cub::DeviceRadixSort::SortPairs(s.tmp, need, kx + a, kt + a, val + a, X1 + a, (int)(b - a), 0, 64, c->stream));
         FMMCallCUDA(cub::DeviceRadixSort::SortPairs(s.tmp, need, ky + a, kt + U + a, val + a, Y1 + a, (int)(b - a), 0, 64, c->stream));
@@ -2369,7 +2369,7 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
       FMMCallCUDA(cub::DeviceMerge::MergeKeys(s.tmp, need, xa, h, xb, U - h, xo, KeyIndexLess(), c->stream));
       FMMCallCUDA(cub::DeviceMerge::MergeKeys(s.tmp, need, ya, h, yb, U - h, yo, KeyIndexLess(), c->stream));
     }
-    FMMCallCUDA(FMMLaunch(OtherKernel, LAUNCH_N(U), U, X, Y, xy, XO, YO));
+    FMMLaunch(OtherKernel, LAUNCH_N(U), U, X, Y, xy, XO, YO);
     FMMCheckLaunch();
     if (late) PetscCall(late(c, lctx, ev, &lated)); /* after the points, while the GPU sorts and splits */
     FMMCallCUDA(cudaEventDestroy(ev));
@@ -2392,12 +2392,12 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
     if (lsplit && 2 * L - r <= SRMAX && U <= (PetscInt64)SCAP * nseg) {
       PetscInt nmax = 0;
       FMMCallCUDA(cudaMemsetAsync(cseg, 0, sizeof(PetscInt), c->stream));
-      FMMCallCUDA(FMMLaunch(SegmentMaxKernel, LAUNCH_N(nseg), nseg, off, cseg));
+      FMMLaunch(SegmentMaxKernel, LAUNCH_N(nseg), nseg, off, cseg);
       FMMCheckLaunch();
       PetscCall(FMMCUDAReadback(c->stream, &nmax, cseg, sizeof(PetscInt)));
       if (nmax <= SCAP) {
         const int ipt = SplitLocalIPT(nmax);
-        FMMCallCUDA(FMMLaunch(SplitLocalOf(ipt), (unsigned)nseg, SNT, SplitLocalBytes(ipt), c->stream, (int)(2 * L - r), r, median ? 1 : 0, off, lists, xy, seg, noff, bb));
+        FMMLaunch(SplitLocalOf(ipt), (unsigned)nseg, SNT, SplitLocalBytes(ipt), c->stream, (int)(2 * L - r), r, median ? 1 : 0, off, lists, xy, seg, noff, bb);
         FMMCheckLaunch();
         PetscCall(PetscInfo(NULL, "GPU tree build: rounds %" PetscInt_FMT " to %" PetscInt_FMT " of %" PetscInt_FMT " in shared memory, %" PetscInt_FMT " blocks of up to %" PetscInt_FMT " points, %d a thread\n", r, 2 * L - 1, 2 * L, nseg, nmax, ipt));
         { PetscInt *t = off; off = noff; noff = t; }
@@ -2405,7 +2405,7 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
         break;
       }
     }
-    FMMCallCUDA(FMMLaunch(SegmentKernel, LAUNCH_N(PetscMax(nseg, nch + 1)), nseg, off, lists, xy, noff, dir, lbb, sp.core, sp.best, sp.rank, nch, cseg));
+    FMMLaunch(SegmentKernel, LAUNCH_N(PetscMax(nseg, nch + 1)), nseg, off, lists, xy, noff, dir, lbb, sp.core, sp.best, sp.rank, nch, cseg);
     FMMCheckLaunch();
     if (U && sp.core) PetscCall(CompactSplit(c, &sp, nseg, U, off, cseg, lists, xy));
     if (U) PetscCall(SplitPartition(c, &s, U, cseg, off, noff, dir, sp.rank, lists, nsel, xy));
@@ -2413,9 +2413,9 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
     { unsigned char *t = lists.sel; lists.sel = nsel; nsel = t; }
   }
   if (!local) { /* the leaves' bounding boxes, the leaf of each position, the x list in one buffer */
-    FMMCallCUDA(FMMLaunch(SegmentKernel, LAUNCH_N(nleaves), nleaves, off, lists, xy, NULL, NULL, bb + 4 * FMMLevelStart(L), NULL, NULL, NULL, 0, NULL));
+    FMMLaunch(SegmentKernel, LAUNCH_N(nleaves), nleaves, off, lists, xy, NULL, NULL, bb + 4 * FMMLevelStart(L), NULL, NULL, NULL, 0, NULL);
     FMMCheckLaunch();
-    if (U) FMMCallCUDA(FMMLaunch(LeafOfKernel, LAUNCH_N(U), U, nleaves, off, lists, seg));
+    if (U) FMMLaunch(LeafOfKernel, LAUNCH_N(U), U, nleaves, off, lists, seg);
     FMMCheckLaunch();
   }
 
@@ -2450,17 +2450,17 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
     out.off  = 0;
     carve(&out);
   }
-  FMMCallCUDA(FMMLaunch(ClassifyKernel, LAUNCH_N(U + 1), U, N, same ? 1 : 0, t0, t0 + M, X, fs, ft));
+  FMMLaunch(ClassifyKernel, LAUNCH_N(U + 1), U, N, same ? 1 : 0, t0, t0 + M, X, fs, ft);
   FMMCheckLaunch();
   PetscCall(ExclusiveScan(c, &s, fs, ss, U));
   PetscCall(ExclusiveScan(c, &s, ft, st, U));
-  FMMCallCUDA(FMMLaunch(LeafRangeKernel, LAUNCH_N(nleaves + 1), nleaves, off, ss, st, c->sleaf, c->tleaf));
+  FMMLaunch(LeafRangeKernel, LAUNCH_N(nleaves + 1), nleaves, off, ss, st, c->sleaf, c->tleaf);
   FMMCheckLaunch();
-  if (U) FMMCallCUDA(FMMLaunch(ScatterPointsKernel, LAUNCH_N(U), U, N, same ? 1 : 0, t0, X, seg, fs, ss, ft, st, xy, nrm, wts, alpha, beta, c->sperm, c->sx, c->sy, c->cq, c->cdx, c->cdy, c->tperm, c->tx, c->ty, c->tleafof));
+  if (U) FMMLaunch(ScatterPointsKernel, LAUNCH_N(U), U, N, same ? 1 : 0, t0, X, seg, fs, ss, ft, st, xy, nrm, wts, alpha, beta, c->sperm, c->sx, c->sy, c->cq, c->cdx, c->cdy, c->tperm, c->tx, c->ty, c->tleafof);
   FMMCheckLaunch();
 
   /* box geometry */
-  FMMCallCUDA(FMMLaunch(GeometryKernel, LAUNCH_N(nboxes), nboxes, bb, c->cx, c->cy, c->scale));
+  FMMLaunch(GeometryKernel, LAUNCH_N(nboxes), nboxes, bb, c->cx, c->cy, c->scale);
   FMMCheckLaunch();
 
   PetscCall(StageMark(c, &stg));
@@ -2509,16 +2509,16 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
             continue;
           }
           if (top.n) {
-            FMMCallCUDA(FMMLaunch(ListTopKernel, 1, LTB, 0, c->stream, top));
+            FMMLaunch(ListTopKernel, 1, LTB, 0, c->stream, top);
             FMMCheckLaunch();
             top.n = 0;
           }
           PetscCall(ExclusiveScanBy(c, &s, thrust::make_transform_iterator(thrust::counting_iterator<PetscInt>(0), st.kind), thrust::make_tabulate_output_iterator(st.out), ListCountSum(), ListCount{0, 0}, nc));
-          FMMCallCUDA(FMMLaunch(ListWriteKernel, PetscMin(FMMCUDABlocks(PetscMax(nc, nb + 1), BS), 4096u), BS, 0, c->stream, st));
+          FMMLaunch(ListWriteKernel, PetscMin(FMMCUDABlocks(PetscMax(nc, nb + 1), BS), 4096u), BS, 0, c->stream, st);
           FMMCheckLaunch();
         }
         if (top.n) {
-          FMMCallCUDA(FMMLaunch(ListTopKernel, 1, LTB, 0, c->stream, top));
+          FMMLaunch(ListTopKernel, 1, LTB, 0, c->stream, top);
           FMMCheckLaunch();
         }
       }

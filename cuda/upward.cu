@@ -46,7 +46,7 @@ PetscErrorCode FMMCUDAStrengths(FMM_CUDA *c, const FMMPlan *P, const double *sig
 {
   PetscFunctionBegin;
   if (!P->N) PetscFunctionReturn(0);
-  FMMCallCUDA(FMMLaunch(StrengthsKernel, FMMCUDABlocks(P->N, 256), 256, 0, c->stream, P->N, c->sperm, c->cq, c->cdx, c->cdy, sigma, c->q, c->dx, c->dy, c->gq, c->gdx, c->gdy));
+  FMMLaunch(StrengthsKernel, FMMCUDABlocks(P->N, 256), 256, 0, c->stream, P->N, c->sperm, c->cq, c->cdx, c->cdy, sigma, c->q, c->dx, c->dy, c->gq, c->gdx, c->gdy);
   FMMCheckLaunch();
   PetscFunctionReturn(0);
 }
@@ -136,12 +136,12 @@ PetscErrorCode FMMCUDAP2M(FMM_CUDA *c, const FMMPlan *P)
 
   PetscFunctionBegin;
   if (c->pp) {
-    FMMCallCUDA(FMMLaunch(P2MFastKernels[c->pp / 2][c->kind != 0], FMMCUDABlocks((PetscInt64)P2M_GROUP * P->nleaves, 128), 128, 0, c->stream, P->nleaves, (int)c->p, (int)c->ne, c->sleaf, c->sx, c->sy, c->q, c->dx, c->dy, c->cx + l0, c->cy + l0, c->scale + l0, c->mpole + l0 * c->ne));
+    FMMLaunch(P2MFastKernels[c->pp / 2][c->kind != 0], FMMCUDABlocks((PetscInt64)P2M_GROUP * P->nleaves, 128), 128, 0, c->stream, P->nleaves, (int)c->p, (int)c->ne, c->sleaf, c->sx, c->sy, c->q, c->dx, c->dy, c->cx + l0, c->cy + l0, c->scale + l0, c->mpole + l0 * c->ne);
     FMMCheckLaunch();
     PetscFunctionReturn(0);
   }
   if (shmem > 49152) FMMCallCUDA(cudaFuncSetAttribute((const void *)P2MKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shmem));
-  FMMCallCUDA(FMMLaunch(P2MKernel, FMMCUDABlocks(P->nleaves, P2M_WARPS), 32 * P2M_WARPS, shmem, c->stream, P->nleaves, (int)c->p, (int)c->ne, stride, c->kind != 0, c->sleaf, c->sx, c->sy, c->q, c->dx, c->dy, c->cx + l0, c->cy + l0, c->scale + l0, c->mpole + l0 * c->ne));
+  FMMLaunch(P2MKernel, FMMCUDABlocks(P->nleaves, P2M_WARPS), 32 * P2M_WARPS, shmem, c->stream, P->nleaves, (int)c->p, (int)c->ne, stride, c->kind != 0, c->sleaf, c->sx, c->sy, c->q, c->dx, c->dy, c->cx + l0, c->cy + l0, c->scale + l0, c->mpole + l0 * c->ne);
   FMMCheckLaunch();
   PetscFunctionReturn(0);
 }
@@ -187,7 +187,7 @@ PetscErrorCode FMMCUDAM2M(FMM_CUDA *c, const FMMPlan *P)
   PetscFunctionBegin;
   for (PetscInt l = P->L - 1; l >= 0; l--) {
     PetscInt nb = (PetscInt)1 << (2 * l), span = (PetscInt)1 << (2 * (P->L - l - 1));
-    FMMCallCUDA(FMMLaunch(M2MKernel, FMMCUDABlocks(nb * (c->p + 1), 128), 128, 0, c->stream, nb, (int)c->p, (int)c->ne, FMMLevelStart(l), FMMLevelStart(l + 1), span, c->sleaf, c->cx, c->cy, c->scale, c->binom, c->mpole));
+    FMMLaunch(M2MKernel, FMMCUDABlocks(nb * (c->p + 1), 128), 128, 0, c->stream, nb, (int)c->p, (int)c->ne, FMMLevelStart(l), FMMLevelStart(l + 1), span, c->sleaf, c->cx, c->cy, c->scale, c->binom, c->mpole);
     FMMCheckLaunch();
   }
   PetscFunctionReturn(0);
