@@ -359,6 +359,9 @@ __device__ __forceinline__ void BoxSet(double *q, PetscInt n, double xmin, doubl
   q[3] = n > 0 ? -ymax : PETSC_MAX_REAL;
 }
 
+/* the states of the tiles of SplitMoveKernel's look-back (below) */
+typedef cub::ScanTileState<long long> SplitTiles;
+
 /* one thread per segment (box or half box) of a round: its bounding box from
    the ends of its X and Y ranges, the split direction (the longer side, as in
    src/plan.c) and the offsets of its two halves; bb (when not NULL) receives
@@ -367,12 +370,14 @@ __device__ __forceinline__ void BoxSet(double *q, PetscInt n, double xmin, doubl
    reductions (core: ylo, yhi, xlo, xhi of the ranks below the window, then of
    those above it, as order keys).  With cseg (not NULL), thread i also finds
    the segment of position i SEG_CHUNK (i < nc; cseg[nc] = nseg - 1), for
-   SegmentOf. */
+   SegmentOf, and with ntiles > 0 thread i < ntiles sets the state of tile i
+   of the round's SplitMoveKernel (threads: at least ntiles). */
 #define SEG_CHUNK 256
-__global__ void SegmentKernel(PetscInt nseg, const PetscInt *off, SplitLists L, const double *xy, PetscInt *noff, char *dir, double *bb, unsigned long long *core, unsigned long long *best, PetscInt *rank, PetscInt nc, PetscInt *cseg)
+__global__ void SegmentKernel(PetscInt nseg, const PetscInt *off, SplitLists L, const double *xy, PetscInt *noff, char *dir, double *bb, unsigned long long *core, unsigned long long *best, PetscInt *rank, PetscInt nc, PetscInt *cseg, SplitTiles tiles, int ntiles)
 {
   FMMWaitPrior();
   const PetscInt s = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
+  if (ntiles) tiles.InitializeStatus(ntiles);
   if (cseg && s <= nc) cseg[s] = s < nc ? FMMLastLE(off, 0, nseg, s * SEG_CHUNK) : nseg - 1;
   if (s >= nseg) return;
   const PetscInt o = off[s], n = off[s + 1] - o;
@@ -422,93 +427,138 @@ __device__ __forceinline__ void SplitOf(PetscInt s, const PetscInt *off, const P
   }
 }
 
-/* the split of a round: one segmented scan over all positions (CUB's
-   DeviceScan), whose input evaluates each position's flag and whose output
-   moves the position's point, so the flags and their scan never go through
-   memory (a flag kernel, a scan and a partition kernel measured 0.36 ms a
-   round at 10^7 points, H100).  Position k of the list other than its
-   segment's d goes to the first child when its point comes before the cut's
-   point in the sort order (coordinate d, then index) of the d-list; the first
-   child takes the flagged points in order, then the second the rest (a stable
-   partition).  The scan's values: the count of flagged positions since the
-   segment's start (SPLIT_CNT bits), whether a segment starts at the position
-   (SPLIT_HEAD), and the position's own flag (SPLIT_FLAG) and segment (from
-   bit SPLIT_SEG: segments of a round in global memory are fewer than 2^27). */
+/* the split of a round: one pass over all positions (SplitMoveKernel), a
+   tile of MTILE consecutive positions a block, MIT a thread.  Position k of
+   the list other than its segment's d goes to the first child when its point
+   comes before the cut's point in the sort order (coordinate d, then index)
+   of the d-list; the first child takes these flagged points in order, then
+   the second the rest (a stable partition).  A point's place is the count of
+   flagged positions before it in its segment: CUB's single-pass scan (a
+   BlockScan of the tile, and the look-back over the tiles before it,
+   TilePrefixCallbackOp) of values that hold the count since the segment's
+   start (SPLIT_CNT bits), whether a segment starts there (SPLIT_HEAD) and
+   the position's own flag (SPLIT_FLAG).  It replaces cub::DeviceScan over
+   iterators that found each position's segment and split twice, once for
+   the flag and once for the move (a flag kernel, a scan and a partition
+   kernel before that measured 0.36 ms a round at 10^7 points, H100). */
 #define SPLIT_CNT  0xffffffffll
 #define SPLIT_HEAD (1ll << 32)
 #define SPLIT_FLAG (1ll << 33)
-#define SPLIT_SEG  34
+#define MNT        256 /* threads of a move block */
+#define MIT        8   /* consecutive positions a thread */
+#define MTILE      (MNT * MIT)
 
-/* the segmented sum: a head restarts the count; the result keeps b's flag and segment */
+
+/* the segmented sum: a head restarts the count; the result keeps b's flag */
 struct SplitCountOp {
   __device__ __forceinline__ long long operator()(long long a, long long b) const { return (b & SPLIT_HEAD) ? b : (a & (SPLIT_CNT | SPLIT_HEAD)) + b; }
 };
 
-/* position k: its segment s (offset o, n points), the split's direction d and
-   cut, the list l other than d in buffer b, and the point p there with its
-   coordinate v along d */
+/* segment s of a round as its moves need it: its positions [o, e), the cut,
+   the list l other than the split's direction d in buffer b, the cut's point
+   q with its coordinate cv along d */
 typedef struct {
-  PetscInt s, o, n, cut, p;
-  int      d, l, b;
-  double   v;
-} SplitMove;
+  PetscInt s, o, e, cut, q;
+  int      l, b;
+  double   cv;
+} SplitSeg;
 
-__device__ __forceinline__ SplitMove SplitMoveAt(PetscInt k, PetscInt s, const PetscInt *off, const PetscInt *noff, const char *dir, const PetscInt *rank, const SplitLists &L)
+__device__ __forceinline__ void SplitSegAt(SplitSeg *g, PetscInt s, const PetscInt *off, const PetscInt *noff, const char *dir, const PetscInt *rank, const SplitLists &L, const double *xy)
 {
-  SplitMove m;
-  m.s = s;
-  m.o = off[m.s];
-  m.n = off[m.s + 1] - m.o;
-  SplitOf(m.s, off, noff, dir, rank, &m.d, &m.cut);
-  m.l = 1 - m.d;
-  m.b = ListBuf(L, m.l, m.s);
-  m.p = ListId(L, m.l, m.b)[k];
-  m.v = ListOt(L, m.l, m.b)[k];
-  return m;
+  int d;
+  g->s = s;
+  g->o = off[s];
+  g->e = off[s + 1];
+  SplitOf(s, off, noff, dir, rank, &d, &g->cut);
+  g->l  = 1 - d;
+  g->b  = ListBuf(L, g->l, s);
+  g->q  = ListId(L, d, ListBuf(L, d, s))[g->cut];
+  g->cv = xy[2 * g->q + d];
 }
 
-/* the scan's input at position k */
-struct SplitFlagOf {
-  const PetscInt *cseg, *off, *noff, *rank;
-  const char     *dir;
-  SplitLists      L;
-  const double   *xy;
-  __device__ __forceinline__ long long operator()(PetscInt k) const
-  {
-    const SplitMove m = SplitMoveAt(k, SegmentOf(k, off, cseg), off, noff, dir, rank, L);
-    const PetscInt  q = ListId(L, m.d, ListBuf(L, m.d, m.s))[m.cut];
-    const double    cv = xy[2 * q + m.d];
-    const long long f  = (m.v < cv || (m.v == cv && m.p < q)) ? 1 : 0;
-    return f * (1 + SPLIT_FLAG) + (k == m.o ? SPLIT_HEAD : 0) + ((long long)m.s << SPLIT_SEG);
-  }
-};
+/* g: the segment of position k (g holds one at or before it) */
+__device__ __forceinline__ void SplitSegFor(SplitSeg *g, PetscInt k, const PetscInt *off, const PetscInt *noff, const char *dir, const PetscInt *rank, const SplitLists &L, const double *xy)
+{
+  PetscInt s = g->s;
+  if (k < g->e) return;
+  while (off[s + 1] <= k) s++;
+  SplitSegAt(g, s, off, noff, dir, rank, L, xy);
+}
 
-/* the scan's output at position k (x: the inclusive scan there): the point
-   goes to its place in the other buffer; at the segment's start, the
-   children's buffers (nsel) and the compact split's cut (noff, for the next
-   round) */
-struct SplitPlace {
-  const PetscInt *off;
-  PetscInt       *noff;
-  const char     *dir;
-  const PetscInt *rank;
-  SplitLists      L;
-  unsigned char  *nsel;
-  __device__ __forceinline__ void operator()(ptrdiff_t kk, long long x) const
-  {
-    const PetscInt  k = (PetscInt)kk;
-    const SplitMove m = SplitMoveAt(k, (PetscInt)(x >> SPLIT_SEG), off, noff, dir, rank, L);
-    const int       f = (x & SPLIT_FLAG) ? 1 : 0;
-    const PetscInt  lb = (PetscInt)(x & SPLIT_CNT) - f, h = m.cut - m.o; /* flagged before k in the segment; the first child's size */
-    const PetscInt  np = f ? m.o + lb : m.o + h + (k - m.o - lb);
-    ListId(L, m.l, 1 - m.b)[np] = m.p;
-    ListOt(L, m.l, 1 - m.b)[np] = m.v;
-    if (k == m.o) {
-      nsel[2 * m.s] = nsel[2 * m.s + 1] = (unsigned char)(L.sel[m.s] ^ (1 << m.l));
-      if (rank && m.n >= 2) noff[2 * m.s + 1] = m.cut;
+/* the split of a round (tile t = block t; tiles: initialized by SegmentKernel):
+   every position of the list other than d to its place in the other buffer;
+   at a segment's start, the children's buffers (nsel) and the compact
+   split's cut (noff, for the next round).  Each warp takes 32 MIT
+   consecutive positions, lane i those i + 32 j (warp-striped: the loads and
+   the moves of a warp are consecutive), exchanged through shared memory to
+   MIT consecutive ones a thread for the scan and back (with MIT consecutive
+   positions a thread throughout, a warp's accesses spread over 32 lines:
+   the split stage at 10^6 points 15% slower than CUB's scan, H100).  Four
+   blocks an SM (64 registers) rather than three (80): 25 -> 20 us a round
+   at 10^6 points, against 25 us and 2.5 us of initialisation for CUB's scan
+   (ncu, H100); MIT 4 took 22 us */
+__global__ void __launch_bounds__(MNT, 4) SplitMoveKernel(PetscInt U, const PetscInt *off, const PetscInt *cseg, PetscInt *noff, const char *dir, const PetscInt *rank, SplitLists L, unsigned char *nsel, const double *xy, SplitTiles tiles)
+{
+  FMMWaitPrior();
+  typedef cub::BlockExchange<long long, MNT, MIT>                       Exchange;
+  typedef cub::BlockScan<long long, MNT, cub::BLOCK_SCAN_WARP_SCANS>      Scan;
+  typedef cub::TilePrefixCallbackOp<long long, SplitCountOp, SplitTiles> Prefix;
+  __shared__ union {
+    typename Exchange::TempStorage exchange;
+    struct {
+      typename Scan::TempStorage   scan;
+      typename Prefix::TempStorage prefix;
+    } s;
+  } tmp;
+  const int      t  = blockIdx.x;
+  const PetscInt k0 = (PetscInt)t * MTILE + (threadIdx.x / 32) * (32 * MIT) + threadIdx.x % 32; /* this lane's first position */
+  PetscInt       p[MIT];
+  double         v[MIT];
+  long long      x[MIT];
+  SplitSeg       g0, g;
+
+  if (k0 < U) SplitSegAt(&g0, SegmentOf(k0, off, cseg), off, noff, dir, rank, L, xy);
+  g = g0;
+#pragma unroll
+  for (int j = 0; j < MIT; j++) { /* the flags */
+    const PetscInt k = k0 + 32 * j;
+    x[j]             = 0;
+    if (k >= U) continue;
+    SplitSegFor(&g, k, off, noff, dir, rank, L, xy);
+    p[j]        = ListId(L, g.l, g.b)[k];
+    v[j]        = ListOt(L, g.l, g.b)[k];
+    const int f = (v[j] < g.cv || (v[j] == g.cv && p[j] < g.q)) ? 1 : 0;
+    x[j]        = f * (1 + SPLIT_FLAG) + (k == g.o ? SPLIT_HEAD : 0);
+  }
+  Exchange(tmp.exchange).WarpStripedToBlocked(x);
+  __syncthreads();
+  if (t == 0) {
+    long long all;
+    Scan(tmp.s.scan).InclusiveScan(x, x, SplitCountOp(), all);
+    if (threadIdx.x == 0) tiles.SetInclusive(0, all);
+  } else {
+    Prefix pre(tiles, tmp.s.prefix, SplitCountOp(), t);
+    Scan(tmp.s.scan).InclusiveScan(x, x, SplitCountOp(), pre);
+  }
+  __syncthreads();
+  Exchange(tmp.exchange).BlockedToWarpStriped(x);
+  g = g0;
+#pragma unroll
+  for (int j = 0; j < MIT; j++) { /* the moves */
+    const PetscInt k = k0 + 32 * j;
+    if (k >= U) break;
+    SplitSegFor(&g, k, off, noff, dir, rank, L, xy);
+    const int      f  = (x[j] & SPLIT_FLAG) ? 1 : 0;
+    const PetscInt lb = (PetscInt)(x[j] & SPLIT_CNT) - f; /* flagged before k in the segment */
+    const PetscInt np = f ? g.o + lb : g.cut + (k - g.o - lb);
+    ListId(L, g.l, 1 - g.b)[np] = p[j];
+    ListOt(L, g.l, 1 - g.b)[np] = v[j];
+    if (k == g.o) {
+      nsel[2 * g.s] = nsel[2 * g.s + 1] = (unsigned char)(L.sel[g.s] ^ (1 << g.l));
+      if (rank && g.e - g.o >= 2) noff[2 * g.s + 1] = g.cut;
     }
   }
-};
+}
 
 /* ------------------------------------------------ the compact split
 
@@ -1625,21 +1675,6 @@ static PetscErrorCode SplitLocalSetup(FMM_CUDA *c, PetscBool *ok)
   PetscFunctionReturn(0);
 }
 
-/* the split of every segment of a round (SplitFlagOf, SplitPlace): one
-   inclusive scan over the U positions */
-static PetscErrorCode SplitPartition(FMM_CUDA *c, Scratch *w, PetscInt U, const PetscInt *cseg, const PetscInt *off, PetscInt *noff, const char *dir, const PetscInt *rank, const SplitLists &L, unsigned char *nsel, const double *xy)
-{
-  const auto in   = thrust::make_transform_iterator(thrust::counting_iterator<PetscInt>(0), SplitFlagOf{cseg, off, noff, rank, dir, L, xy});
-  const auto out  = thrust::make_tabulate_output_iterator(SplitPlace{off, noff, dir, rank, L, nsel});
-  size_t     need = 0;
-
-  PetscFunctionBegin;
-  FMMCallCUDA(cub::DeviceScan::InclusiveScan(NULL, need, in, out, SplitCountOp(), (int)U, c->stream));
-  PetscCall(ScratchEnsure(c, w, need));
-  FMMCallCUDA(cub::DeviceScan::InclusiveScan(w->tmp, need, in, out, SplitCountOp(), (int)U, c->stream));
-  PetscFunctionReturn(0);
-}
-
 /* after rounds in global memory only: the leaf of each position, and the x
    list in its first buffer where a leaf's is in the second */
 __global__ void LeafOfKernel(PetscInt U, PetscInt nleaves, const PetscInt *off, SplitLists L, PetscInt *seg)
@@ -2291,6 +2326,10 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
   const PetscInt  K         = parts && U >= SORT_PARTS_MIN ? 2 : 1, h = U / K; /* the points go up in parts [0, h) and [h, U) */
   const PetscBool shortkeys = keybits < 64 && K == 1 && U >= 64 ? PETSC_TRUE : PETSC_FALSE; /* (the parts' merge compares the keys of both) */
   size_t n2 = 0; /* the scratch of one of SortShort's sorts */
+  const PetscInt ntiles = (PetscInt)FMMCUDABlocks(U, MTILE); /* of SplitMoveKernel */
+  size_t         tbytes = 0;
+  char          *tst;
+  SplitTiles     tiles;
   {
     size_t     scr = 0;
     const auto carve = [&](FMMCarve *k) {
@@ -2300,9 +2339,11 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
       dir     = FMMCarveArray<char>(k, (size_t)nleaves);
       sel     = FMMCarveArray<unsigned char>(k, 2 * (size_t)nleaves);
       bb      = FMMCarveArray<double>(k, 4 * (size_t)nboxes);
+      tst     = FMMCarveArray<char>(k, tbytes);
       if (!median && L > 0 && U) SplitWorkCarve(k, U, nleaves / 2, &sp);
       s.tmp = FMMCarveArray<char>(k, scr);
     };
+    FMMCallCUDA(SplitTiles::AllocationSize((int)ntiles, tbytes));
     if (U && shortkeys) PetscCall(SortShortScratch(c, U, keybits, &scr, &n2));
     else if (U) FMMCallCUDA(cub::DeviceRadixSort::SortPairs(NULL, scr, (unsigned long long *)NULL, (unsigned long long *)NULL, (PetscInt *)NULL, (PetscInt *)NULL, (int)PetscMax(U - h, h), 0, 64, c->stream)); /* the larger part (h = U for one) */
     carve(&work);
@@ -2381,6 +2422,7 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
 
   PetscCall(StageMark(c, &stg));
   lists = SplitLists{X, XO, U + 1, PetscMax(U, 1), sel}; /* X, Y, X2, Y2 and XO, YO, XO2, YO2 follow each other */
+  FMMCallCUDA(tiles.Init((int)ntiles, tst, tbytes));
   nch   = (U + SEG_CHUNK - 1) / SEG_CHUNK; /* chunks of positions (SegmentOf) */
   /* 2L rounds of halving; the boxes of level l are the segments of round 2l.
      The last rounds run in shared memory (SplitLocalKernel) from the first
@@ -2405,15 +2447,16 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
         break;
       }
     }
-    FMMLaunch(SegmentKernel, LAUNCH_N(PetscMax(nseg, nch + 1)), nseg, off, lists, xy, noff, dir, lbb, sp.core, sp.best, sp.rank, nch, cseg);
+    FMMLaunch(SegmentKernel, LAUNCH_N(PetscMax(nseg, nch + 1)), nseg, off, lists, xy, noff, dir, lbb, sp.core, sp.best, sp.rank, nch, cseg, tiles, (int)ntiles);
     FMMCheckLaunch();
     if (U && sp.core) PetscCall(CompactSplit(c, &sp, nseg, U, off, cseg, lists, xy));
-    if (U) PetscCall(SplitPartition(c, &s, U, cseg, off, noff, dir, sp.rank, lists, nsel, xy));
+    if (U) FMMLaunch(SplitMoveKernel, (unsigned)ntiles, MNT, 0, c->stream, U, off, cseg, noff, dir, sp.rank, lists, nsel, xy, tiles);
+    FMMCheckLaunch();
     { PetscInt *t = off; off = noff; noff = t; }
     { unsigned char *t = lists.sel; lists.sel = nsel; nsel = t; }
   }
   if (!local) { /* the leaves' bounding boxes, the leaf of each position, the x list in one buffer */
-    FMMLaunch(SegmentKernel, LAUNCH_N(nleaves), nleaves, off, lists, xy, NULL, NULL, bb + 4 * FMMLevelStart(L), NULL, NULL, NULL, 0, NULL);
+    FMMLaunch(SegmentKernel, LAUNCH_N(nleaves), nleaves, off, lists, xy, NULL, NULL, bb + 4 * FMMLevelStart(L), NULL, NULL, NULL, 0, NULL, tiles, 0);
     FMMCheckLaunch();
     if (U) FMMLaunch(LeafOfKernel, LAUNCH_N(U), U, nleaves, off, lists, seg);
     FMMCheckLaunch();
