@@ -13,9 +13,9 @@
   and cut (the longer side and the median with -mat_fmm_tree_split median,
   else the compact split below) take the first points of its d-list as they
   are, and the d-list stays where it is; the other list is split by a stable
-  partition into its second buffer (one segmented scan over all boxes at
-  once, whose input compares each point's key with the cut's and whose output
-  moves the point), so each box records which buffer holds each of its lists.
+  partition into its second buffer (one pass over all boxes at once,
+  SplitMoveKernel: each point's key compared with the cut's, a segmented
+  scan of these flags, the point moved), so each box records which buffer holds each of its lists.
   Each list carries the other coordinate of its points, so a round
   reads its lists in order.  Both lists stay sorted within every
   box, so a level costs O(N), and the boxes are those of src/plan.c: the same
@@ -1141,7 +1141,7 @@ __global__ void __launch_bounds__(SNT) SplitLocalKernel(int R, PetscInt r0, int 
       __syncthreads();
     }
 
-    { /* the split: the list other than d partitioned stably, as SplitPlace */
+    { /* the split: the list other than d partitioned stably, as SplitMoveKernel */
       int      fl[IPT], cnt = 0, sc;
       PetscInt p[IPT];
       double   u[IPT], v[IPT]; /* the moving point's coordinates across and along its list */
