@@ -904,6 +904,14 @@ __global__ void SplitPickKernel(PetscInt nslot, PetscInt nseg, PetscInt stride, 
    (SplitLocalIPT): at 10^7 points, blocks of up to 2550 points with 5 a
    thread instead of 8 took the split stage from 7.56-7.60 to 6.53-6.59 ms
    (H100, -info).
+   The compact split's costs come as in global memory: each sub-segment's
+   cores (ranks below and above its window) by a pass over the positions, and
+   scans of its window's slots only.  Before, every round scanned the extents
+   of all positions forward and backward and tested each for a candidate:
+   SplitLocalKernel at 10^6 points 287 -> 239 us, at 10^7 2.92 -> 2.63 ms
+   (ncu, H100), of which the partitions and loads alone (the median split)
+   take 101 us and 0.84 ms.  1024 threads of 4 positions (64 registers)
+   measured 232 us and 2.99 ms.
    The block writes the bounding boxes of its boxes of the even rounds and of
    the leaves, and back to global memory what the leaves need: the x list X,
    seg and the leaf offsets. */
@@ -918,15 +926,17 @@ __global__ void SplitPickKernel(PetscInt nslot, PetscInt nseg, PetscInt stride, 
 #define SHALF (1 << (SRMAX - 1)) /* sub-segments of a round that splits */
 
 /* shared memory of SplitLocalKernel: per position its coordinates along and
-   across both lists; the carries of the backward scan; per splitting
-   sub-segment its least cost; per position its point in both lists; the
+   across both lists; per splitting sub-segment its two cores (8 order keys)
+   and its least cost; per position its point in both lists; the
    sub-segment offsets (two rounds); per splitting sub-segment its cut and
    direction, its pick and the flag scan at its start; per position sg */
 static size_t SplitLocalBytes(int ipt)
 {
   const size_t cap = (size_t)SNT * ipt;
-  return 4 * cap * sizeof(double) + SNT * sizeof(SplitRun) + SHALF * sizeof(unsigned long long) + (2 * cap + 2 * (SLEAF + 1) + 3 * SHALF) * sizeof(PetscInt) + cap * sizeof(unsigned short);
+  return 4 * cap * sizeof(double) + 9 * SHALF * sizeof(unsigned long long) + (2 * cap + 2 * (SLEAF + 1) + 3 * SHALF) * sizeof(PetscInt) + cap * sizeof(unsigned short);
 }
+/* the window's slots of a round a thread: at most SCAP/16 + SHALF in all */
+#define SLOTS ((SCAP / (FMM_SPLIT_WINDOW / 2) + SHALF + SNT - 1) / SNT)
 
 /* the slot of position k */
 template <int IPT>
@@ -935,32 +945,19 @@ __device__ __forceinline__ int SplitSlotOf(int k)
   return (k % IPT) * SNT + k / IPT;
 }
 
-/* position k of a block's lists for the scans of the other coordinates (key: its sub-segment; -1 past the points) */
-template <int IPT>
-__device__ __forceinline__ SplitRun SplitLocalItem(int k, int n, const unsigned short *sg, const double *xo, const double *yo)
-{
-  const int j = SplitSlotOf<IPT>(k);
-  return k < n ? SplitRun{sg[j], SplitExt{xo[j], xo[j], yo[j], yo[j]}} : SplitRun{-1, SPLIT_EXT_NONE};
-}
-
-/* whether the cut before position k (in sub-segment m) is a candidate: m
-   at offset o has n >= 2 points, h = n/2, w = n/FMM_SPLIT_WINDOW, and k - o is
-   h - w + j, j = 0 .. 2w */
-__device__ __forceinline__ bool SplitLocalCandidate(int k, int m, const PetscInt *so, int *o, int *nm, int *j)
-{
-  *o  = so[m];
-  *nm = so[m + 1] - *o;
-  *j  = k - *o - (*nm / 2 - *nm / FMM_SPLIT_WINDOW);
-  return *nm >= 2 && *j >= 0 && *j <= 2 * (*nm / FMM_SPLIT_WINDOW);
-}
-
-/* v of lane - sh */
+/* v of lane - sh, of lane + sh */
 __device__ __forceinline__ SplitRun SplitRunShflUp(const SplitRun &v, int sh)
 {
   return SplitRun{__shfl_up_sync(0xffffffffu, v.key, sh), SplitExt{__shfl_up_sync(0xffffffffu, v.e.ylo, sh), __shfl_up_sync(0xffffffffu, v.e.yhi, sh), __shfl_up_sync(0xffffffffu, v.e.xlo, sh), __shfl_up_sync(0xffffffffu, v.e.xhi, sh)}};
 }
 
-/* the warp's inclusive scan of v with SplitRunOp, in lane order */
+__device__ __forceinline__ SplitRun SplitRunShflDown(const SplitRun &v, int sh)
+{
+  return SplitRun{__shfl_down_sync(0xffffffffu, v.key, sh), SplitExt{__shfl_down_sync(0xffffffffu, v.e.ylo, sh), __shfl_down_sync(0xffffffffu, v.e.yhi, sh), __shfl_down_sync(0xffffffffu, v.e.xlo, sh), __shfl_down_sync(0xffffffffu, v.e.xhi, sh)}};
+}
+
+/* the warp's inclusive scans of v with SplitRunOp: in lane order, and from
+   the last lane down (equal keys >= 0 are contiguous) */
 __device__ __forceinline__ SplitRun SplitWarpScan(SplitRun v)
 {
   const int lane = threadIdx.x % 32;
@@ -972,26 +969,40 @@ __device__ __forceinline__ SplitRun SplitWarpScan(SplitRun v)
   return v;
 }
 
-/* the block's exclusive scan of v with SplitRunOp, in thread order (thread 0
-   gets no run): warps scan their lanes, warp 0 the warps' totals (ws: SNT/32
-   runs of shared memory); one join a thread beyond its warp's scan (cub's
-   BlockScan joins the totals of all warps in every thread) */
-__device__ __forceinline__ SplitRun SplitBlockScan(SplitRun v, SplitRun *ws)
+__device__ __forceinline__ SplitRun SplitWarpScanBack(SplitRun v)
 {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int sh = 1; sh < 32; sh <<= 1) {
+    const SplitRun u = SplitRunShflDown(v, sh);
+    if (lane + sh < 32 && u.key == v.key) v.e = SplitExtJoin(v.e, u.e);
+  }
+  return v;
+}
+
+/* the block's two exclusive scans with SplitRunOp, in one pair of barriers:
+   *f of the v of the threads before this one, *b of the u of the threads
+   after it (thread 0, SNT - 1: no run).  Warps scan their lanes, warps 0
+   and 1 the warps' totals (ws: 2 SNT/32 runs of shared memory) */
+__device__ __forceinline__ void SplitBlockScans(const SplitRun &v, const SplitRun &u, SplitRun *ws, SplitRun *f, SplitRun *b)
+{
+  constexpr int  NW   = SNT / 32;
   const int      lane = threadIdx.x % 32, w = threadIdx.x / 32;
   const SplitRun none = {-1, SPLIT_EXT_NONE};
-  const SplitRun in   = SplitWarpScan(v);
-  if (lane == 31) ws[w] = in;
+  const SplitRun fi = SplitWarpScan(v), bi = SplitWarpScanBack(u);
+  if (lane == 31) ws[w] = fi;
+  if (lane == 0) ws[NW + w] = bi;
   __syncthreads();
-  if (w == 0) {
-    SplitRun s = SplitWarpScan(lane < SNT / 32 ? ws[lane] : none);
+  if (w < 2) {
+    const SplitRun x = lane < NW ? ws[w * NW + lane] : none;
+    const SplitRun s = w ? SplitWarpScanBack(x) : SplitWarpScan(x);
     __syncwarp();
-    if (lane < SNT / 32) ws[lane] = s;
+    if (lane < NW) ws[w * NW + lane] = s;
   }
   __syncthreads();
-  const SplitRun ex = SplitRunShflUp(in, 1);
-  if (lane == 0) return w ? ws[w - 1] : none;
-  return w ? SplitRunOp()(ws[w - 1], ex) : ex;
+  const SplitRun fe = SplitRunShflUp(fi, 1), be = SplitRunShflDown(bi, 1);
+  *f = lane == 0 ? (w ? ws[w - 1] : none) : (w ? SplitRunOp()(ws[w - 1], fe) : fe);
+  *b = lane == 31 ? (w < NW - 1 ? ws[NW + w + 1] : none) : (w < NW - 1 ? SplitRunOp()(ws[NW + w + 1], be) : be);
 }
 
 /* rounds r0 .. r0 + R - 1 of the segments of round r0 (block s0: segment s0,
@@ -1004,12 +1015,12 @@ __global__ void __launch_bounds__(SNT) SplitLocalKernel(int R, PetscInt r0, int 
   FMMWaitPrior();
   typedef cub::BlockScan<int, SNT, cub::BLOCK_SCAN_WARP_SCANS> IntScan;
   __shared__ typename IntScan::TempStorage tmp;
-  __shared__ SplitRun                      ws[SNT / 32];
+  __shared__ SplitRun                      ws[2 * SNT / 32];
   extern __shared__ double lsm[];
   constexpr int       CAP = SNT * IPT; /* points of this block size */
   double             *xx = lsm, *xo = xx + CAP, *yy = xo + CAP, *yo = yy + CAP; /* x list: x, y; y list: y, x */
-  SplitRun           *carry = (SplitRun *)(yo + CAP);
-  unsigned long long *best  = (unsigned long long *)(carry + SNT);
+  unsigned long long *core = (unsigned long long *)(yo + CAP);          /* 8 order keys a sub-segment, as SplitCoreKernel's */
+  unsigned long long *best = core + 8 * SHALF;
   PetscInt           *xi = (PetscInt *)(best + SHALF), *yi = xi + CAP, *so = yi + CAP, *cutd = so + 2 * (SLEAF + 1), *pick = cutd + SHALF, *base = pick + SHALF;
   unsigned short     *sg = (unsigned short *)(base + SHALF);
   const PetscInt      s0 = blockIdx.x, g0 = off[s0];
@@ -1050,88 +1061,129 @@ __global__ void __launch_bounds__(SNT) SplitLocalKernel(int R, PetscInt r0, int 
         cutd[m] = 2 * (o + nm / 2) + ((median && nm >= 2 && ymax - ymin > xmax - xmin) ? 1 : 0);
         best[m] = ~0ull;
         pick[m] = PETSC_MAX_INT;
+        for (int e = 0; e < 8; e++) core[8 * m + e] = (e % 2) ? 0ull : ~0ull;
       }
     }
     if (i == R) break;
     __syncthreads();
 
-    if (!median) { /* the compact split: every candidate's cost as SplitWindowKernel's */
-      double   cc[IPT][2];
-      SplitRun first, last = SplitLocalItem<IPT>(c0, n, sg, xo, yo), a;
-      bool     two = false, any = false;
-      int      o, nm, j, m, cm = -1;
-      /* this thread's chunk: the extents of its first and of its last run of
-         one sub-segment, the chunk's aggregates backward and forward */
+    if (!median) { /* the compact split as the rounds in global memory: SplitCoreKernel, SplitWindowKernel, SplitPickKernel */
+      { /* the cores: the other coordinates of the ranks below and above each
+           sub-segment's window, over the runs of this thread's positions, then
+           of the warp's lanes, to atomics on order keys */
+        long long          tag  = -1;
+        unsigned long long v[4] = {~0ull, 0, ~0ull, 0};
+        int                m = -1, lo = 0, hi = 0;
 #pragma unroll
-      for (int q = 1; q < IPT; q++) {
-        const SplitRun e = SplitLocalItem<IPT>(c0 + q, n, sg, xo, yo);
-        if (e.key == last.key) last.e = SplitExtJoin(last.e, e.e);
-        else {
-          if (!two) first = last;
-          two  = true;
-          last = e;
-        }
-      }
-      if (!two) first = last;
-#pragma unroll
-      for (int q = 0; q < IPT; q++) any = any || (c0 + q < n && SplitLocalCandidate(c0 + q, sg[SplitSlotOf<IPT>(c0 + q)], o1, &o, &nm, &j));
-      /* the carries into each chunk: from the chunks after it (chunk SNT-1-t scanned by thread t), and before it */
-      carry[t] = first;
-      __syncthreads();
-      a = SplitBlockScan(carry[SNT - 1 - t], ws);
-      carry[SNT - 1 - t] = a;
-      __syncthreads();
-      a = carry[t];
-      if (any) {
-#pragma unroll
-        for (int q = IPT - 1; q >= 0; q--) { /* cc: the second child's half-perimeter (positions from k) */
-          const int k = c0 + q;
-          if (k >= n) continue;
-          a = SplitRunOp()(a, SplitLocalItem<IPT>(k, n, sg, xo, yo));
-          if (!SplitLocalCandidate(k, (int)a.key, o1, &o, &nm, &j)) continue;
-          const int k1 = SplitSlotOf<IPT>(k), k2 = SplitSlotOf<IPT>(o + nm - 1);
-          cc[q][0]     = FMMHalfPerimeter(xx[k1], a.e.ylo, xx[k2], a.e.yhi);
-          cc[q][1]     = FMMHalfPerimeter(a.e.xlo, yy[k1], a.e.xhi, yy[k2]);
-        }
-      }
-      /* prefixes: cost = first child + second child */
-      a = SplitBlockScan(last, ws);
-      unsigned long long v = ~0ull; /* least cost of sub-segment cm among this thread's candidates */
-#pragma unroll
-      for (int q = 0; q < IPT; q++) {
-        const int k = c0 + q;
-        if (!any || k >= n) break;
-        m = sg[SplitSlotOf<IPT>(k)];
-        if (SplitLocalCandidate(k, m, o1, &o, &nm, &j)) { /* a: positions o .. k-1 (k > o) */
-          const int k0 = SplitSlotOf<IPT>(o), k1 = SplitSlotOf<IPT>(k - 1);
-          const double hl[2] = {FMMHalfPerimeter(xx[k0], a.e.ylo, xx[k1], a.e.yhi), FMMHalfPerimeter(a.e.xlo, yy[k0], a.e.xhi, yy[k1])};
-          if (m != cm) {
-            if (cm >= 0) atomicMin(&best[cm], v);
-            cm = m;
-            v  = ~0ull;
+        for (int q = 0; q < IPT; q++) {
+          const int k = c0 + q, j = SplitSlotOf<IPT>(k);
+          long long tg = -1;
+          if (k < n) {
+            if (sg[j] != m) {
+              m = sg[j];
+              const int o = o1[m], nm = o1[m + 1] - o;
+              lo = o + nm / 2 - nm / FMM_SPLIT_WINDOW;
+              hi = o + nm / 2 + nm / FMM_SPLIT_WINDOW;
+            }
+            if (k < lo || k >= hi) tg = 2 * (long long)m + (k < lo ? 0 : 1);
           }
+          if (tg != tag) {
+            if (tag >= 0) MinMaxAtomics<4>(core + 4 * tag, v);
+            tag  = tg;
+            v[0] = v[2] = ~0ull;
+            v[1] = v[3] = 0;
+          }
+          if (tag < 0) continue;
+          const unsigned long long ky = OrderKey(xo[j]), kx = OrderKey(yo[j]);
+          v[0] = MinU(v[0], ky);
+          v[1] = MaxU(v[1], ky);
+          v[2] = MinU(v[2], kx);
+          v[3] = MaxU(v[3], kx);
+        }
+        if (RunMinMax<4>(tag, v) && tag >= 0) MinMaxAtomics<4>(core + 4 * tag, v);
+      }
+      __syncthreads();
+
+      /* the window: sub-segment m's candidate j in slot o/16 + m + j (o its
+         offset, as SplitStart), SLOTS consecutive slots a thread, scanned
+         forward (window ranks below j) and backward (from j up) */
+      SplitRun f[SLOTS], pre[SLOTS], suf[SLOTS], a, b;
+      int      sj[SLOTS];
+      double   cc[SLOTS][2];
+#pragma unroll
+      for (int i = 0; i < SLOTS; i++) {
+        const int c = SLOTS * t + i;
+        const int m = (int)FMMLastLEBy([o1](PetscInt s) { return o1[s] / (FMM_SPLIT_WINDOW / 2) + s; }, 0, nsub, c);
+        const int o = o1[m], nm = o1[m + 1] - o, w = nm / FMM_SPLIT_WINDOW;
+        sj[i] = c - (o / (FMM_SPLIT_WINDOW / 2) + m);
+        f[i]  = SplitRun{-1, SPLIT_EXT_NONE};
+        if (nm < 2 || sj[i] > 2 * w) continue;
+        f[i].key = m;
+        if (sj[i] < 2 * w) {
+          const int q = SplitSlotOf<IPT>(o + nm / 2 - w + sj[i]);
+          f[i].e      = SplitExt{xo[q], xo[q], yo[q], yo[q]};
+        }
+      }
+      a = f[0];
+      b = f[SLOTS - 1];
+#pragma unroll
+      for (int i = 1; i < SLOTS; i++) {
+        a = SplitRunOp()(a, f[i]);
+        b = SplitRunOp()(b, f[SLOTS - 1 - i]);
+      }
+      SplitBlockScans(a, b, ws, &a, &b);
+      pre[0]         = a;
+      suf[SLOTS - 1] = SplitRunOp()(b, f[SLOTS - 1]);
+#pragma unroll
+      for (int i = 1; i < SLOTS; i++) {
+        pre[i]             = SplitRunOp()(pre[i - 1], f[i - 1]);
+        suf[SLOTS - 1 - i] = SplitRunOp()(suf[SLOTS - i], f[SLOTS - 1 - i]);
+      }
+
+      { /* each candidate's costs as Split() of src/plan.c (x, then y), each sub-segment's least */
+        long long          key   = -1;
+        unsigned long long bv[1] = {~0ull};
+#pragma unroll
+        for (int i = 0; i < SLOTS; i++) {
+          const long long m = f[i].key;
+          if (m < 0) continue;
+          const int                 o = o1[m], nm = o1[m + 1] - o, w = nm / FMM_SPLIT_WINDOW, j = sj[i], k = o + nm / 2 - w + j;
+          const int                 e0 = SplitSlotOf<IPT>(o), e1 = SplitSlotOf<IPT>(k - 1), e2 = SplitSlotOf<IPT>(k), e3 = SplitSlotOf<IPT>(o + nm - 1);
+          const unsigned long long *cs = core + 8 * m;
 #pragma unroll
           for (int d = 0; d < 2; d++) {
-            cc[q][d] = SplitCost(hl[d], cc[q][d], j, nm / FMM_SPLIT_WINDOW);
-            v        = MinU(v, (unsigned long long)__double_as_longlong(cc[q][d]));
+            const double *al = d ? yy : xx; /* along the list: the ends of the two children */
+            double        ol0 = OrderValue(cs[2 * d]), ol1 = OrderValue(cs[2 * d + 1]), or0 = OrderValue(cs[4 + 2 * d]), or1 = OrderValue(cs[5 + 2 * d]);
+            if (j > 0) {
+              ol0 = fmin(ol0, d ? pre[i].e.xlo : pre[i].e.ylo);
+              ol1 = fmax(ol1, d ? pre[i].e.xhi : pre[i].e.yhi);
+            }
+            if (j < 2 * w) {
+              or0 = fmin(or0, d ? suf[i].e.xlo : suf[i].e.ylo);
+              or1 = fmax(or1, d ? suf[i].e.xhi : suf[i].e.yhi);
+            }
+            const double hl = d ? FMMHalfPerimeter(ol0, al[e0], ol1, al[e1]) : FMMHalfPerimeter(al[e0], ol0, al[e1], ol1);
+            const double hr = d ? FMMHalfPerimeter(or0, al[e2], or1, al[e3]) : FMMHalfPerimeter(al[e2], or0, al[e3], or1);
+            cc[i][d]        = SplitCost(hl, hr, j, w);
           }
+          if (m != key) { /* a sub-segment ends within this thread's slots */
+            if (key >= 0) atomicMin(&best[key], bv[0]);
+            key   = m;
+            bv[0] = ~0ull;
+          }
+          bv[0] = MinU(bv[0], MinU((unsigned long long)__double_as_longlong(cc[i][0]), (unsigned long long)__double_as_longlong(cc[i][1])));
         }
-        a = SplitRunOp()(a, SplitLocalItem<IPT>(k, n, sg, xo, yo));
-      }
-      { /* the last sub-segment of each thread: one atomic per run of lanes */
-        unsigned long long w[1] = {v};
-        if (RunMinMax<1>(cm, w) && cm >= 0) atomicMin(&best[cm], w[0]);
+        if (RunMinMax<1>(key, bv) && key >= 0) atomicMin(&best[key], bv[0]);
       }
       __syncthreads();
 #pragma unroll
-      for (int q = 0; q < IPT; q++) { /* the first of least cost: x before y, then j */
-        const int k = c0 + q;
-        if (k >= n) break;
-        m = sg[SplitSlotOf<IPT>(k)];
-        if (!SplitLocalCandidate(k, m, o1, &o, &nm, &j)) continue;
+      for (int i = 0; i < SLOTS; i++) { /* the first of least cost: x before y, then j */
+        const long long m = f[i].key;
+        if (m < 0) continue;
+        const int w = (o1[m + 1] - o1[m]) / FMM_SPLIT_WINDOW;
 #pragma unroll
         for (int d = 0; d < 2; d++)
-          if ((unsigned long long)__double_as_longlong(cc[q][d]) == best[m]) atomicMin(&pick[m], d * (2 * (nm / FMM_SPLIT_WINDOW) + 1) + j);
+          if ((unsigned long long)__double_as_longlong(cc[i][d]) == best[m]) atomicMin(&pick[m], d * (2 * w + 1) + sj[i]);
       }
       __syncthreads();
       for (int m = t; m < nsub; m += SNT) {
