@@ -664,6 +664,27 @@ __device__ __forceinline__ void MinMaxAtomics(unsigned long long *a, const unsig
   for (int j = 0; j < nv; j++) (j % 2) ? atomicMax(&a[j], v[j]) : atomicMin(&a[j], v[j]);
 }
 
+/* a thread's runs of positions of one core (tag: 2s + 0 below the window,
+   + 1 above it; -1: none), in order: where tg starts a new run the run
+   before goes to dst(tag) by atomics; then (y, x), the other coordinates of
+   a position of tg, join the run (v: ylo, yhi, xlo, xhi as order keys) */
+template <class Dst>
+__device__ __forceinline__ void CoreRunAdd(long long tg, double y, double x, long long *tag, unsigned long long *v, Dst dst)
+{
+  if (tg != *tag) {
+    if (*tag >= 0) MinMaxAtomics<4>(dst(*tag), v);
+    *tag = tg;
+    v[0] = v[2] = ~0ull;
+    v[1] = v[3] = 0;
+  }
+  if (tg < 0) return;
+  const unsigned long long ky = OrderKey(y), kx = OrderKey(x);
+  v[0]                        = MinU(v[0], ky);
+  v[1]                        = MaxU(v[1], ky);
+  v[2]                        = MinU(v[2], kx);
+  v[3]                        = MaxU(v[3], kx);
+}
+
 /* min (even j) / max (odd j) of v[0..nv) over the nt threads of the block with
    one key >= 0 (equal keys are contiguous; -1: nothing), applied to dst(key)
    by atomics: one set per run of lanes, and one per run of warps that hold a
@@ -754,6 +775,7 @@ __global__ void __launch_bounds__(BS) SplitCoreKernel(PetscInt U, PetscInt nt, P
     for (int q = 0; q < CIT; q++) { /* the loads first, all of them independent */
       const PetscInt k = k0 + q;
       tg[q]            = -1;
+      yv[q] = xv[q] = 0;
       if (k >= U) continue;
       while (off[s + 1] <= k) s++;
       const PetscInt o = off[s], n = off[s + 1] - o, h = n / 2, w = n / FMM_SPLIT_WINDOW, r = k - o;
@@ -763,20 +785,7 @@ __global__ void __launch_bounds__(BS) SplitCoreKernel(PetscInt U, PetscInt nt, P
       xv[q] = ListOt(L, 1, ListBuf(L, 1, s))[k];
     }
 #pragma unroll
-    for (int q = 0; q < CIT; q++) {
-      if (tg[q] != tag) {
-        if (tag >= 0) MinMaxAtomics<4>(dst(tag), v);
-        tag  = tg[q];
-        v[0] = v[2] = ~0ull;
-        v[1] = v[3] = 0;
-      }
-      if (tag < 0) continue;
-      const unsigned long long ky = OrderKey(yv[q]), kx = OrderKey(xv[q]);
-      v[0] = MinU(v[0], ky);
-      v[1] = MaxU(v[1], ky);
-      v[2] = MinU(v[2], kx);
-      v[3] = MaxU(v[3], kx);
-    }
+    for (int q = 0; q < CIT; q++) CoreRunAdd(tg[q], yv[q], xv[q], &tag, v, dst);
   }
   BlockRunAtomics<4, BS>(tag, v, dst);
 }
@@ -1074,6 +1083,7 @@ __global__ void __launch_bounds__(SNT) SplitLocalKernel(int R, PetscInt r0, int 
         long long          tag  = -1;
         unsigned long long v[4] = {~0ull, 0, ~0ull, 0};
         int                m = -1, lo = 0, hi = 0;
+        const auto         dst = [core](long long g) { return core + 4 * g; };
 #pragma unroll
         for (int q = 0; q < IPT; q++) {
           const int k = c0 + q, j = SplitSlotOf<IPT>(k);
@@ -1087,20 +1097,9 @@ __global__ void __launch_bounds__(SNT) SplitLocalKernel(int R, PetscInt r0, int 
             }
             if (k < lo || k >= hi) tg = 2 * (long long)m + (k < lo ? 0 : 1);
           }
-          if (tg != tag) {
-            if (tag >= 0) MinMaxAtomics<4>(core + 4 * tag, v);
-            tag  = tg;
-            v[0] = v[2] = ~0ull;
-            v[1] = v[3] = 0;
-          }
-          if (tag < 0) continue;
-          const unsigned long long ky = OrderKey(xo[j]), kx = OrderKey(yo[j]);
-          v[0] = MinU(v[0], ky);
-          v[1] = MaxU(v[1], ky);
-          v[2] = MinU(v[2], kx);
-          v[3] = MaxU(v[3], kx);
+          CoreRunAdd(tg, xo[j], yo[j], &tag, v, dst);
         }
-        if (RunMinMax<4>(tag, v) && tag >= 0) MinMaxAtomics<4>(core + 4 * tag, v);
+        if (RunMinMax<4>(tag, v) && tag >= 0) MinMaxAtomics<4>(dst(tag), v);
       }
       __syncthreads();
 
