@@ -448,7 +448,6 @@ __device__ __forceinline__ void SplitOf(PetscInt s, const PetscInt *off, const P
 #define MIT        8   /* consecutive positions a thread */
 #define MTILE      (MNT * MIT)
 
-
 /* the segmented sum: a head restarts the count; the result keeps b's flag */
 struct SplitCountOp {
   __device__ __forceinline__ long long operator()(long long a, long long b) const { return (b & SPLIT_HEAD) ? b : (a & (SPLIT_CNT | SPLIT_HEAD)) + b; }
@@ -479,8 +478,9 @@ __device__ __forceinline__ void SplitSegAt(SplitSeg *g, PetscInt s, const PetscI
 /* g: the segment of position k (g holds one at or before it) */
 __device__ __forceinline__ void SplitSegFor(SplitSeg *g, PetscInt k, const PetscInt *off, const PetscInt *noff, const char *dir, const PetscInt *rank, const SplitLists &L, const double *xy)
 {
-  PetscInt s = g->s;
+  PetscInt s;
   if (k < g->e) return;
+  s = g->s;
   while (off[s + 1] <= k) s++;
   SplitSegAt(g, s, off, noff, dir, rank, L, xy);
 }
@@ -1249,18 +1249,10 @@ __global__ void __launch_bounds__(SNT) SplitLocalKernel(int R, PetscInt r0, int 
   }
 }
 
-/* the largest segment of a round */
-__global__ void SegmentMaxKernel(PetscInt nseg, const PetscInt *off, PetscInt *nmax)
-{
-  FMMWaitPrior();
-  const PetscInt s = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
-  if (s < nseg) atomicMax(nmax, off[s + 1] - off[s]);
-}
-
 /* one block: *nmax = the most points of a child of the nseg segments of a
-   round, once their cuts are picked (SplitOf), written to the readback
-   buffer, so that the host reads the size of the next round's largest
-   segment while this round's moves run */
+   round, once their cuts are picked (SplitOf): the size of the next round's
+   largest segment, which the host reads (nmax in the pinned readback buffer)
+   while this round's moves run */
 __global__ void ChildMaxKernel(PetscInt nseg, const PetscInt *off, const PetscInt *noff, const char *dir, const PetscInt *rank, PetscInt *nmax)
 {
   __shared__ PetscInt bm;
@@ -2381,8 +2373,8 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
   PetscBool           local  = PETSC_FALSE;
   cudaEvent_t         lated  = NULL; /* the normals and weights are up */
   cudaEvent_t         evmax  = NULL;                                              /* after ChildMaxKernel */
-  PetscInt           *hmax   = (PetscInt *)FMMCUDAReadbackTarget(sizeof(PetscInt)); /* where it writes */
-  PetscInt            rl     = -1;                                                /* the round after it */
+  PetscInt           *hmax   = (PetscInt *)FMMCUDAReadbackTarget(sizeof(PetscInt)); /* where it writes, else dmax */
+  PetscInt           *dmax   = NULL;
   Stages              stg = {PETSC_FALSE, 0, {0}, {0}};
   const char         *stgname[] = {"allocation and sort", "splits", "leaves and scatter", "interaction lists", "frees"};
 
@@ -2416,6 +2408,7 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
       sel     = FMMCarveArray<unsigned char>(k, 2 * (size_t)nleaves);
       bb      = FMMCarveArray<double>(k, 4 * (size_t)nboxes);
       tst     = FMMCarveArray<char>(k, tbytes);
+      dmax    = FMMCarveArray<PetscInt>(k, 1);
       if (!median && L > 0 && U) SplitWorkCarve(k, U, nleaves / 2, &sp);
       s.tmp = FMMCarveArray<char>(k, scr);
     };
@@ -2436,7 +2429,7 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
   X    = val + (U + 1);
   Y    = X + (U + 1);
   seg  = Y + 3 * (U + 1); /* after Y, the second buffers of X and Y */
-  cseg = seg + (U + 1);   /* the chunks' segments (SegmentOf); before the local rounds, the largest segment's size */
+  cseg = seg + (U + 1);   /* the chunks' segments (SegmentOf) */
   fs   = cseg + (U + 1);
   ss   = fs + (U + 1);
   ft   = ss + (U + 1);
@@ -2504,32 +2497,24 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
      The last rounds run in shared memory (SplitLocalKernel) from the first
      round whose largest segment fits a block (one readback, when the
      average fits) */
-  /* the first round that may run in shared memory, rl > 0: the round before
-     it finds its children's largest size once its cuts are picked, and the
-     host reads it (evmax) while that round's moves run, instead of waiting
-     for them and a kernel after them: the split stage (-info, 28 assemblies
-     each, alternating) 0.603 -> 0.587 ms at 10^6 points, 6.193 -> 6.178 ms
-     at 10^7 (H100) */
-  for (PetscInt r = 0; lsplit && hmax && U && r < 2 * L; r++)
-    if (2 * L - r <= SRMAX && U <= ((PetscInt64)SCAP << r)) {
-      rl = r ? r : -1;
-      break;
-    }
-  if (rl > 0) FMMCallCUDA(cudaEventCreateWithFlags(&evmax, cudaEventDisableTiming));
+  /* Rounds that may run in shared memory (fits): the round before each finds
+     its children's largest size once its cuts are picked (ChildMaxKernel),
+     and the host reads it from the pinned buffer (evmax) while that round's
+     moves run, instead of waiting for them and a kernel after them: the
+     split stage (-info, 28 assemblies each, alternating) 0.603 -> 0.587 ms at
+     10^6 points, 6.193 -> 6.178 ms at 10^7 (H100).  Without the pinned
+     buffer the size goes to dmax and is read back after the moves */
+  const auto fits = [&](PetscInt r) { return lsplit && r < 2 * L && 2 * L - r <= SRMAX && U <= ((PetscInt64)SCAP << r); }; /* (true from some round on) */
+  if (hmax && fits(2 * L - 1)) FMMCallCUDA(cudaEventCreateWithFlags(&evmax, cudaEventDisableTiming));
   for (PetscInt r = 0; r < 2 * L; r++) {
     const PetscInt nseg = (PetscInt)1 << r;
     double        *lbb  = (r % 2 == 0) ? bb + 4 * FMMLevelStart(r / 2) : NULL;
-    if (lsplit && 2 * L - r <= SRMAX && U <= (PetscInt64)SCAP * nseg) {
-      PetscInt nmax = 0;
-      if (r == rl) {
+    if (fits(r)) {
+      PetscInt nmax = U; /* round 0: one segment */
+      if (r && hmax) {
         FMMCallCUDA(cudaEventSynchronize(evmax));
         nmax = *hmax;
-      } else {
-        FMMCallCUDA(cudaMemsetAsync(cseg, 0, sizeof(PetscInt), c->stream));
-        FMMLaunch(SegmentMaxKernel, LAUNCH_N(nseg), nseg, off, cseg);
-        FMMCheckLaunch();
-        PetscCall(FMMCUDAReadback(c->stream, &nmax, cseg, sizeof(PetscInt)));
-      }
+      } else if (r) PetscCall(FMMCUDAReadback(c->stream, &nmax, dmax, sizeof(PetscInt)));
       if (nmax <= SCAP) {
         const int ipt = SplitLocalIPT(nmax);
         FMMLaunch(SplitLocalOf(ipt), (unsigned)nseg, SNT, SplitLocalBytes(ipt), c->stream, (int)(2 * L - r), r, median ? 1 : 0, off, lists, xy, seg, noff, bb);
@@ -2543,10 +2528,10 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal 
     FMMLaunch(SegmentKernel, LAUNCH_N(PetscMax(nseg, nch + 1)), nseg, off, lists, xy, noff, dir, lbb, sp.core, sp.best, sp.rank, nch, cseg, tiles, (int)ntiles);
     FMMCheckLaunch();
     if (U && sp.core) PetscCall(CompactSplit(c, &sp, nseg, U, off, cseg, lists, xy));
-    if (r + 1 == rl) {
-      FMMLaunch(ChildMaxKernel, 1, BS, 0, c->stream, nseg, off, noff, dir, sp.rank, hmax);
+    if (fits(r + 1)) {
+      FMMLaunch(ChildMaxKernel, 1, BS, 0, c->stream, nseg, off, noff, dir, sp.rank, hmax ? hmax : dmax);
       FMMCheckLaunch();
-      FMMCallCUDA(cudaEventRecord(evmax, c->stream));
+      if (hmax) FMMCallCUDA(cudaEventRecord(evmax, c->stream));
     }
     if (U) FMMLaunch(SplitMoveKernel, (unsigned)ntiles, MNT, 0, c->stream, U, off, cseg, noff, dir, sp.rank, lists, nsel, xy, tiles);
     FMMCheckLaunch();
