@@ -4,6 +4,10 @@ static char help[] = "MATFMM benchmark: setup, MatMult (median of -reps), time p
   -reps <r>                     timed MatMults (default 10)\n\
   -sample <s>                   targets checked against exact summation (default 200; 0: none)\n\
   -reassemble <k>               then k more assemblies with the points set again (default 0)\n\
+  -setups <k>                   then k more matrices made and assembled on the same points, each destroyed\n\
+                                after (default 0)\n\
+  -idle <ms>                    with -setups: the host busy and the GPU idle this long before each of those\n\
+                                matrices, and -reps more products timed after as long (default 0)\n\
   -host_vectors <bool>          MatMult on host vectors (VECSTANDARD) where MatCreateVecs gives device\n\
                                 ones (a PETSc configured with CUDA); default false\n\
   -device_points <bool>         give MatFMMSetSources() the points, normals and weights in device memory\n\
@@ -24,7 +28,16 @@ static char help[] = "MATFMM benchmark: setup, MatMult (median of -reps), time p
   MatFMMSetSources() with the same points (what a time-stepping code pays when
   its points move: the tree is rebuilt), and setsources_med_s the median of
   those MatFMMSetSources() calls (the copy and check of the points; points=
-  says whether they are given in host or device memory).  These and
+  says whether they are given in host or device memory); with -setups k,
+  setup_med_s (and _min_, _max_) is MatCreate to MatAssemblyEnd of k more
+  matrices on the same points, made one at a time after the timed products
+  and destroyed after their assembly: the setup of a new operator in a
+  process that has used the GPU (setup_s is the process's first, the GPU
+  idle since the points were made); with -idle t as well, each of them
+  comes t ms after the one before (the host busy, the GPU given nothing, as
+  a program between two calls), and mult_idle_med_s is the median of -reps
+  more products each t ms after the one before: the GPU lowers its clocks
+  when it has nothing to do, and the first work it is given runs slower.  These and
   mult_*_s are timed with PETSc's logging off (unless -log_view), as a code
   runs without -log_view; then the products run again with it on, each
   phase's event waiting for the GPU: mult_logged_med_s is their median, and
@@ -52,12 +65,26 @@ static int CmpReal(const void *a, const void *b)
   return (x > y) - (x < y);
 }
 
-/* t[0..reps) = the times of reps products y = A x, sorted */
-static PetscErrorCode TimeMults(Mat A, Vec x, Vec y, PetscInt reps, PetscReal *t)
+/* the host busy for idle seconds, the GPU given nothing: a program's own work between two calls */
+static PetscErrorCode Idle(PetscReal idle)
+{
+  PetscLogDouble a, b;
+
+  PetscFunctionBeginUser;
+  if (idle <= 0) PetscFunctionReturn(0);
+  PetscCall(PetscTime(&a));
+  do PetscCall(PetscTime(&b));
+  while (b - a < idle);
+  PetscFunctionReturn(0);
+}
+
+/* t[0..reps) = the times of reps products y = A x, sorted; each after idle seconds (Idle) */
+static PetscErrorCode TimeMults(Mat A, Vec x, Vec y, PetscInt reps, PetscReal idle, PetscReal *t)
 {
   PetscFunctionBeginUser;
   for (PetscInt r = 0; r < reps; r++) {
     PetscLogDouble a, b;
+    PetscCall(Idle(idle));
     PetscCall(PetscBarrier((PetscObject)A));
     PetscCall(PetscTime(&a));
     PetscCall(MatMult(A, x, y));
@@ -71,11 +98,11 @@ static PetscErrorCode TimeMults(Mat A, Vec x, Vec y, PetscInt reps, PetscReal *t
 
 int main(int argc, char **argv)
 {
-  PetscInt           N = 1000000, reps = 10, nsample = 200, nre = 0, n, rstart, p, L, m2l, ct;
+  PetscInt           N = 1000000, reps = 10, nsample = 200, nre = 0, nsu = 0, n, rstart, p, L, m2l, ct;
   PetscBool          curve = PETSC_TRUE, hostvecs = PETSC_FALSE, devpts = PETSC_FALSE;
   VecType            vtype;
   char               geom[16] = "curve";
-  PetscReal         *xy, *nrm, *w, *times, *ltimes, eps = 1e-10, reas = 0, sets = 0;
+  PetscReal         *xy, *nrm, *w, *times, *ltimes, eps = 1e-10, reas = 0, sets = 0, su[3] = {0, 0, 0}, idle = 0, midle = 0;
   PetscReal         *sxy, *snrm, *sw; /* what MatFMMSetSources() is given: xy, nrm, w or their device copies */
   PetscLogDouble     t0, t1, ta, ts0, ts1, ti0, ti1;
   Mat                A;
@@ -94,11 +121,15 @@ int main(int argc, char **argv)
   PetscCall(PetscOptionsInt("-reps", "Timed MatMults", NULL, reps, &reps, NULL));
   PetscCall(PetscOptionsInt("-sample", "Targets checked against exact summation", NULL, nsample, &nsample, NULL));
   PetscCall(PetscOptionsInt("-reassemble", "Assemblies after setting the points again", NULL, nre, &nre, NULL));
+  PetscCall(PetscOptionsInt("-setups", "Matrices made and assembled again on the same points", NULL, nsu, &nsu, NULL));
+  PetscCall(PetscOptionsReal("-idle", "With -setups: ms the GPU idles before each of them and before each of -reps more products", NULL, idle, &idle, NULL));
   PetscCall(PetscOptionsBool("-host_vectors", "MatMult on host vectors", NULL, hostvecs, &hostvecs, NULL));
   PetscCall(PetscOptionsBool("-device_points", "Points, normals and weights given in device memory", NULL, devpts, &devpts, NULL));
   PetscOptionsEnd();
   PetscCheck(reps >= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-reps %" PetscInt_FMT ": at least one timed MatMult is needed", reps);
-  PetscCheck(nre >= 0 && nsample >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-reassemble %" PetscInt_FMT " and -sample %" PetscInt_FMT " must be >= 0", nre, nsample);
+  PetscCheck(nre >= 0 && nsample >= 0 && nsu >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-reassemble %" PetscInt_FMT ", -setups %" PetscInt_FMT " and -sample %" PetscInt_FMT " must be >= 0", nre, nsu, nsample);
+  PetscCheck(idle >= 0 && idle <= 1e4, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-idle %.3g ms: expected 0 to 10^4", (double)idle);
+  idle *= 1e-3;
   curve = (PetscBool)(strcmp(geom, "square") != 0);
   PetscCall(PetscOptionsGetReal(NULL, NULL, "-mat_fmm_eps", &eps, NULL));
 
@@ -154,7 +185,7 @@ int main(int argc, char **argv)
   PetscCall(VecGetType(x, &vtype));
   PetscCall(VecSetRandom(x, rnd));
   PetscCall(MatMult(A, x, y)); /* warm-up */
-  PetscCall(TimeMults(A, x, y, reps, times));
+  PetscCall(TimeMults(A, x, y, reps, 0, times));
 
   if (nre > 0) { /* the tree rebuilt: the points set again */
     PetscReal *rt, *st;
@@ -181,6 +212,40 @@ int main(int argc, char **argv)
     PetscCall(PetscFree2(rt, st));
     PetscCall(MatMult(A, x, y)); /* warm-up */
   }
+  if (nsu > 0) { /* new matrices on the same points, MatCreate to assembled as the first */
+    PetscReal *st;
+    PetscCall(PetscMalloc1(nsu, &st));
+    for (PetscInt r = 0; r < nsu; r++) {
+      PetscLogDouble a, b;
+      Mat            B;
+      PetscCall(Idle(idle));
+      PetscCall(PetscBarrier((PetscObject)A));
+      PetscCall(PetscTime(&a));
+      PetscCall(MatCreate(PETSC_COMM_WORLD, &B));
+      PetscCall(MatSetSizes(B, n, n, PETSC_DETERMINE, PETSC_DETERMINE));
+      PetscCall(MatSetType(B, MATFMM));
+      PetscCall(MatFMMSetSources(B, n, sxy, snrm, sw));
+      PetscCall(MatSetFromOptions(B));
+      PetscCall(MatAssemblyBegin(B, MAT_FINAL_ASSEMBLY));
+      PetscCall(MatAssemblyEnd(B, MAT_FINAL_ASSEMBLY));
+      PetscCall(PetscTime(&b));
+      st[r] = b - a;
+      PetscCall(MatDestroy(&B));
+    }
+    qsort(st, nsu, sizeof(PetscReal), CmpReal);
+    su[0] = st[nsu / 2];
+    su[1] = st[0];
+    su[2] = st[nsu - 1];
+    PetscCall(PetscFree(st));
+    PetscCall(MatMult(A, x, y)); /* warm-up */
+    if (idle > 0) {
+      PetscReal *it;
+      PetscCall(PetscMalloc1(reps, &it));
+      PetscCall(TimeMults(A, x, y, reps, idle, it));
+      midle = it[reps / 2];
+      PetscCall(PetscFree(it));
+    }
+  }
   /* the phases: the products again with PETSc's logging on (unless -log_view
      had it on from the start), whose events wait for the GPU at the end of
      each phase */
@@ -189,7 +254,7 @@ int main(int argc, char **argv)
     PetscCall(PetscLogEventGetId(evname[e], &ev[e]));
     PetscCall(PetscLogEventGetPerfInfo(PETSC_DETERMINE, ev[e], &before[e]));
   }
-  PetscCall(TimeMults(A, x, y, reps, ltimes));
+  PetscCall(TimeMults(A, x, y, reps, 0, ltimes));
   for (int e = 0; e < 6; e++) PetscCall(PetscLogEventGetPerfInfo(PETSC_DETERMINE, ev[e], &after[e]));
   PetscCall(MatFMMGetExpansionOrder(A, &p));
   PetscCall(MatFMMGetClusteringThreshold(A, &ct));
@@ -212,6 +277,8 @@ int main(int argc, char **argv)
     PetscCall(PetscPrintf(PETSC_COMM_WORLD, "bench: device=%s vec=%s points=%s N=%" PetscInt_FMT " geometry=%s eps=%g p=%" PetscInt_FMT " ct=%" PetscInt_FMT " layout=%s levels=%" PetscInt_FMT " setup_s=%.6f create_s=%.6f setsources_s=%.6f assembly_s=%.6f cuda_init_s=%.3f mult_med_s=%.6f mult_min_s=%.6f mult_max_s=%.6f mult_logged_med_s=%.6f points_per_s=%.3e", MatFMMDevices[dev], vtype, devpts ? "device" : "host", N,
                            curve ? "curve" : "square", (double)eps, p, ct, layout, L, (double)(t1 - t0), (double)(ts0 - t0), (double)(ts1 - ts0), (double)(t1 - ta), (double)(ti1 - ti0), (double)med, (double)times[0], (double)times[reps - 1], (double)ltimes[reps / 2], (double)(N / med)));
     if (nre) PetscCall(PetscPrintf(PETSC_COMM_WORLD, " reassembly_med_s=%.6f setsources_med_s=%.6f", (double)reas, (double)sets));
+    if (nsu) PetscCall(PetscPrintf(PETSC_COMM_WORLD, " setup_med_s=%.6f setup_min_s=%.6f setup_max_s=%.6f", (double)su[0], (double)su[1], (double)su[2]));
+    if (nsu && idle > 0) PetscCall(PetscPrintf(PETSC_COMM_WORLD, " idle_ms=%.1f mult_idle_med_s=%.6f", (double)(1e3 * idle), (double)midle));
     PetscCall(PetscPrintf(PETSC_COMM_WORLD, "\n"));
     PetscCall(PetscPrintf(PETSC_COMM_WORLD, "phases_ms: P2M=%.3f M2M=%.3f M2L=%.3f L2L=%.3f L2P=%.3f P2P=%.3f\n", 1e3 * ph[0], 1e3 * ph[1], 1e3 * ph[2], 1e3 * ph[3], 1e3 * ph[4], 1e3 * ph[5]));
     if (ph[5] > 0 && ph[2] > 0) PetscCall(PetscPrintf(PETSC_COMM_WORLD, "rates: p2p_pairs_per_s=%.3e m2l_gflops=%.2f m2l_count=%.0f p2p_pairs=%.0f", (double)(pairs / ph[5]), (double)(msum * (4.0 * p * p + 20.0 * p) / ph[2] * 1e-9), (double)msum, (double)pairs));
