@@ -34,9 +34,9 @@ static char help[] = "MATFMM benchmark: setup, MatMult (median of -reps), time p
   and destroyed after their assembly: the setup of a new operator in a
   process that has used the GPU (setup_s is the process's first, the GPU
   idle since the points were made); with -idle t as well, each of them
-  comes t ms after the one before (the host busy, the GPU given nothing, as
-  a program between two calls), and mult_idle_med_s is the median of -reps
-  more products each t ms after the one before: the GPU lowers its clocks
+  comes after t ms of the host busy and the GPU given nothing (as a program
+  between two calls), and mult_idle_med_s is the median of -reps more
+  products each after as long: the GPU lowers its clocks
   when it has nothing to do, and the first work it is given runs slower.  These and
   mult_*_s are timed with PETSc's logging off (unless -log_view), as a code
   runs without -log_view; then the products run again with it on, each
@@ -129,6 +129,7 @@ int main(int argc, char **argv)
   PetscCheck(reps >= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-reps %" PetscInt_FMT ": at least one timed MatMult is needed", reps);
   PetscCheck(nre >= 0 && nsample >= 0 && nsu >= 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-reassemble %" PetscInt_FMT ", -setups %" PetscInt_FMT " and -sample %" PetscInt_FMT " must be >= 0", nre, nsu, nsample);
   PetscCheck(idle >= 0 && idle <= 1e4, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-idle %.3g ms: expected 0 to 10^4", (double)idle);
+  PetscCheck(idle == 0 || nsu > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-idle %.3g ms needs -setups k > 0", (double)idle);
   idle *= 1e-3;
   curve = (PetscBool)(strcmp(geom, "square") != 0);
   PetscCall(PetscOptionsGetReal(NULL, NULL, "-mat_fmm_eps", &eps, NULL));
