@@ -162,10 +162,12 @@ typedef struct {
      partial sum; box t owns partials tpart[t]..tpart[t+1]-1 (part has room for nparts =
      nchunks + nboxes, a bound) */
   PetscInt   npairs, nchunks, nparts;
+  PetscInt   m2lblocks; /* grid of the persistent tensor-core M2L kernels (0: not yet chosen for this plan) */
   PetscInt  *pairtgt, *chunkpart, *tpart;
   PetscReal *part;
   /* P2P items (all layouts); leaves whose list is split own partials */
   PetscInt    nitems, *itemstart; /* host: first item of each leaf, [nleaves+1] (repetition layout only) */
+  PetscInt    tlblocks;           /* grid of the tiled P2P kernel (0: not yet chosen for this plan) */
   FMMP2PItem *items;
   PetscInt   *leafnsc, *leafpart; /* [nleaves] source chunks, first partial */
   PetscReal  *p2ppart;
@@ -293,4 +295,20 @@ __device__ __forceinline__ PetscInt FMMLastLE(const PetscInt *a, PetscInt lo, Pe
 static inline unsigned FMMCUDABlocks(PetscInt64 n, int bs)
 {
   return (unsigned)((n + bs - 1) / bs);
+}
+
+/* *blocks: the blocks of kern (threads each, shmem bytes of dynamic shared
+   memory, granted to it here) that c's GPU holds at once, at least one an SM:
+   the grid of a persistent kernel, chosen once per plan by its caller, not
+   at every product */
+static inline PetscErrorCode FMMCUDAResidentBlocks(const FMM_CUDA *c, const void *kern, int threads, size_t shmem, PetscInt *blocks)
+{
+  int perSM = 0, sms = 0;
+
+  PetscFunctionBegin;
+  if (shmem > 49152) FMMCallCUDA(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shmem));
+  FMMCallCUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSM, kern, threads, shmem));
+  FMMCallCUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, c->dev));
+  *blocks = (PetscInt)PetscMax(perSM, 1) * sms;
+  PetscFunctionReturn(0);
 }

@@ -626,22 +626,21 @@ PetscErrorCode FMMCUDAM2L(FMM_CUDA *c, const FMMPlan *P)
   if (kr) { /* tensor cores, operands in registers: a persistent grid of warps */
     const size_t shmem = (size_t)(M2L_RW * 8 * (2 * kr + 8) + kr * M2L_LDC(kr)) * sizeof(double);
     M2LRegFn     kern  = M2LRegKernels[kr / 8 - 1];
-    int          perSM = 0, sms = 0;
-    FMMCallCUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSM, kern, 32 * M2L_RW, shmem));
-    FMMCallCUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, c->dev));
-    PetscInt blocks = PetscMin((c->nchunks + M2L_RW - 1) / M2L_RW, (PetscInt)PetscMax(perSM, 1) * sms);
-    FMMLaunch(kern, (unsigned)blocks, 32 * M2L_RW, shmem, c->stream, c->nchunks, c->npairs, (int)c->p, (int)c->ne, c->far, c->pairtgt, c->chunkpart, c->cx, c->cy, c->scale, c->mpole, c->m2lpad, c->part);
+    if (!c->m2lblocks) {
+      PetscCall(FMMCUDAResidentBlocks(c, (const void *)kern, 32 * M2L_RW, shmem, &c->m2lblocks));
+      c->m2lblocks = PetscMin((c->nchunks + M2L_RW - 1) / M2L_RW, c->m2lblocks);
+    }
+    FMMLaunch(kern, (unsigned)c->m2lblocks, 32 * M2L_RW, shmem, c->stream, c->nchunks, c->npairs, (int)c->p, (int)c->ne, c->far, c->pairtgt, c->chunkpart, c->cx, c->cy, c->scale, c->mpole, c->m2lpad, c->part);
     FMMCheckLaunch();
   } else if (c->npairs && c->kp) { /* tensor cores (WMMA m8n8k4): a persistent grid of warps */
     const int    kp = (int)c->kp, threads = 32 * M2L_TC_WARPS;
     const size_t shmem = (size_t)M2L_TC_WARPS * M2L_TC_WARPMEM(kp) * sizeof(double);
     M2LTensorFn  kern  = M2LTensorKernels[kp / 8 - 1];
-    int          perSM = 0, sms = 0;
-    if (shmem > 49152) FMMCallCUDA(cudaFuncSetAttribute((const void *)kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shmem));
-    FMMCallCUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSM, kern, threads, shmem));
-    FMMCallCUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, c->dev));
-    PetscInt blocks = PetscMin((c->nchunks + M2L_TC_WARPS - 1) / M2L_TC_WARPS, (PetscInt)PetscMax(perSM, 1) * sms);
-    FMMLaunch(kern, (unsigned)blocks, threads, shmem, c->stream, c->nchunks, c->npairs, (int)c->p, (int)c->ne, c->far, c->pairtgt, c->chunkpart, c->cx, c->cy, c->scale, c->mpole, c->m2lpad, c->part);
+    if (!c->m2lblocks) {
+      PetscCall(FMMCUDAResidentBlocks(c, (const void *)kern, threads, shmem, &c->m2lblocks));
+      c->m2lblocks = PetscMin((c->nchunks + M2L_TC_WARPS - 1) / M2L_TC_WARPS, c->m2lblocks);
+    }
+    FMMLaunch(kern, (unsigned)c->m2lblocks, threads, shmem, c->stream, c->nchunks, c->npairs, (int)c->p, (int)c->ne, c->far, c->pairtgt, c->chunkpart, c->cx, c->cy, c->scale, c->mpole, c->m2lpad, c->part);
     FMMCheckLaunch();
   } else if (c->npairs) {
     const int    stride = (int)c->ne + 1;

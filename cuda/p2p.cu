@@ -618,11 +618,8 @@ static PetscErrorCode LaunchSymmetric(FMM_CUDA *c, const FMMPlan *P)
 
   PetscFunctionBegin;
   if (!c->symblocks) { /* once per plan: as many blocks as fit at once, at most one warp per item */
-    int perSM = 0, sms = 0;
-    if (shmem > 49152) FMMCallCUDA(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shmem));
-    FMMCallCUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSM, kern, SY_THREADS, shmem));
-    FMMCallCUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, c->dev));
-    c->symblocks = PetscMax(1, PetscMin((c->nsymitems + SY_WARPS - 1) / SY_WARPS, (PetscInt)PetscMax(perSM, 1) * sms));
+    PetscCall(FMMCUDAResidentBlocks(c, kern, SY_THREADS, shmem, &c->symblocks));
+    c->symblocks = PetscMax(1, PetscMin((c->nsymitems + SY_WARPS - 1) / SY_WARPS, c->symblocks));
   }
   FMMLaunch(P2PSymmetricKernel<R>, (unsigned)c->symblocks, SY_THREADS, shmem, c->stream, c->nsymitems, (int)c->syma, c->symnext, c->symitem, c->sx, c->sy, c->q, c->pot, c->colpart, c->logtab);
   FMMCheckLaunch();
@@ -676,14 +673,13 @@ static PetscErrorCode LaunchTiled(FMM_CUDA *c)
 {
   const void  *kern  = (const void *)P2PTiledKernel<KIND, FAST>;
   const size_t shmem = TiledShmem(KIND, FAST);
-  int          perSM = 0, sms = 0;
 
   PetscFunctionBegin;
-  if (shmem > 49152) FMMCallCUDA(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shmem));
-  FMMCallCUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSM, kern, TL_THREADS, shmem));
-  FMMCallCUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, c->dev));
-  const PetscInt blocks = PetscMin(c->nitems, (PetscInt)PetscMax(perSM, 1) * sms);
-  FMMLaunch(P2PTiledKernel<KIND, FAST>, (unsigned)blocks, TL_THREADS, shmem, c->stream, c->nitems, c->items, c->nearoff, c->nearscan, c->entrysrc, c->nbroff, c->tx, c->ty, c->sx, c->sy, c->q, c->dx, c->dy, c->pot, c->p2ppart, c->logtab);
+  if (!c->tlblocks) { /* once per plan: as many blocks as fit at once, at most one per item */
+    PetscCall(FMMCUDAResidentBlocks(c, kern, TL_THREADS, shmem, &c->tlblocks));
+    c->tlblocks = PetscMin(c->nitems, c->tlblocks);
+  }
+  FMMLaunch(P2PTiledKernel<KIND, FAST>, (unsigned)c->tlblocks, TL_THREADS, shmem, c->stream, c->nitems, c->items, c->nearoff, c->nearscan, c->entrysrc, c->nbroff, c->tx, c->ty, c->sx, c->sy, c->q, c->dx, c->dy, c->pot, c->p2ppart, c->logtab);
   FMMCheckLaunch();
   PetscFunctionReturn(0);
 }

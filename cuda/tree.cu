@@ -1810,8 +1810,9 @@ PetscErrorCode FMMCUDAM2LPlan(FMM_CUDA *c, const FMMPlan *P)
   PetscInt *tcnt, *ccnt;
 
   PetscFunctionBegin;
-  c->npairs  = P->nfar;
-  c->nchunks = (c->npairs + 31) / 32;
+  c->npairs    = P->nfar;
+  c->nchunks   = (c->npairs + 31) / 32;
+  c->m2lblocks = 0; /* chosen at the first product (FMMCUDAM2L) */
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->pairtgt, sizeof(PetscInt) * PetscMax(c->npairs, 1), "the M2L targets"));
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->chunkpart, sizeof(PetscInt) * (c->nchunks + 1), "the M2L chunks"));
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->tpart, sizeof(PetscInt) * (P->nboxes + 1), "the M2L partial offsets"));
@@ -1938,6 +1939,7 @@ PetscErrorCode FMMCUDAP2PPlanEnd(FMM_CUDA *c, FMMPlan *P, PetscBool hostitems)
   P->p2ppairs   = (PetscCount)stat[3];
   c->minleafsrc = nl ? (PetscInt)stat[4] : 0;
   c->nitems     = tot[0];
+  c->tlblocks   = 0; /* chosen at the first product (LaunchTiled) */
   c->p2psplit   = tot[1] > 0 ? PETSC_TRUE : PETSC_FALSE;
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->items, sizeof(FMMP2PItem) * c->nitems, "the P2P work items"));
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->p2ppart, sizeof(PetscReal) * tot[1], "the P2P partial sums"));
