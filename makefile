@@ -1,13 +1,18 @@
 # petscfmm: GNU make against an installed PETSc.
 #
-#   make            build lib/libpetscfmm.so (with the CUDA backend when nvcc is found)
+#   make            build the library (with the CUDA backend when nvcc is found)
 #   make run        build and run the main tutorial
-#   make test       build and run the test suite; ends with "N passed, N failed"
+#   make test       build and run the test suite (and build bench/); ends with "N passed, N failed"
 #   make bench      build the benchmarks (bench/)
+#   make install PREFIX=/usr/local   install the library, the header and petscfmm.pc
 #
 # Variables: PETSC_DIR (default /usr/lib/petsc, Debian's petsc-dev), PETSC_ARCH
 # (default empty), CUDA=0 to build without CUDA, NVCC, CUDA_ARCH (default sm_90),
-# MPIEXEC, OMP_NUM_THREADS.
+# MPIEXEC, OMP_NUM_THREADS, WERROR=1 (warnings are errors, as in CI), PREFIX.
+#
+# Objects and the library go to build/<PETSC_ARCH or "default">/; lib/libpetscfmm.so
+# links to the library of the PETSc last built against.  Programs (tests/,
+# tutorials/, bench/) are built next to their sources.
 
 .DEFAULT_GOAL := all
 PETSC_DIR  ?= /usr/lib/petsc
@@ -34,18 +39,20 @@ CUDA_ARCH ?= sm_90
 CUDA_TOP  := $(if $(filter 1,$(CUDA)),$(shell $(NVCC) -dryrun -x cu /dev/null 2>&1 | sed -n 's/^#\$$ TOP=//p'))
 CUDA_LIBDIR := $(patsubst %/,%,$(dir $(firstword $(wildcard $(CUDA_TOP)/lib64/libcudart_static.a $(CUDA_TOP)/targets/*/lib/libcudart_static.a $(abspath $(dir $(NVCC))/..)/lib64/libcudart_static.a))))
 
+BUILD      := build/$(or $(PETSC_ARCH),default)
 OPTFLAGS   ?= -O3 -march=native -fno-math-errno -fno-trapping-math
-CFLAGS_FMM := $(OPTFLAGS) -fPIC -fopenmp -Wall -Wno-unknown-pragmas -Iinclude -Isrc $(PETSC_CC_INCLUDES)
+WARNFLAGS  := -Wall -Wno-unknown-pragmas $(if $(filter 1,$(WERROR)),-Werror)
+CFLAGS_FMM := $(OPTFLAGS) -fPIC -fopenmp $(WARNFLAGS) -Iinclude -Isrc $(PETSC_CC_INCLUDES)
 LIBS_FMM   := -fopenmp -L$(PETSC_LIB_DIR) -Wl,-rpath,$(PETSC_LIB_DIR) $(PETSC_LIB_BASIC) -lm
 
-LIB_SRCS := $(wildcard src/*.c src/mat/*.c src/cpu/*.c)
-LIB_OBJS := $(patsubst %.c,build/%.o,$(LIB_SRCS))
+LIB_SRCS := $(wildcard src/*.c src/*/*.c src/*/*/*.c)
+LIB_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRCS))
 ifeq ($(CUDA),1)
-  CU_SRCS    := $(wildcard cuda/*.cu)
-  LIB_OBJS   += $(patsubst %.cu,build/%.o,$(CU_SRCS))
-  # PETSCFMM_HAVE_CUDA: device detection; PETSCFMM_HAVE_CUDA_BACKEND: MatAssemblyEnd may select FMMBackendCUDA
-  CFLAGS_FMM += -DPETSCFMM_HAVE_CUDA -DPETSCFMM_HAVE_CUDA_BACKEND
-  NVCCFLAGS  := -O3 -std=c++17 -arch=$(CUDA_ARCH) -lineinfo -Xcompiler -fPIC,-fopenmp -DPETSCFMM_HAVE_CUDA -DPETSCFMM_HAVE_CUDA_BACKEND -Iinclude -Isrc $(PETSC_CC_INCLUDES) $(shell $(CC) --showme:compile 2>/dev/null)
+  CU_SRCS    := $(wildcard cuda/*.cu cuda/*/*.cu)
+  LIB_OBJS   += $(patsubst %.cu,$(BUILD)/%.o,$(CU_SRCS))
+  # PETSCFMM_HAVE_CUDA: the CUDA backends are part of this build
+  CFLAGS_FMM += -DPETSCFMM_HAVE_CUDA
+  NVCCFLAGS  := -O3 -std=c++17 -arch=$(CUDA_ARCH) -lineinfo -Xcompiler -fPIC,-fopenmp $(if $(filter 1,$(WERROR)),-Werror all-warnings) -DPETSCFMM_HAVE_CUDA -Iinclude -Isrc -Icuda $(PETSC_CC_INCLUDES) $(shell $(CC) --showme:compile 2>/dev/null)
   # static CUDA runtime: the library loads (and runs on the CPU) where no CUDA driver exists
   ifeq ($(CUDA_LIBDIR),)
     $(error CUDA: no libcudart_static.a under the toolkit of $(NVCC) (root '$(CUDA_TOP)'); build with CUDA=0 or set CUDA_LIBDIR)
@@ -53,28 +60,35 @@ ifeq ($(CUDA),1)
   LIBS_FMM   += -L$(CUDA_LIBDIR) -lcudart_static -ldl -lrt -lpthread -lstdc++
 endif
 
-LIB := lib/libpetscfmm.so
+LIB       := $(BUILD)/lib/libpetscfmm.so
 TESTS     := $(patsubst %.c,%,$(wildcard tests/*.c))
 TUTORIALS := $(patsubst %.c,%,$(wildcard tutorials/*.c))
 BENCHES   := $(patsubst %.c,%,$(wildcard bench/*.c))
 
-all: $(LIB)
+all: lib/libpetscfmm.so
 
-build/%.o: %.c include/petscfmm.h $(wildcard src/*.h)
+# header dependencies: each object's .d, written by the compiler
+$(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_FMM) -c $< -o $@
+	$(CC) $(CFLAGS_FMM) -MMD -MP -c $< -o $@
 
-build/%.o: %.cu include/petscfmm.h $(wildcard src/*.h cuda/*.h)
+$(BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
+
+-include $(LIB_OBJS:.o=.d)
 
 $(LIB): $(LIB_OBJS)
-	@mkdir -p lib
+	@mkdir -p $(dir $@)
 	$(CC) -shared -o $@ $(LIB_OBJS) $(LIBS_FMM)
 
+lib/libpetscfmm.so: $(LIB)
+	@mkdir -p lib
+	ln -sfn ../$(LIB) $@
+
 # programs link the library; tests/noload.c must not (it loads it with -dll_append)
-$(TESTS) $(TUTORIALS) $(BENCHES): %: %.c $(LIB) $(wildcard tests/*.h)
-	$(CC) $(CFLAGS_FMM) $< -o $@ $(if $(filter tests/noload,$@),,-L$(CURDIR)/lib -Wl,-rpath,$(CURDIR)/lib -lpetscfmm) $(LIBS_FMM)
+$(TESTS) $(TUTORIALS) $(BENCHES): %: %.c $(LIB) $(wildcard tests/*.h) | lib/libpetscfmm.so
+	$(CC) $(CFLAGS_FMM) $< -o $@ $(if $(filter tests/noload,$@),,-L$(CURDIR)/$(dir $(LIB)) -Wl,-rpath,$(CURDIR)/$(dir $(LIB)) -lpetscfmm) $(LIBS_FMM)
 
 # the main job: the boundary-integral tutorial (ex1) on its default problem
 MAIN ?= tutorials/ex1
@@ -84,12 +98,20 @@ run: $(MAIN)
 # PETSc configured with CUDA (device vectors, VECCUDA)
 PETSC_CUDA := $(if $(shell grep -s 'define PETSC_HAVE_CUDA 1' $(PETSC_DIR)/$(PETSC_ARCH)/include/petscconf.h),1,0)
 
-test: $(LIB) $(TESTS) $(TUTORIALS)
+test: lib/libpetscfmm.so $(TESTS) $(TUTORIALS) $(BENCHES)
 	@MPIEXEC="$(MPIEXEC)" CUDA_BUILT=$(CUDA) PETSC_CUDA=$(PETSC_CUDA) ./bin/runtests $(TESTS:=.c) $(TUTORIALS:=.c)
 
 bench: $(BENCHES)
 
-clean:
-	rm -rf build lib $(TESTS) $(TUTORIALS) $(BENCHES) tests/results
+# make install PREFIX=...: the library, the header, and a pkg-config file
+PREFIX ?= /usr/local
+install: $(LIB)
+	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include
+	install -m 755 $(LIB) $(DESTDIR)$(PREFIX)/lib/libpetscfmm.so
+	install -m 644 include/petscfmm.h $(DESTDIR)$(PREFIX)/include/petscfmm.h
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@PETSC_LIB_DIR@|$(PETSC_LIB_DIR)|g' -e 's|@PETSC_INCLUDES@|$(PETSC_CC_INCLUDES)|g' -e 's|@PETSC_LIB_BASIC@|$(PETSC_LIB_BASIC)|g' bin/petscfmm.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/petscfmm.pc
 
-.PHONY: all run test bench clean
+clean:
+	rm -rf $(BUILD) lib $(TESTS) $(TUTORIALS) $(BENCHES) tests/results
+
+.PHONY: all run test bench install clean

@@ -46,7 +46,7 @@ static char help[] = "MATFMM benchmark: setup, MatMult (median of -reps), time p
     rates: p2p_pairs_per_s=.. m2l_gflops=.. m2l_count=.. p2p_pairs=.. relerr_sample=..
     check: y_sum=..   (the sum of the last product, to 17 digits)
   M2L flops are counted as 4p^2 + 20p per translation: the two real (p x p)
-  matrix-vector products of FMMM2L (src/fmmexpansions.h) and the powers and
+  matrix-vector products of FMMM2L (src/fmm/expansions.h) and the powers and
   scalings around them.  Rates are printed for -mat_fmm_method fmm only.
 */
 #include <petscfmm.h>

@@ -1,5 +1,5 @@
 /* Package registration: the Mat type, the log events, the dynamic-library entry point. */
-#include "fmmimpl.h"
+#include "fmm/fmmimpl.h"
 
 PetscLogEvent MATFMM_Setup, MATFMM_Tree, MATFMM_P2M, MATFMM_M2M, MATFMM_M2L, MATFMM_L2L, MATFMM_L2P, MATFMM_P2P, MATFMM_Direct;
 
@@ -189,7 +189,7 @@ PetscErrorCode PetscFMMCUDAInitialize(void)
 
   PetscFunctionBegin;
   if (done) PetscFunctionReturn(0);
-#if defined(PETSCFMM_HAVE_CUDA_BACKEND)
+#if defined(PETSCFMM_HAVE_CUDA)
   {
     int c = 0;
     PetscCall(FMMCUDADeviceCount(&c));

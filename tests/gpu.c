@@ -315,7 +315,7 @@ static PetscErrorCode CheckTree(MPI_Comm comm, const Problem *pb, Vec x, PetscIn
    and both matrices assembled again, j = 1..k.  From the 8th refill on the
    GPU matrix reads its copy of them from page-locked memory (PinSources in
    cuda/backend.cu; -info says when), and from the 9th MatFMMSetSources()
-   sends that copy to the GPU as it fills it (cuda/points.cu).  GPU vs CPU
+   sends that copy to the GPU as it fills it (cuda/fmm/points.cu).  GPU vs CPU
    <= 1e-12 after each.  With k >= 9, a refill whose last normal is NaN must
    fail at assembly naming that source (its copy sent to the GPU as well),
    and the refill after it must give the product of the last good points */

@@ -1,4 +1,4 @@
-static char help[] = "Checks each expansion operator of src/fmmexpansions.h (P2P pair kernel, P2M, M2M, M2L, L2L, L2P)\n\
+static char help[] = "Checks each expansion operator of src/fmm/expansions.h (P2P pair kernel, P2M, M2M, M2L, L2L, L2P)\n\
 against direct evaluation of Re sum_j q_j log(z - y_j) + d_j/(z - y_j), for growing expansion orders p.\n\
   -verbose  print the measured errors too (not deterministic across machines: not for the reference output)\n\n";
 
@@ -21,7 +21,7 @@ against direct evaluation of Re sum_j q_j log(z - y_j) + d_j/(z - y_j), for grow
 */
 #include <petscsys.h>
 #include <complex.h>
-#include "../src/fmmexpansions.h"
+#include "../src/fmm/expansions.h"
 #include "testutil.h"
 
 #define PMAX  64
@@ -39,7 +39,7 @@ static PetscRandom rnd;
 static PetscBool   verbose = PETSC_FALSE;
 static PetscInt    nfail   = 0;
 
-/* The tables exactly as src/cpu/fmmcpu.c SetupTables() builds them */
+/* The tables exactly as src/fmm/cpu/backend.c SetupTables() builds them */
 static PetscErrorCode SetupTables(PetscInt p, PetscReal **binom, PetscReal **m2l)
 {
   PetscInt nb = 2 * p + 1;
@@ -113,7 +113,7 @@ static PetscErrorCode CloudConcat(const Cloud ch[4], Cloud *all)
   PetscFunctionReturn(0);
 }
 
-/* exact potential, independent of fmmexpansions.h */
+/* exact potential, independent of expansions.h */
 static PetscReal Exact(const Cloud *c, PetscReal zx, PetscReal zy)
 {
   PetscReal s = 0.0;

@@ -1,12 +1,12 @@
 /*
   The plan on the GPU: the topological phase of Goude & Engblom (2013, Sec. 3)
-  with CUB, producing the tree and lists of src/plan.c where they are used, so
+  with CUB, producing the tree and lists of src/fmm/plan.c where they are used, so
   that an assembly moves only the points across the bus.
 
   Splits without sorting each box.  The points (sources, then the
   targets of all ranks) are sorted once by the key (x, index) and once by
   (y, index) with CUB's radix sort, which is stable, so equal coordinates go
-  by index as in src/plan.c (through 32-bit keys and then their ties:
+  by index as in src/fmm/plan.c (through 32-bit keys and then their ties:
   SortShort).  Two lists of point indices, X and Y, then hold the points of
   every box contiguously, each sorted in its own direction.  A box's
   bounding box is read off the ends of its two ranges.  Its split direction d
@@ -18,13 +18,13 @@
   scan of these flags, the point moved), so each box records which buffer holds each of its lists.
   Each list carries the other coordinate of its points, so a round
   reads its lists in order.  Both lists stay sorted within every
-  box, so a level costs O(N), and the boxes are those of src/plan.c: the same
+  box, so a level costs O(N), and the boxes are those of src/fmm/plan.c: the same
   keys and the same cost sums give the same cuts.  Points in a leaf are in x order (the CPU
   leaves them in selection order; only rounding of sums depends on it).  Once
   the segments fit in shared memory, the rounds left run in one launch, a
   block per segment (SplitLocalKernel).
 
-  The theta-criterion lists are built level by level as in src/plan.c, one
+  The theta-criterion lists are built level by level as in src/fmm/plan.c, one
   thread per candidate pair (the children of a strong pair of the level
   above): one exclusive scan counts and places them (the criterion is
   evaluated as the scan reads its input), one kernel writes them and the
@@ -364,7 +364,7 @@ typedef cub::ScanTileState<long long> SplitTiles;
 
 /* one thread per segment (box or half box) of a round: its bounding box from
    the ends of its X and Y ranges, the split direction (the longer side, as in
-   src/plan.c) and the offsets of its two halves; bb (when not NULL) receives
+   src/fmm/plan.c) and the offsets of its two halves; bb (when not NULL) receives
    (xmin, ymin, -xmax, -ymax), or PETSC_MAX_REAL for an empty box.  With the
    compact split (core not NULL) also the starting values of the segment's
    reductions (core: ylo, yhi, xlo, xhi of the ranks below the window, then of
@@ -562,7 +562,7 @@ __global__ void __launch_bounds__(MNT, 4) SplitMoveKernel(PetscInt U, const Pets
 
 /* ------------------------------------------------ the compact split
 
-   Split() of src/plan.c on all segments of a round at once.  A segment of n
+   Split() of src/fmm/plan.c on all segments of a round at once.  A segment of n
    points at offset o has candidate cuts after ranks h - w + j, j = 0..2w
    (h = n/2, w = n/FMM_SPLIT_WINDOW), in its X list (d = 0) and its Y list
    (d = 1).  Along the list the children's extents are read off its sorted
@@ -614,7 +614,7 @@ __device__ __forceinline__ SplitRun SplitSlot(PetscInt c, PetscInt s, const Pets
 }
 
 /* the cost of candidate j of a segment with window w from its children's
-   half-perimeters, as Split() of src/plan.c (the same additions, no FMA); -0
+   half-perimeters, as Split() of src/fmm/plan.c (the same additions, no FMA); -0
    (extents of signed zeros) becomes +0, so costs (>= 0) compare as bits */
 __device__ __forceinline__ double SplitCost(double hl, double hr, PetscInt j, PetscInt w)
 {
@@ -795,7 +795,7 @@ __global__ void __launch_bounds__(BS) SplitCoreKernel(PetscInt U, PetscInt nt, P
    each tile is scanned forward (exclusive: window ranks below j) and backward
    (inclusive: ranks from j up), starting from the extents of the same
    segment's tiles before and after it (SplitCoreKernel), then every candidate
-   computes its costs as Split() of src/plan.c (x, then y), and each segment
+   computes its costs as Split() of src/fmm/plan.c (x, then y), and each segment
    its least cost (atomicMin on the bits: costs are >= 0). */
 __global__ void __launch_bounds__(WNT) SplitWindowKernel(PetscInt nslot, PetscInt nseg, PetscInt stride, const PetscInt *off, SplitLists L, const double *xy, const unsigned long long *core, const SplitExt *tile, double *cost, unsigned long long *best)
 {
@@ -1139,7 +1139,7 @@ __global__ void __launch_bounds__(SNT) SplitLocalKernel(int R, PetscInt r0, int 
         suf[SLOTS - 1 - i] = SplitRunOp()(suf[SLOTS - i], f[SLOTS - 1 - i]);
       }
 
-      { /* each candidate's costs as Split() of src/plan.c (x, then y), each sub-segment's least */
+      { /* each candidate's costs as Split() of src/fmm/plan.c (x, then y), each sub-segment's least */
         long long          key   = -1;
         unsigned long long bv[1] = {~0ull};
 #pragma unroll
@@ -1299,7 +1299,7 @@ __global__ void LeafRangeKernel(PetscInt nleaves, const PetscInt *off, const Pet
 }
 
 /* sources and this rank's targets in tree order, with the strengths per unit
-   density of src/plan.c (same expressions, so the same rounding) */
+   density of src/fmm/plan.c (same expressions, so the same rounding) */
 __global__ void ScatterPointsKernel(PetscInt U, PetscInt N, int same, PetscInt t0, const PetscInt *X, const PetscInt *seg, const PetscInt *fs, const PetscInt *ss, const PetscInt *ft, const PetscInt *st, const double *xy, const double *nrm, const double *wts, double alpha, double beta, PetscInt *sperm, double *sx, double *sy, double *cq, double *cdx, double *cdy, PetscInt *tperm, double *tx, double *ty, PetscInt *tleafof)
 {
   FMMWaitPrior();
@@ -1326,7 +1326,7 @@ __global__ void ScatterPointsKernel(PetscInt U, PetscInt N, int same, PetscInt t
   }
 }
 
-/* centre and radius of every box from its bounding box; the scale floor of src/plan.c */
+/* centre and radius of every box from its bounding box; the scale floor of src/fmm/plan.c */
 __global__ void GeometryKernel(PetscInt nboxes, const double *bb, double *cx, double *cy, double *scale)
 {
   FMMWaitPrior();
@@ -1353,7 +1353,7 @@ __global__ void GeometryKernel(PetscInt nboxes, const double *bb, double *cx, do
   strong lists of level l: the candidates of t are the 4 children of every box
   of its parent's strong list, and the 4 children of a parent share them.  So
   the candidates of all boxes are enumerated flat, one thread each, in the
-  order of src/plan.c (target box, then strong-list entry, then child):
+  order of src/fmm/plan.c (target box, then strong-list entry, then child):
   parent tp with entries j0..j0+m-1 (j0 = stroff[tp]) owns the 16 m positions
   16 j0 .. 16 (j0 + m) - 1, position 16 j0 + 4 m ct + 4 (j - j0) + cs being
   child cs of entry j for target child ct.  owner[e] is the box of entry e.
@@ -1417,7 +1417,7 @@ struct CandidateKind {
     if (tleaf[(t + 1) * span] == tleaf[t * span] || sleaf[(s + 1) * span] == sleaf[s * span]) return ListCount{0, 0};
     const double dx = cx[c0 + t] - cx[c0 + s], dy = cy[c0 + t] - cy[c0 + s], d = sqrt(dx * dx + dy * dy);
     const double rt = scale[c0 + t], rs = scale[c0 + s], R = fmax(rt, rs), r = fmin(rt, rs);
-    if (R + theta * r <= theta * d) return ListCount{0, 1}; /* the theta-criterion on the expansion scales (src/plan.c) */
+    if (R + theta * r <= theta * d) return ListCount{0, 1}; /* the theta-criterion on the expansion scales (src/fmm/plan.c) */
     return ListCount{1, 0};
   }
 };
@@ -2344,7 +2344,7 @@ static PetscErrorCode SortShort(FMM_CUDA *c, Scratch *s, size_t n2, PetscInt U, 
 }
 
 /*
-  FMMCUDATreeBuild - the plan of src/plan.c, built on the GPU (see the top of this file).
+  FMMCUDATreeBuild - the plan of src/fmm/plan.c, built on the GPU (see the top of this file).
 
   Input: xy, room on the device for the U = N + Mg points of all ranks
   (sources in global order, then, when the targets are not the sources, the

@@ -1,9 +1,9 @@
 /*
   MATFMM: the Mat type.  Options, setters, the ops table, the MPI layout and
-  the diagonal terms; the plan (src/plan.c) and the backends (src/cpu, cuda/)
+  the diagonal terms; the plan (src/fmm/plan.c) and the backends (src/fmm/cpu, cuda/fmm)
   do the work.
 */
-#include "../fmmimpl.h"
+#include "fmmimpl.h"
 #if defined(PETSC_HAVE_CUDA)
   #include <petscdevice.h>
 #endif
@@ -188,7 +188,7 @@ static PetscErrorCode PointsToHost(Mat_FMM *fmm)
 /* the caller's arrays into the block, with the NaN/Inf check.  Once the
    CUDA backend has page-locked the block (a time-stepping code, one rank),
    each array also goes to the block's copy in GPU memory once it is copied
-   (cuda/points.cu), the points first: their DMA runs while the host copies
+   (cuda/fmm/points.cu), the points first: their DMA runs while the host copies
    the normals and weights, theirs while the assembly sorts the points, and
    the assembly finds the points on the GPU.  Sending quarters of arrays
    instead overlapped more of the DMAs with the copy but slowed it more
@@ -596,7 +596,7 @@ PetscErrorCode MatFMMSetExpansionOrder(Mat A, PetscInt p)
 
    Notes:
    Source of the rule: the theta^p error bound of Engblom (2011), with the
-   constant measured on whole products (tests/accuracy.c; see FMMChooseOrder() in src/plan.c), a margin of 2 to 10.  Takes effect at the next assembly.
+   constant measured on whole products (tests/accuracy.c; see FMMChooseOrder() in src/fmm/plan.c), a margin of 2 to 10.  Takes effect at the next assembly.
 
    Errors:
 .  `PETSC_ERR_ARG_OUTOFRANGE` - eps outside (0,1)
@@ -1060,7 +1060,7 @@ static PetscErrorCode MatAssemblyEnd_FMM(Mat A, MatAssemblyType type)
     fmm->device_used = (fmm->device != MATFMM_DEVICE_CPU && ndev > 0) ? MATFMM_DEVICE_CUDA : MATFMM_DEVICE_CPU;
   }
   if (!fmm->ct_set) fmm->ct = fmm->device_used == MATFMM_DEVICE_CUDA ? 64 : 32;
-#if defined(PETSCFMM_HAVE_CUDA_BACKEND)
+#if defined(PETSCFMM_HAVE_CUDA)
   fmm->ops = fmm->device_used == MATFMM_DEVICE_CUDA ? &FMMBackendCUDA : &FMMBackendCPU;
   PetscCall(SetVecType(A));
 #else

@@ -9,7 +9,7 @@
   partial.  A second kernel sums the partials of each box in order.  No atomics:
   the result does not depend on scheduling.
 
-  The translation is FMMM2L (fmmexpansions.h): T_k = A_k (-alpha)^k, then
+  The translation is FMMM2L (expansions.h): T_k = A_k (-alpha)^k, then
   y = C T with the constant p x p matrix C(l+k-1, k-1), then B_l = beta^l y_l.
   For p <= FMMCUDA_PFAST the kernel is unrolled for a compile-time order PP >= p
   (p rounded up to even; the extra T_k are zero): T lives in registers and C is
@@ -27,7 +27,7 @@
   B_0 sum folded into the product.
 */
 #include "fmmcuda.h"
-#include "fmmexpansions.h"
+#include "fmm/expansions.h"
 #include <mma.h>
 
 #define FULL_MASK 0xffffffffu

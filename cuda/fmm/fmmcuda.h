@@ -7,7 +7,7 @@
 */
 #pragma once
 #include <cuda_runtime.h>
-#include "fmmimpl.h"
+#include "fmm/fmmimpl.h"
 
 /* orders up to this have compile-time-order kernels: M2L on the tensor cores or
    unrolled with the binomial matrix as constant-bank operands, P2M in registers;
@@ -155,7 +155,7 @@ typedef struct {
   PetscInt   nnear;    /* entries of the near lists, nearoff[nleaves] */
   PetscReal *sx, *sy, *cq, *cdx, *cdy, *tx, *ty, *cx, *cy, *scale;
   /* the constant tables, kept per process (FMMCUDATableKeep): not the backend's to free */
-  PetscReal *binom; /* (2p+1)^2 binomial table of fmmexpansions.h */
+  PetscReal *binom; /* (2p+1)^2 binomial table of expansions.h */
   PetscReal *m2l;    /* p x p M2L matrix, for the generic M2L */
   PetscReal *m2lpad; /* the M2L matrix of the tensor cores, padded (FMMCUDAM2LSetup) */
   /* M2L: pairs in chunks of 32 (one warp each); a chunk's run of pairs with one target box is a

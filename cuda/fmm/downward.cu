@@ -1,12 +1,12 @@
 /*
   The downward pass on the GPU: L2L level by level (one thread per child box
   and coefficient: the upper levels do not serialise), L2P (one thread per
-  target, FMML2P of fmmexpansions.h; after the symmetric P2P it also adds the
+  target, FMML2P of expansions.h; after the symmetric P2P it also adds the
   near field and writes y), and the scatter of the potentials from tree order
   to the local target order.
 */
 #include "fmmcuda.h"
-#include "fmmexpansions.h"
+#include "fmm/expansions.h"
 
 /* L2L of FMML2L for one coefficient l of one child box:
    C_l += rho^l sum_{k=l..p} B_k C(k,l) u^(k-l), in the CPU's order and rounding */
@@ -113,7 +113,7 @@ PetscErrorCode FMMCUDAScatter(FMM_CUDA *c, const FMMPlan *P, double *y)
 }
 
 /* y = [y +] scale r + (shift + d) .* x (d NULL: 0; diag: whether the diagonal
-   terms apply), the host loop of MatApply_FMM (src/mat/matfmm.c) on device arrays */
+   terms apply), the host loop of MatApply_FMM (src/fmm/mat.c) on device arrays */
 __global__ void CombineKernel(PetscInt m, double scale, double shift, int diag, int add, const double *r, const double *x, const double *d, double *y)
 {
   FMMWaitPrior();

@@ -3,7 +3,7 @@
   M2M level by level.
 
   P2M: for p <= FMMCUDA_PFAST four threads per leaf call FMMP2MAdd
-  (fmmexpansions.h) at a compile-time order PP >= p (p rounded up to even), so
+  (expansions.h) at a compile-time order PP >= p (p rounded up to even), so
   the expansion stays in registers (coefficients k <= p are those of order p),
   and add their four expansions in a fixed order.  Higher orders: a warp per leaf, a lane
   per source expanding into its own shared-memory row, rows then summed
@@ -17,7 +17,7 @@
   over k of FMMM2M is evaluated by Horner's rule in u; children in order 0..3.
 */
 #include "fmmcuda.h"
-#include "fmmexpansions.h"
+#include "fmm/expansions.h"
 
 #define P2M_WARPS 2
 

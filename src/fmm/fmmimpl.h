@@ -64,8 +64,8 @@ typedef struct {
    under CPU contention each parallel region can wait a scheduler slice */
 #define FMM_OMP_MIN_POINTS 8192
 
-/* The compact split rule of the tree (-mat_fmm_tree_split compact, src/plan.c
-   and cuda/tree.cu): a box of n points may be cut after h - w .. h + w of its
+/* The compact split rule of the tree (-mat_fmm_tree_split compact, src/fmm/plan.c
+   and cuda/fmm/tree.cu): a box of n points may be cut after h - w .. h + w of its
    points in x or in y order, h = n/2, w = n/FMM_SPLIT_WINDOW; the cost of a cut
    is the sum of its two children's bounding-box half-perimeters (width +
    height), and a cut off the median costs FMM_SPLIT_GAIN times more, so the
@@ -97,7 +97,7 @@ struct _FMMBackendOps {
   PetscErrorCode (*view)(Mat, PetscViewer); /* backend lines of -mat_view (ASCII, after assembly; NULL: none) */
 };
 
-typedef struct _n_FMMCUDAMirror *FMMCUDAMirror; /* a GPU copy of the page-locked sources (cuda/points.cu) */
+typedef struct _n_FMMCUDAMirror *FMMCUDAMirror; /* a GPU copy of the page-locked sources (cuda/fmm/points.cu) */
 
 typedef struct {
   /* user data, as given (local parts) */
@@ -106,7 +106,7 @@ typedef struct {
   PetscBool    hasnrm, haswts;
   PetscInt     nrefill;             /* MatFMMSetSources() calls that refilled that block (same sizes) */
   PetscBool    srcpinned, srcpinno; /* the CUDA backend page-locked the block; it tried and was refused */
-  FMMCUDAMirror mirror;            /* srcpinned: the block's copy in GPU memory, sent by MatFMMSetSources() (cuda/points.cu) */
+  FMMCUDAMirror mirror;            /* srcpinned: the block's copy in GPU memory, sent by MatFMMSetSources() (cuda/fmm/points.cu) */
   PetscInt     badsrc, badnrm, badwts, badtgt; /* first NaN/Inf entry of each copy, -1: none (found while copying) */
   PetscReal    badv[4];                        /* their values (src, nrm, wts, tgt) */
   PetscBool    srcdev, tgtdev;                 /* the copies (src block, tgt) are in device memory: given there (CUDA backend) */

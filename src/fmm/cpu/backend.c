@@ -14,14 +14,14 @@
 extern double log(double);
 #endif
 #include "../fmmimpl.h"
-#include "../fmmexpansions.h"
+#include "../expansions.h"
 
 
 #define FMM_PMAX 64 /* largest expansion order (stack work arrays) */
 
 typedef struct {
   PetscInt   p, ne;          /* order, reals per expansion 2(p+1) */
-  PetscReal *binom, *m2l;    /* tables, see fmmexpansions.h */
+  PetscReal *binom, *m2l;    /* tables, see expansions.h */
   PetscReal *inv;            /* [p+1] 1/k (FMMInverses) */
   PetscReal *mpole, *local;  /* [nboxes * ne] */
   PetscReal *q, *dx, *dy;    /* [N] strengths in tree order */

@@ -1,6 +1,6 @@
 /*
   The near field (P2P) on the GPU in the three layouts of -mat_fmm_layout, and
-  the exact direct sum.  The pair kernel is FMMPairKernel (fmmexpansions.h),
+  the exact direct sum.  The pair kernel is FMMPairKernel (expansions.h),
   specialised at compile time to the terms present (KIND 0: single layer,
   1: double layer, 2: both) and written without branches; the zero-distance
   pair is excluded.
@@ -9,7 +9,7 @@
   written once, so results are reproducible bitwise.
 */
 #include "fmmcuda.h"
-#include "fmmexpansions.h"
+#include "fmm/expansions.h"
 #include <cuda_pipeline.h>
 
 /* log for the near field: x = 2^e m, m in [1,2); bin i of m (its top FMM_LOGBITS

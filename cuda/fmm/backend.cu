@@ -1,8 +1,8 @@
 /*
   The CUDA backend: FMMBackendCUDA, the same pass as the CPU backend
-  (src/cpu/fmmcpu.c) with every phase on the GPU.  At assembly plan() uploads
+  (src/fmm/cpu/backend.c) with every phase on the GPU.  At assembly plan() uploads
   the points and builds the tree and lists on the GPU (tree.cu); with
-  -mat_fmm_cuda_tree cpu, src/plan.c builds them and setup() uploads them.
+  -mat_fmm_cuda_tree cpu, src/fmm/plan.c builds them and setup() uploads them.
   setup() then derives the work of a product from the lists (on the GPU) and
   allocates all work arrays once; a product copies the N densities in and the
   M potentials out, and nothing else crosses the bus; device vectors (a PETSc
@@ -21,7 +21,7 @@
     -mat_fmm_cuda_pool_reserve <MB> GPU memory the pool maps up front
 */
 #include "fmmcuda.h"
-#include "fmmexpansions.h"
+#include "fmm/expansions.h"
 
 /* device array of n elements of type T, uploaded from h when h is not NULL */
 template <class T>
@@ -405,7 +405,7 @@ static PetscErrorCode PoolText(char *buf, size_t len)
   PetscFunctionReturn(0);
 }
 
-/* the plan built by src/plan.c, uploaded */
+/* the plan built by src/fmm/plan.c, uploaded */
 static PetscErrorCode UploadPlan(FMM_CUDA *c, const FMMPlan *P)
 {
   PetscFunctionBegin;
