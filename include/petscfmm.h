@@ -5,10 +5,16 @@
    values of the 2D Laplace single/double layer potential at M targets,
    applied by an adaptive fast multipole method (Greengard & Rokhlin 1987;
    Goude & Engblom 2013).  See the manual page of MATFMM.
+
+   MATSWEEP ("sweep") is the operator of Krylov-accelerated source iteration
+   for steady multigroup discrete-ordinates transport on a 3D DMDA grid: its
+   product is one transport sweep (SNAP's, lanl/SNAP).  See the manual page
+   of MATSWEEP.
 */
 #pragma once
 
 #include <petscmat.h>
+#include <petscdmda.h>
 
 #if defined(PETSC_USE_COMPLEX)
   #error "petscfmm needs a PETSc configured with real scalars (--with-scalar-type=real)"
@@ -111,3 +117,140 @@ PETSC_EXTERN PetscErrorCode MatFMMGetTreeInfo(Mat, PetscInt *, PetscInt *, Petsc
 PETSC_EXTERN PetscErrorCode MatFMMGetDevice(Mat, MatFMMDevice *);
 PETSC_EXTERN PetscErrorCode PetscFMMCUDAGetDeviceCount(PetscInt *);
 PETSC_EXTERN PetscErrorCode PetscFMMCUDAInitialize(void);
+
+/* ---------------------------------------------------------------------------
+   MATSWEEP: a discrete-ordinates transport sweep as a matrix (see the manual
+   page of MATSWEEP).
+   --------------------------------------------------------------------------- */
+
+/*J
+   MATSWEEP - "sweep" - A matrix type whose MatMult is one discrete-ordinates transport sweep: A phi = phi - D L^-1 M S phi.
+
+   Level: beginner
+
+.seealso: `MatCreateSweep()`, `MatSweepComputeRHS()`
+J*/
+#define MATSWEEP "sweep"
+
+/*E
+   MatSweepQuadrature - The angular quadrature of a `MATSWEEP`
+
+$  `MATSWEEP_QUADRATURE_SNAP`     - SNAP's: nang directions per octant, mu_n = (n - 1/2)/nang, eta_n = 1 - (n - 1/2)/nang,
+$                                   xi_n = sqrt(1 - mu_n^2 - eta_n^2), equal weights
+$  `MATSWEEP_QUADRATURE_LEVELSYM` - level-symmetric S_N, N = 2, 4, ..., 16 (Lewis & Miller's LQ_N), N(N+2)/8 directions per octant
+
+   Level: beginner
+
+.seealso: `MatSweepSetQuadrature()`
+E*/
+typedef enum {
+  MATSWEEP_QUADRATURE_SNAP,
+  MATSWEEP_QUADRATURE_LEVELSYM
+} MatSweepQuadrature;
+PETSC_EXTERN const char *const MatSweepQuadratures[];
+
+/*E
+   MatSweepScheme - The spatial discretisation of a `MATSWEEP`
+
+$  `MATSWEEP_SCHEME_DD`   - diamond difference (second order)
+$  `MATSWEEP_SCHEME_STEP` - step (upwind) differencing (first order, positive)
+
+   Level: beginner
+
+.seealso: `MatSweepSetScheme()`
+E*/
+typedef enum {
+  MATSWEEP_SCHEME_DD,
+  MATSWEEP_SCHEME_STEP
+} MatSweepScheme;
+PETSC_EXTERN const char *const MatSweepSchemes[];
+
+/*E
+   MatSweepBoundary - The boundary condition on one face of the grid
+
+$  `MATSWEEP_BOUNDARY_VACUUM`     - no incoming flux
+$  `MATSWEEP_BOUNDARY_REFLECTIVE` - specular reflection
+
+   Level: beginner
+
+.seealso: `MatSweepSetBoundary()`
+E*/
+typedef enum {
+  MATSWEEP_BOUNDARY_VACUUM,
+  MATSWEEP_BOUNDARY_REFLECTIVE
+} MatSweepBoundary;
+PETSC_EXTERN const char *const MatSweepBoundaries[];
+
+/*E
+   MatSweepExpansion - The angular functions of the flux moments and the scattering source
+
+$  `MATSWEEP_EXPANSION_HARMONICS` - real spherical harmonics Y_lm (l <= L, -l <= m <= l), the physics
+$  `MATSWEEP_EXPANSION_SNAP`      - SNAP's mock expansion coefficients (powers of the direction cosines), to compare with SNAP
+
+   Level: advanced
+
+.seealso: `MatSweepSetScatteringOrder()`
+E*/
+typedef enum {
+  MATSWEEP_EXPANSION_HARMONICS,
+  MATSWEEP_EXPANSION_SNAP
+} MatSweepExpansion;
+PETSC_EXTERN const char *const MatSweepExpansions[];
+
+/*E
+   MatSweepLayout - Which of direction (D), group (G) and cell (Z, zone) is fastest in the sweep's angular
+   working arrays (Kripke's names, slowest first)
+
+   Level: advanced
+
+.seealso: `MatSweepSetLayout()`
+E*/
+typedef enum {
+  MATSWEEP_LAYOUT_DGZ,
+  MATSWEEP_LAYOUT_DZG,
+  MATSWEEP_LAYOUT_GDZ,
+  MATSWEEP_LAYOUT_GZD,
+  MATSWEEP_LAYOUT_ZDG,
+  MATSWEEP_LAYOUT_ZGD
+} MatSweepLayout;
+PETSC_EXTERN const char *const MatSweepLayouts[];
+
+/*E
+   MatSweepDevice - Where a `MATSWEEP` sweeps
+
+$  `MATSWEEP_DEVICE_AUTO` - CUDA when the library was built with it and a GPU is present, else the CPU
+$  `MATSWEEP_DEVICE_CPU`  - the CPU backend (C with OpenMP)
+$  `MATSWEEP_DEVICE_CUDA` - the CUDA backend
+
+   Level: intermediate
+E*/
+typedef enum {
+  MATSWEEP_DEVICE_AUTO,
+  MATSWEEP_DEVICE_CPU,
+  MATSWEEP_DEVICE_CUDA
+} MatSweepDevice;
+PETSC_EXTERN const char *const MatSweepDevices[];
+
+PETSC_EXTERN PetscErrorCode MatCreateSweep(DM, Mat *);
+PETSC_EXTERN PetscErrorCode MatSweepSetDM(Mat, DM);
+PETSC_EXTERN PetscErrorCode MatSweepGetDM(Mat, DM *);
+PETSC_EXTERN PetscErrorCode MatSweepSetDomain(Mat, PetscReal, PetscReal, PetscReal);
+PETSC_EXTERN PetscErrorCode MatSweepSetQuadrature(Mat, MatSweepQuadrature, PetscInt);
+PETSC_EXTERN PetscErrorCode MatSweepSetGroups(Mat, PetscInt);
+PETSC_EXTERN PetscErrorCode MatSweepSetScatteringOrder(Mat, PetscInt, MatSweepExpansion);
+PETSC_EXTERN PetscErrorCode MatSweepSetMaterials(Mat, PetscInt, const PetscReal[], const PetscReal[]);
+PETSC_EXTERN PetscErrorCode MatSweepSetMaterialMap(Mat, const PetscInt[]);
+PETSC_EXTERN PetscErrorCode MatSweepSetTotalCrossSection(Mat, const PetscReal[]);
+PETSC_EXTERN PetscErrorCode MatSweepSetSource(Mat, const PetscReal[]);
+PETSC_EXTERN PetscErrorCode MatSweepSetAngularSource(Mat, const PetscReal[]);
+PETSC_EXTERN PetscErrorCode MatSweepSetBoundary(Mat, const MatSweepBoundary[]);
+PETSC_EXTERN PetscErrorCode MatSweepSetScheme(Mat, MatSweepScheme, PetscBool);
+PETSC_EXTERN PetscErrorCode MatSweepSetLayout(Mat, MatSweepLayout);
+PETSC_EXTERN PetscErrorCode MatSweepSetDevice(Mat, MatSweepDevice);
+PETSC_EXTERN PetscErrorCode MatSweepGetDevice(Mat, MatSweepDevice *);
+PETSC_EXTERN PetscErrorCode MatSweepGetQuadrature(Mat, PetscInt *, const PetscReal *[], const PetscReal *[], const PetscReal *[], const PetscReal *[]);
+PETSC_EXTERN PetscErrorCode MatSweepGetSizes(Mat, PetscInt *, PetscInt *, PetscInt *, PetscInt *);
+PETSC_EXTERN PetscErrorCode MatSweepComputeRHS(Mat, Vec);
+PETSC_EXTERN PetscErrorCode MatSweepGetFluxVector(Mat, Vec, Vec *);
+PETSC_EXTERN PetscErrorCode MatSweepRestoreFluxVector(Mat, Vec, Vec *);
+PETSC_EXTERN PetscErrorCode MatSweepGetStatistics(Mat, PetscInt *, PetscReal *);

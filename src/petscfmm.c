@@ -1,11 +1,14 @@
 /* Package registration: the Mat type, the log events, the dynamic-library entry point. */
 #include "fmm/fmmimpl.h"
+#include "sweep/sweepimpl.h"
 
+PetscLogEvent MATSWEEP_Setup, MATSWEEP_Source, MATSWEEP_Sweep;
 PetscLogEvent MATFMM_Setup, MATFMM_Tree, MATFMM_P2M, MATFMM_M2M, MATFMM_M2L, MATFMM_L2L, MATFMM_L2P, MATFMM_P2P, MATFMM_Direct;
 
 static PetscBool PetscFMMPackageInitialized = PETSC_FALSE;
 
 PETSC_EXTERN PetscErrorCode MatCreate_FMM(Mat);
+PETSC_EXTERN PetscErrorCode MatCreate_Sweep(Mat);
 
 /*@C
    PetscFMMFinalizePackage - Called by `PetscFinalize()` to forget the package's registration.
@@ -24,12 +27,13 @@ PetscErrorCode PetscFMMFinalizePackage(void)
 }
 
 /*@C
-   PetscFMMInitializePackage - Registers the `MATFMM` type and the log events
-   of its phases (FMMSetup, FMMTreeBuild, FMMP2M, FMMM2M, FMMM2L, FMML2L,
-   FMML2P, FMMP2P, FMMDirect), so `-mat_type fmm` and `-log_view` know them.
+   PetscFMMInitializePackage - Registers the `MATFMM` and `MATSWEEP` types and
+   the log events of their phases (FMMSetup, FMMTreeBuild, FMMP2M, FMMM2M,
+   FMMM2L, FMML2L, FMML2P, FMMP2P, FMMDirect; SweepSetup, SweepSource,
+   Sweep), so `-mat_type fmm`, `-mat_type sweep` and `-log_view` know them.
 
    Not collective; call after `PetscInitialize()` in programs that link
-   petscfmm (`MatCreateFMM()` and `-dll_append` call it for you).  Calling it
+   petscfmm (`MatCreateFMM()`, `MatCreateSweep()` and `-dll_append` call it for you).  Calling it
    again does nothing.
 
    Level: beginner
@@ -52,6 +56,10 @@ PetscErrorCode PetscFMMInitializePackage(void)
   PetscCall(PetscLogEventRegister("FMML2P", MAT_CLASSID, &MATFMM_L2P));
   PetscCall(PetscLogEventRegister("FMMP2P", MAT_CLASSID, &MATFMM_P2P));
   PetscCall(PetscLogEventRegister("FMMDirect", MAT_CLASSID, &MATFMM_Direct));
+  PetscCall(MatRegister(MATSWEEP, MatCreate_Sweep));
+  PetscCall(PetscLogEventRegister("SweepSetup", MAT_CLASSID, &MATSWEEP_Setup));
+  PetscCall(PetscLogEventRegister("SweepSource", MAT_CLASSID, &MATSWEEP_Source));
+  PetscCall(PetscLogEventRegister("Sweep", MAT_CLASSID, &MATSWEEP_Sweep));
   PetscCall(PetscRegisterFinalize(PetscFMMFinalizePackage));
   PetscFunctionReturn(0);
 }
