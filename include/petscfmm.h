@@ -253,4 +253,4 @@ PETSC_EXTERN PetscErrorCode MatSweepGetSizes(Mat, PetscInt *, PetscInt *, PetscI
 PETSC_EXTERN PetscErrorCode MatSweepComputeRHS(Mat, Vec);
 PETSC_EXTERN PetscErrorCode MatSweepGetFluxVector(Mat, Vec, Vec *);
 PETSC_EXTERN PetscErrorCode MatSweepRestoreFluxVector(Mat, Vec, Vec *);
-PETSC_EXTERN PetscErrorCode MatSweepGetStatistics(Mat, PetscInt *, PetscReal *);
+PETSC_EXTERN PetscErrorCode MatSweepGetStatistics(Mat, PetscInt *, PetscReal *, PetscReal *);

@@ -1,5 +1,5 @@
 static char help[] = "Checks MATSWEEP against exact solutions computed here, independently of the sweep.\n\
-  -case <infinite,slab,mirror,angular,mms,repeat>  which check (default infinite)\n\
+  -case <infinite,slab,mirror,angular,mms,repeat,compare>  which check (default infinite)\n\
   -nmom <L+1>, -groups <ng>                        for infinite (defaults 1 and 1)\n\
 Every -mat_sweep_ option applies (quadrature, scheme, layout, device, ...).\n\n";
 
@@ -30,12 +30,17 @@ Every -mat_sweep_ option applies (quadrature, scheme, layout, device, ...).\n\n"
     the error of phi at the cell centres must fall like h^2 (DD, orders
     within 0.1) or h (step: within 0.25, still pre-asymptotic) over three grids.
   repeat: two products of the same input are bitwise equal.
+  compare: the CUDA backend against the CPU backend on one problem (two
+    materials, three groups, up- and downscatter, scattering order 2,
+    carried and in-sweep reflective faces, isotropic and angular sources):
+    a product of random moments and the right-hand side agree to 1e-12
+    relative (max norm).
 */
 #include <petscfmm.h>
 #include <petscksp.h>
 
-typedef enum { CASE_INFINITE, CASE_SLAB, CASE_MIRROR, CASE_ANGULAR, CASE_MMS, CASE_REPEAT } Case;
-static const char *const Cases[] = {"infinite", "slab", "mirror", "angular", "mms", "repeat", "Case", "CASE_", NULL};
+typedef enum { CASE_INFINITE, CASE_SLAB, CASE_MIRROR, CASE_ANGULAR, CASE_MMS, CASE_REPEAT, CASE_COMPARE } Case;
+static const char *const Cases[] = {"infinite", "slab", "mirror", "angular", "mms", "repeat", "compare", "Case", "CASE_", NULL};
 
 static PetscInt nfail = 0;
 
@@ -615,6 +620,92 @@ static PetscErrorCode CaseRepeat(void)
   PetscFunctionReturn(0);
 }
 
+/* the problem of the compare case on device dev: A and, applied to the same random x, A x and b */
+static PetscErrorCode CompareProblem(DM da, MatSweepDevice dev, Vec *Ax, Vec *b)
+{
+  const PetscInt   ng = 3, nm = 3;
+  Mat              A;
+  Vec              x;
+  PetscReal        sigt[6], sigs[2 * 3 * 9], *q, *qa;
+  PetscInt         nc, nd, *mat;
+  PetscRandom      r;
+  MatSweepBoundary bc[6] = {MATSWEEP_BOUNDARY_REFLECTIVE, MATSWEEP_BOUNDARY_REFLECTIVE, MATSWEEP_BOUNDARY_VACUUM, MATSWEEP_BOUNDARY_REFLECTIVE, MATSWEEP_BOUNDARY_REFLECTIVE, MATSWEEP_BOUNDARY_VACUUM};
+
+  PetscFunctionBeginUser;
+  for (PetscInt m = 0; m < 2; m++)
+    for (PetscInt g = 0; g < ng; g++) {
+      sigt[m * ng + g] = (1 + m) * (1.0 + 0.3 * g);
+      for (PetscInt l = 0; l < nm; l++)
+        for (PetscInt gp = 0; gp < ng; gp++) sigs[((m * nm + l) * ng + g) * ng + gp] = PetscPowRealInt(0.4, l) * (g == gp ? 0.5 : (gp < g ? 0.2 : 0.05)) * (1 + m) * (1.0 + 0.3 * gp) / ng;
+    }
+  PetscCall(MatCreateSweep(da, &A));
+  PetscCall(MatSweepSetGroups(A, ng));
+  PetscCall(MatSweepSetScatteringOrder(A, nm - 1, MATSWEEP_EXPANSION_HARMONICS));
+  PetscCall(MatSweepSetMaterials(A, 2, sigt, sigs));
+  PetscCall(MatSweepSetBoundary(A, bc));
+  PetscCall(MatSweepSetDomain(A, 3.0, 2.0, 2.5));
+  PetscCall(MatSetFromOptions(A));
+  PetscCall(MatSweepSetDevice(A, dev));
+  PetscCall(MatAssemblyBegin(A, MAT_FINAL_ASSEMBLY));
+  PetscCall(MatAssemblyEnd(A, MAT_FINAL_ASSEMBLY));
+  PetscCall(MatSweepGetSizes(A, &nc, &nd, NULL, NULL));
+  PetscCall(PetscMalloc3(nc, &mat, nc * ng, &q, nc * nd * ng, &qa));
+  for (PetscInt c = 0; c < nc; c++) {
+    mat[c] = (c % 7) < 3;
+    for (PetscInt g = 0; g < ng; g++) q[c * ng + g] = 1.0 + ((c + g) % 5);
+    for (PetscInt d = 0; d < nd; d++)
+      for (PetscInt g = 0; g < ng; g++) qa[(c * nd + d) * ng + g] = 0.1 * PetscSinReal(0.3 * c + 1.7 * d + g);
+  }
+  PetscCall(MatSweepSetMaterialMap(A, mat));
+  PetscCall(MatSweepSetDevice(A, dev)); /* the map made it assemble again */
+  PetscCall(MatAssemblyBegin(A, MAT_FINAL_ASSEMBLY));
+  PetscCall(MatAssemblyEnd(A, MAT_FINAL_ASSEMBLY));
+  PetscCall(MatSweepSetSource(A, q));
+  PetscCall(MatSweepSetAngularSource(A, qa));
+  PetscCall(MatCreateVecs(A, &x, Ax));
+  PetscCall(VecDuplicate(*Ax, b));
+  PetscCall(PetscRandomCreate(PETSC_COMM_WORLD, &r));
+  PetscCall(PetscRandomSetSeed(r, 11));
+  PetscCall(PetscRandomSeed(r));
+  PetscCall(VecSetRandom(x, r));
+  PetscCall(MatMult(A, x, *Ax));
+  PetscCall(MatSweepComputeRHS(A, *b));
+  PetscCall(PetscRandomDestroy(&r));
+  PetscCall(VecDestroy(&x));
+  PetscCall(MatDestroy(&A));
+  PetscCall(PetscFree3(mat, q, qa));
+  PetscFunctionReturn(0);
+}
+
+static PetscErrorCode CaseCompare(void)
+{
+  DM        da;
+  Vec       ac, bc, ag, bg;
+  PetscReal na, nb;
+
+  PetscFunctionBeginUser;
+  PetscCall(CreateDA(7, 5, 6, &da));
+  PetscCall(CompareProblem(da, MATSWEEP_DEVICE_CPU, &ac, &bc));
+  PetscCall(CompareProblem(da, MATSWEEP_DEVICE_CUDA, &ag, &bg));
+  PetscCall(VecAXPY(ag, -1.0, ac));
+  PetscCall(VecAXPY(bg, -1.0, bc));
+  PetscCall(VecNorm(ag, NORM_INFINITY, &na));
+  PetscCall(VecNorm(bg, NORM_INFINITY, &nb));
+  {
+    PetscReal sa, sb;
+    PetscCall(VecNorm(ac, NORM_INFINITY, &sa));
+    PetscCall(VecNorm(bc, NORM_INFINITY, &sb));
+    PetscCall(Check("CUDA product = CPU product", na / sa, 1e-12));
+    PetscCall(Check("CUDA right-hand side = CPU right-hand side", nb / sb, 1e-12));
+  }
+  PetscCall(VecDestroy(&ac));
+  PetscCall(VecDestroy(&bc));
+  PetscCall(VecDestroy(&ag));
+  PetscCall(VecDestroy(&bg));
+  PetscCall(DMDestroy(&da));
+  PetscFunctionReturn(0);
+}
+
 int main(int argc, char **argv)
 {
   Case c = CASE_INFINITE;
@@ -640,6 +731,9 @@ int main(int argc, char **argv)
     break;
   case CASE_REPEAT:
     PetscCall(CaseRepeat());
+    break;
+  case CASE_COMPARE:
+    PetscCall(CaseCompare());
     break;
   }
   PetscCall(PetscFinalize());
@@ -677,4 +771,40 @@ int main(int argc, char **argv)
   test:
     suffix: repeat
     args: -case repeat -mat_sweep_nang 4
+  test:
+    suffix: cuda_compare
+    args: -case compare -mat_sweep_sn 4
+    requires: cuda
+  test:
+    suffix: cuda_compare_fixup
+    args: -case compare -mat_sweep_nang 5 -mat_sweep_fixup -mat_sweep_layout DGZ
+    requires: cuda
+  test:
+    suffix: cuda_compare_step
+    args: -case compare -mat_sweep_nang 2 -mat_sweep_scheme step -mat_sweep_layout ZDG
+    requires: cuda
+  test:
+    suffix: cuda_infinite_mg
+    args: -groups 3 -nmom 2 -mat_sweep_sn 8 -mat_sweep_device cuda -malloc_dump
+    requires: cuda
+  test:
+    suffix: cuda_slab
+    args: -case slab -mat_sweep_nang 5 -mat_sweep_device cuda
+    requires: cuda
+  test:
+    suffix: cuda_mirror
+    args: -case mirror -mat_sweep_nang 3 -mat_sweep_device cuda
+    requires: cuda
+  test:
+    suffix: cuda_angular
+    args: -case angular -mat_sweep_sn 8 -mat_sweep_device cuda
+    requires: cuda
+  test:
+    suffix: cuda_mms
+    args: -case mms -mat_sweep_nang 3 -mat_sweep_device cuda
+    requires: cuda
+  test:
+    suffix: cuda_repeat
+    args: -case repeat -mat_sweep_nang 4 -mat_sweep_device cuda
+    requires: cuda
 TEST*/

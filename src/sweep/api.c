@@ -760,21 +760,26 @@ PetscErrorCode MatSweepGetSizes(Mat A, PetscInt *ncells, PetscInt *ndir, PetscIn
    Input Parameter:
 .  A - the `MATSWEEP`
 
-   Output Parameters (either may be NULL):
-+  nsweeps  - sweeps so far (products and right-hand sides)
--  grind_ns - the last sweep's wall time over cells x directions (all octants) x groups, in nanoseconds (SNAP's grind time); 0 before the first
+   Output Parameters (any may be NULL):
++  nsweeps    - sweeps so far (products and right-hand sides)
+.  grind_ns   - the last sweep's wall time (the whole product, with any copies of host vectors to and from the GPU)
+                over cells x directions (all octants) x groups, in nanoseconds (SNAP's grind time); 0 before the first
+-  device_ns  - the same for the sweep's kernels alone, timed on the GPU (CUDA backend; 0 on the CPU)
 
    Level: intermediate
 
 .seealso: `MATSWEEP`
 @*/
-PetscErrorCode MatSweepGetStatistics(Mat A, PetscInt *nsweeps, PetscReal *grind_ns)
+PetscErrorCode MatSweepGetStatistics(Mat A, PetscInt *nsweeps, PetscReal *grind_ns, PetscReal *device_ns)
 {
   Mat_Sweep *sw;
+  PetscReal  work;
 
   PetscFunctionBegin;
   PetscCall(SweepGet(A, PETSC_FALSE, &sw));
+  work = (sw->setup && sw->nsweeps) ? (PetscReal)sw->P.ncells * sw->P.Q.ndir * sw->P.ng : 0.0;
   if (nsweeps) *nsweeps = sw->nsweeps;
-  if (grind_ns) *grind_ns = (sw->setup && sw->nsweeps) ? 1e9 * sw->last_sweep_s / ((PetscReal)sw->P.ncells * sw->P.Q.ndir * sw->P.ng) : 0.0;
+  if (grind_ns) *grind_ns = work > 0 ? 1e9 * sw->last_sweep_s / work : 0.0;
+  if (device_ns) *device_ns = work > 0 ? 1e9 * sw->last_device_s / work : 0.0;
   PetscFunctionReturn(0);
 }

@@ -240,18 +240,31 @@ static PetscErrorCode Sweep(Mat A, const PetscScalar *xa, PetscScalar *ya, Petsc
   PetscFunctionReturn(0);
 }
 
-/* y = x - T x: one sweep of the moments (and carried boundary fluxes) of x */
+/* y = x - T x: one sweep of the moments (and carried boundary fluxes) of x.
+   On the GPU the arrays are taken where they live, so that device vectors
+   (a PETSc configured with CUDA) cross no bus. */
 static PetscErrorCode MatMult_Sweep(Mat A, Vec x, Vec y)
 {
+  Mat_Sweep         *sw = (Mat_Sweep *)A->data;
   const PetscScalar *xa;
   PetscScalar       *ya;
 
   PetscFunctionBegin;
-  PetscCall(VecGetArrayRead(x, &xa));
-  PetscCall(VecGetArrayWrite(y, &ya));
+  if (sw->device_used == MATSWEEP_DEVICE_CUDA) {
+    PetscCall(VecGetArrayReadAndMemType(x, &xa, NULL));
+    PetscCall(VecGetArrayWriteAndMemType(y, &ya, NULL));
+  } else {
+    PetscCall(VecGetArrayRead(x, &xa));
+    PetscCall(VecGetArrayWrite(y, &ya));
+  }
   PetscCall(Sweep(A, xa, ya, PETSC_FALSE));
-  PetscCall(VecRestoreArrayWrite(y, &ya));
-  PetscCall(VecRestoreArrayRead(x, &xa));
+  if (sw->device_used == MATSWEEP_DEVICE_CUDA) {
+    PetscCall(VecRestoreArrayWriteAndMemType(y, &ya));
+    PetscCall(VecRestoreArrayReadAndMemType(x, &xa));
+  } else {
+    PetscCall(VecRestoreArrayWrite(y, &ya));
+    PetscCall(VecRestoreArrayRead(x, &xa));
+  }
   PetscCall(VecAYPX(y, -1.0, x));
   PetscFunctionReturn(0);
 }
@@ -432,7 +445,7 @@ static PetscErrorCode MatView_Sweep(Mat A, PetscViewer viewer)
     PetscCall(PetscViewerASCIIPrintf(viewer, "  octant order %" PetscInt_FMT " %" PetscInt_FMT " %" PetscInt_FMT " %" PetscInt_FMT " %" PetscInt_FMT " %" PetscInt_FMT " %" PetscInt_FMT " %" PetscInt_FMT "; unknowns: %" PetscInt_FMT " moments + %" PetscInt_FMT " carried boundary fluxes\n", P->octorder[0], P->octorder[1], P->octorder[2], P->octorder[3], P->octorder[4], P->octorder[5], P->octorder[6], P->octorder[7], P->nphi, P->nb));
     PetscCall(PetscViewerASCIIPrintf(viewer, "  layout %s, device %s\n", MatSweepLayouts[sw->layout], MatSweepDevices[sw->device_used]));
     if (sw->ops && sw->ops->view) PetscCall((*sw->ops->view)(A, viewer));
-    PetscCall(MatSweepGetStatistics(A, NULL, &grind));
+    PetscCall(MatSweepGetStatistics(A, NULL, &grind, NULL));
     if (sw->nsweeps) PetscCall(PetscViewerASCIIPrintf(viewer, "  sweeps %" PetscInt_FMT ", the last %.4g s: grind time %.4g ns per cell, direction and group\n", sw->nsweeps, (double)sw->last_sweep_s, (double)grind));
     else PetscCall(PetscViewerASCIIPrintf(viewer, "  no sweep yet\n"));
   }

@@ -128,7 +128,8 @@ typedef struct {
   SweepBackend       ops;
   void              *backend;
   PetscInt           nsweeps;       /* sweeps done (products and right-hand sides) */
-  PetscLogDouble     last_sweep_s;  /* wall time of the last sweep */
+  PetscLogDouble     last_sweep_s;  /* wall time of the last sweep (the product or right-hand side) */
+  PetscLogDouble     last_device_s; /* its kernels' time on the GPU (CUDA backend; 0 on the CPU) */
 } Mat_Sweep;
 
 PETSC_INTERN PetscErrorCode SweepQuadratureCreate(MatSweepQuadrature, PetscInt, PetscInt, MatSweepExpansion, PetscBool, SweepQuadrature *);
