@@ -251,6 +251,7 @@ PETSC_EXTERN PetscErrorCode MatSweepGetDevice(Mat, MatSweepDevice *);
 PETSC_EXTERN PetscErrorCode MatSweepGetQuadrature(Mat, PetscInt *, const PetscReal *[], const PetscReal *[], const PetscReal *[], const PetscReal *[]);
 PETSC_EXTERN PetscErrorCode MatSweepGetSizes(Mat, PetscInt *, PetscInt *, PetscInt *, PetscInt *);
 PETSC_EXTERN PetscErrorCode MatSweepComputeRHS(Mat, Vec);
+PETSC_EXTERN PetscErrorCode MatSweepSourceIteration(Mat, Vec, Vec);
 PETSC_EXTERN PetscErrorCode MatSweepGetFluxVector(Mat, Vec, Vec *);
 PETSC_EXTERN PetscErrorCode MatSweepRestoreFluxVector(Mat, Vec, Vec *);
 PETSC_EXTERN PetscErrorCode MatSweepGetStatistics(Mat, PetscInt *, PetscReal *, PetscReal *);

@@ -784,6 +784,14 @@ int main(int argc, char **argv)
     args: -case compare -mat_sweep_nang 2 -mat_sweep_scheme step -mat_sweep_layout ZDG
     requires: cuda
   test:
+    suffix: cuda_compare_diagonal
+    args: -case compare -mat_sweep_nang 3 -mat_sweep_cuda_schedule diagonal -mat_sweep_cuda_lines 1
+    requires: cuda
+  test:
+    suffix: cuda_compare_lines4
+    args: -case compare -mat_sweep_nang 4 -mat_sweep_cuda_lines 4 -mat_sweep_fixup
+    requires: cuda
+  test:
     suffix: cuda_infinite_mg
     args: -groups 3 -nmom 2 -mat_sweep_sn 8 -mat_sweep_device cuda -malloc_dump
     requires: cuda

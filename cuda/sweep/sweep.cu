@@ -21,9 +21,9 @@
   backend (src/sweep/cpu/backend.c).
 */
 #include <cuda_runtime.h>
+#include <cuda_pipeline.h>
 #include "sweep/sweepimpl.h"
 
-#define SWEEP_C 8 /* cells between the moment reductions of a block */
 
 #define SweepCallCUDA(...) \
   do { \
@@ -82,7 +82,7 @@ __device__ __forceinline__ void FaceOut(const SweepArgs &k, int oct, int ax, int
 }
 
 /* SNAP's negative-flux fixup of one angle (as Fixup() of the CPU backend) */
-__device__ double Fixup(double s, double st, const double pin[3], const double cf[3], int nax, double pc, double pout[3])
+__device__ __noinline__ double Fixup(double s, double st, const double pin[3], const double cf[3], int nax, double pc, double pout[3])
 {
   double hv[3] = {1, 1, 1}, fx[3] = {0, 0, 0}, sum = 3;
   for (;;) {
@@ -111,91 +111,295 @@ typedef struct {
   int n, oct[8];
 } OctBatch;
 
-/* one diagonal of lines: lines[0..nl) are this diagonal's (j', k') packed as j' + ny k' */
-__global__ void __launch_bounds__(1024) LineKernel(SweepArgs k, OctBatch ob, const int *__restrict__ lines, int nl, int K)
-{
-  extern __shared__ double sh[]; /* [K][SWEEP_C][nang] psi */
-  const int  na = k.nang, a = threadIdx.x % na, il = threadIdx.x / na;
-  const long long item = (long long)blockIdx.x * K + il, nitems = (long long)nl * k.ng * ob.n;
-  const bool on = il < K && item < nitems;
-  int        oct = 0, g = 0, j = 0, kk = 0, jp = 0, kp = 0, sx = 1;
-  double     px = 0, cx = 0, cy = 0, cz = 0;
+/*
+  A thread marches J lines of one (octant, group, angle) at once: the lines
+  j' = J jb + u, u = 0..J-1, of one k', in the octant's direction of flight,
+  cell by cell along x.  The y-face flux leaving line u enters line u+1 in
+  a register, so per J cells the thread reads and writes one y face and J z
+  faces (16 (1 + J)/J bytes a cell instead of 32).  A block holds K such
+  line groups x nang angles; every SWEEP_C cells it loads the faces of the
+  next cells into shared memory (all loads in flight at once), marches them,
+  and sums each cell's moments over the angles in a fixed order.
+*/
+#define SWEEP_C 8
 
-  if (on) {
-    const int l = (int)(item % nl);
-    const long long r = item / nl;
-    g   = (int)(r % k.ng);
-    oct = ob.oct[r / k.ng];
-    jp  = lines[l] % k.ny;
-    kp  = lines[l] / k.ny;
-    sx  = (oct & 1) ? -1 : 1;
-    j   = (oct & 2) ? k.ny - 1 - jp : jp;
-    kk  = (oct & 4) ? k.nz - 1 - kp : kp;
-    cx  = k.cx[a];
-    cy  = k.cy[a];
-    cz  = k.cz[a];
-    px  = FaceIn(k, oct, 0, kk * k.ny + j, g, a);
+template <int J>
+struct Lines {
+  int           on, oct, g, kk, kp, jp0, sx, sy, i0c, nu, ju, jz, qstep, sstep, astep, fystep, fzstep;
+  double        px[J], cx, cy, cz, ns[J], ninv[J]; /* x faces; the next cell's source and 1/(sigma_t + c_x + c_y + c_z) */
+  const double *qm0, *st0, *qa0, *Ys;            /* line 0's cell at i' = 0; line u's is u steps of ju further */
+  double       *fy0, *fz0;
+};
+
+#define LINE_J(L, u) ((L).sy > 0 ? (L).jp0 + (u) : k.ny - 1 - (L).jp0 - (u)) /* the grid row of line u */
+
+/* the source and reciprocal of the cells at ip of the thread's lines (into L.ns, L.ninv) */
+template <int J>
+__device__ __forceinline__ void LinesLoad(const SweepArgs &k, Lines<J> &L, int a, int ip)
+{
+#pragma unroll
+  for (int u = 0; u < J; u++) {
+    if (u >= L.nu) break;
+    const double *qm = L.qm0 + ip * L.qstep + u * L.ju * k.ng * k.cm;
+    double        s  = qm[0];
+    for (int m = 1; m < k.cm; m++) s += L.Ys[m * k.nang + a] * qm[m];
+    if (L.qa0) s += L.qa0[ip * L.astep + u * L.ju * k.ndir * k.ng];
+    L.ns[u]   = s;
+    L.ninv[u] = __drcp_rn(L.st0[ip * L.sstep + u * L.ju * k.ng] + L.cx + L.cy + L.cz);
   }
-  const double *Ys = k.Ys + (size_t)oct * k.cm * na;
-  for (int i0 = 0; i0 < k.nx; i0 += SWEEP_C) {
-    const int nc = min(SWEEP_C, k.nx - i0);
-    if (on) {
-      for (int c = 0; c < nc; c++) {
-        const int       ip = i0 + c, i = sx > 0 ? ip : k.nx - 1 - ip, cell = (kk * k.ny + j) * k.nx + i;
-        const int       yf = kk * k.nx + i, zf = j * k.nx + i;
-        const long long iy = oct * k.sy.o + g * k.sy.g + (long long)yf * k.sy.z + a * k.sy.a;
-        const long long iz = oct * k.sz.o + g * k.sz.g + (long long)zf * k.sz.z + a * k.sz.a;
-        const double    py = jp == 0 ? FaceIn(k, oct, 1, yf, g, a) : k.fy[iy];
-        const double    pz = k.twod ? 0.0 : (kp == 0 ? FaceIn(k, oct, 2, zf, g, a) : k.fz[iz]);
-        const double   *qm = k.qmom + ((size_t)cell * k.ng + g) * k.cm;
-        const double    st = k.sigt[(size_t)cell * k.ng + g];
-        double          s  = qm[0], psi, ox, oy, oz;
-        for (int m = 1; m < k.cm; m++) s += Ys[m * na + a] * qm[m];
-        if (k.qang) s += k.qang[((size_t)cell * k.ndir + oct * na + a) * k.ng + g];
-        psi = (s + cx * px + cy * py + cz * pz) / (st + cx + cy + cz);
-        if (!k.dd) ox = oy = oz = psi;
-        else {
-          ox = 2 * psi - px;
-          oy = 2 * psi - py;
-          oz = 2 * psi - pz;
-          if (k.fixup && (ox < 0 || oy < 0 || (!k.twod && oz < 0))) {
-            const double pin[3] = {px, py, pz}, cf[3] = {cx, cy, cz};
-            double       pout[3];
-            psi = Fixup(s, st, pin, cf, k.twod ? 2 : 3, psi, pout);
-            ox  = pout[0];
-            oy  = pout[1];
-            oz  = k.twod ? pz : pout[2];
-          }
-        }
-        px = ox;
-        if (jp == k.ny - 1) FaceOut(k, oct, 1, yf, g, a, oy);
-        else k.fy[iy] = oy;
-        if (!k.twod) {
-          if (kp == k.nz - 1) FaceOut(k, oct, 2, zf, g, a, oz);
-          else k.fz[iz] = oz;
-        }
-        sh[(il * SWEEP_C + c) * na + a] = psi;
+}
+
+/* the lines (jb, k') = (line % njb, line / njb) of group g, octant oct, angle a: where their cells,
+   faces and sources are, as pointers and steps per cell; slot il of the block's per-line tables */
+template <int J>
+__device__ __forceinline__ void LinesInit(const SweepArgs &k, Lines<J> &L, int line, int g, int oct, int a, int il, long long *obase, int *ostep, int *ooct)
+{
+  const int njb = (k.ny + J - 1) / J, na = k.nang;
+  L.on  = 1;
+  L.g   = g;
+  L.oct = oct;
+  L.jp0 = (line % njb) * J;
+  L.kp  = line / njb;
+  L.nu  = min(J, k.ny - L.jp0);
+  L.sx  = (oct & 1) ? -1 : 1;
+  L.sy  = (oct & 2) ? -1 : 1;
+  L.kk  = (oct & 4) ? k.nz - 1 - L.kp : L.kp;
+  L.i0c = L.sx > 0 ? 0 : k.nx - 1;
+  L.cx  = k.cx[a];
+  L.cy  = k.cy[a];
+  L.cz  = k.cz[a];
+  L.qstep  = L.sx * k.ng * k.cm;
+  L.sstep  = L.sx * k.ng;
+  L.astep  = L.sx * k.ndir * k.ng;
+  L.fy0    = k.fy + oct * k.sy.o + g * k.sy.g + (long long)(L.kk * k.nx + L.i0c) * k.sy.z + a * k.sy.a;
+  L.fystep = L.sx * (int)k.sy.z;
+  L.fzstep = L.sx * (int)k.sz.z;
+  L.Ys     = k.Ys + (size_t)oct * k.cm * na;
+  const int       j0    = LINE_J(L, 0);
+  const long long cell0 = (long long)(L.kk * k.ny + j0) * k.nx + L.i0c;
+  L.ju  = L.sy * k.nx; /* cells from one line to the next */
+  L.jz  = L.sy * k.nx * (int)k.sz.z;
+  L.qm0 = k.qmom + (cell0 * k.ng + g) * k.cm;
+  L.st0 = k.sigt + cell0 * k.ng + g;
+  L.qa0 = k.qang ? k.qang + (cell0 * k.ndir + oct * na + a) * k.ng + g : NULL;
+  L.fz0 = k.twod ? NULL : k.fz + oct * k.sz.o + g * k.sz.g + (long long)(j0 * k.nx + L.i0c) * k.sz.z + a * k.sz.a;
+#pragma unroll
+  for (int u = 0; u < J; u++) {
+    L.px[u] = 0;
+    if (u >= L.nu) continue;
+    L.px[u] = FaceIn(k, oct, 0, L.kk * k.ny + LINE_J(L, u), g, a);
+    if (a == 0) {
+      obase[il * J + u] = oct * k.nphi + (cell0 + (long long)u * L.ju) * k.ng * k.cm + (long long)g * k.cm;
+      ostep[il * J + u] = L.qstep;
+      ooct[il * J + u]  = oct;
+    }
+  }
+  if (a == 0)
+    for (int u = L.nu; u < J; u++) obase[il * J + u] = -1;
+  LinesLoad(k, L, a, 0);
+}
+
+/* cell ip (the c-th of its chunk) of the thread's lines, with the y face py entering line 0 and the z
+   faces pz[u S] entering line u; psi to the block's rows sh */
+template <int J>
+__device__ __forceinline__ void MarchCell(const SweepArgs &k, Lines<J> &L, int a, int il, int c, int ip, double py, const double *pz, int S, double *sh, int P)
+{
+  const int i = L.i0c + L.sx * ip;
+  double    sc[J], inv[J];
+#pragma unroll
+  for (int u = 0; u < J; u++) sc[u] = L.ns[u], inv[u] = L.ninv[u];
+  if (ip + 1 < k.nx) LinesLoad(k, L, a, ip + 1); /* in flight while this cell is computed */
+#pragma unroll
+  for (int u = 0; u < J; u++) {
+    if (u >= L.nu) break;
+    const double z   = pz[u * S];
+    const double t   = sc[u] + L.cy * py + L.cz * z; /* the part of the numerator off the chain through psi_x */
+    double       psi = (t + L.cx * L.px[u]) * inv[u], ox, oy, oz;
+    if (!k.dd) ox = oy = oz = psi;
+    else {
+      ox = 2 * psi - L.px[u];
+      oy = 2 * psi - py;
+      oz = 2 * psi - z;
+      if (k.fixup && (ox < 0 || oy < 0 || (!k.twod && oz < 0))) {
+        const double pin[3] = {L.px[u], py, z}, cf[3] = {L.cx, L.cy, L.cz};
+        double       pout[3];
+        psi = Fixup(sc[u], L.st0[ip * L.sstep + u * L.ju * k.ng], pin, cf, k.twod ? 2 : 3, psi, pout);
+        ox  = pout[0];
+        oy  = pout[1];
+        oz  = k.twod ? z : pout[2];
       }
     }
-    __syncthreads();
-    /* the moments of these cells: one thread per (line, cell, moment), angles in order */
-    for (int t = threadIdx.x; t < K * SWEEP_C * k.cm; t += blockDim.x) {
-      const int       m = t % k.cm, c = (t / k.cm) % SWEEP_C, jl = t / (k.cm * SWEEP_C);
-      const long long it = (long long)blockIdx.x * K + jl;
-      if (c >= nc || it >= nitems) continue;
-      const int       l = (int)(it % nl);
-      const long long r = it / nl;
-      const int       gg = (int)(r % k.ng), o = ob.oct[r / k.ng];
-      const int       jq = lines[l] % k.ny, kq = lines[l] / k.ny;
-      const int       jj = (o & 2) ? k.ny - 1 - jq : jq, kz = (o & 4) ? k.nz - 1 - kq : kq, ip = i0 + c, i = (o & 1) ? k.nx - 1 - ip : ip;
-      const double   *wy = k.wY + ((size_t)o * k.cm + m) * na, *ps = sh + (jl * SWEEP_C + c) * na;
-      double          acc = 0;
-      for (int b = 0; b < na; b++) acc += wy[b] * ps[b];
-      k.phio[o * k.nphi + (((size_t)(kz * k.ny + jj) * k.nx + i) * k.ng + gg) * k.cm + m] = acc;
+    L.px[u] = ox;
+    py      = oy; /* into the next line */
+    if (!k.twod) {
+      if (L.kp == k.nz - 1) FaceOut(k, L.oct, 2, LINE_J(L, u) * k.nx + i, L.g, a, oz);
+      else L.fz0[ip * L.fzstep + u * L.jz] = oz;
     }
+    sh[((il * J + u) * SWEEP_C + c) * P + a] = psi;
+  }
+  if (L.jp0 + L.nu == k.ny) FaceOut(k, L.oct, 1, L.kk * k.nx + i, L.g, a, py);
+  else L.fy0[ip * L.fystep] = py;
+}
+
+/* the faces entering cell ip of the thread's lines into its slots dst[v S] of shared memory: y, then z of each
+   line; async: by cp.async (L1, the diagonal schedule), else loads through L2 (other blocks of the launch wrote them) */
+template <int J, bool async>
+__device__ __forceinline__ void FacesIn(const SweepArgs &k, const Lines<J> &L, int a, int ip, double *dst, int S)
+{
+  const int i = L.i0c + L.sx * ip;
+  if (L.jp0 == 0) dst[0] = FaceIn(k, L.oct, 1, L.kk * k.nx + i, L.g, a);
+  else if (async) __pipeline_memcpy_async(dst, L.fy0 + ip * L.fystep, sizeof(double));
+  else dst[0] = __ldcg(L.fy0 + ip * L.fystep);
+#pragma unroll
+  for (int u = 0; u < J; u++) {
+    if (u >= L.nu) break;
+    if (k.twod) dst[(1 + u) * S] = 0.0;
+    else if (L.kp == 0) dst[(1 + u) * S] = FaceIn(k, L.oct, 2, LINE_J(L, u) * k.nx + i, L.g, a);
+    else if (async) __pipeline_memcpy_async(dst + (1 + u) * S, L.fz0 + ip * L.fzstep + u * L.jz, sizeof(double));
+    else dst[(1 + u) * S] = __ldcg(L.fz0 + ip * L.fzstep + u * L.jz);
+  }
+}
+
+/* the moments of cells i0 .. i0+nc-1 of the block's lines: one thread per (line, cell, moment), the angles in a fixed order */
+__device__ __forceinline__ void Moments(const SweepArgs &k, int KJ, int i0, int nc, const double *sh, int P, const long long *obase, const int *ostep, const int *ooct)
+{
+  for (int t = threadIdx.x; t < KJ * SWEEP_C * k.cm; t += blockDim.x) {
+    const int m = t % k.cm, c = (t / k.cm) % SWEEP_C, lu = t / (k.cm * SWEEP_C);
+    if (c >= nc || obase[lu] < 0) continue;
+    const double *wy = k.wY + ((size_t)ooct[lu] * k.cm + m) * k.nang, *ps = sh + (lu * SWEEP_C + c) * P;
+    double        acc[4] = {0, 0, 0, 0}; /* four chains, added in a fixed order */
+    int           b      = 0;
+    for (; b + 3 < k.nang; b += 4)
+      for (int u = 0; u < 4; u++) acc[u] += wy[b + u] * ps[b + u];
+    for (; b < k.nang; b++) acc[0] += wy[b] * ps[b];
+    k.phio[obase[lu] + (long long)(i0 + c) * ostep[lu] + m] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+  }
+}
+
+/* the block's shared memory: rows [K J][SWEEP_C][P] of psi, the threads' face slots (SWEEP_SLOTS(J) per thread, thread
+   fastest), per line the first moment's index, step, octant */
+#define SWEEP_SLOTS(J) (SWEEP_C * ((J) + 1))
+#define SWEEP_SHARED(J) \
+  extern __shared__ double sh[]; \
+  const int  na = k.nang, T = blockDim.x, a = threadIdx.x % na, il = threadIdx.x / na, P = na | 1; /* P odd: the reductions' rows in distinct banks */ \
+  double    *pf = sh + (size_t)K * J * SWEEP_C * P + threadIdx.x; \
+  long long *obase = (long long *)(sh + (size_t)K * J * SWEEP_C * P + (size_t)SWEEP_SLOTS(J) * T); \
+  int       *ostep = (int *)(obase + K * J), *ooct = ostep + K * J
+
+/*
+  One launch per diagonal jb + k' = s of line groups ("diagonal" schedule):
+  lines[0..nl) are its (jb, k') packed as jb + njb k'; items (line, group,
+  octant of the batch), K a block.  MAXT: the most threads a block has, MINB
+  the blocks an SM should hold (they set the registers a thread may use).
+*/
+#define SWEEP_D 4 /* the diagonal schedule's copies: groups of SWEEP_D cells, two groups ahead */
+template <int J, int MAXT, int MINB>
+__global__ void __launch_bounds__(MAXT, MINB) DiagKernel(const __grid_constant__ SweepArgs k, const __grid_constant__ OctBatch ob, const int *__restrict__ lines, int nl, int K)
+{
+  SWEEP_SHARED(J);
+  const long long item = (long long)blockIdx.x * K + il;
+  Lines<J>        L;
+#define PF(b, d) (pf + (((b) * SWEEP_D + (d)) * (J + 1)) * T)
+  auto prefetch = [&](int grp) { /* the faces of cells SWEEP_D grp .. into slot group grp % 2 */
+    for (int d = 0; d < SWEEP_D && grp * SWEEP_D + d < k.nx; d++) FacesIn<J, true>(k, L, a, grp * SWEEP_D + d, PF(grp & 1, d), T);
+    __pipeline_commit();
+  };
+
+  L.on = 0;
+  if (item < (long long)nl * k.ng * ob.n) {
+    const long long r = item / nl;
+    LinesInit(k, L, lines[item % nl], (int)(r % k.ng), ob.oct[r / k.ng], a, il, obase, ostep, ooct);
+    prefetch(0);
+    prefetch(1);
+  } else if (a == 0)
+    for (int u = 0; u < J; u++) obase[il * J + u] = -1;
+  __syncthreads();
+  for (int i0 = 0; i0 < k.nx; i0 += SWEEP_C) {
+    const int nc = min(SWEEP_C, k.nx - i0);
+    if (L.on)
+      for (int c = 0; c < nc; c++) {
+        const int ip = i0 + c, grp = ip / SWEEP_D, d = ip % SWEEP_D;
+        if (d == 0) __pipeline_wait_prior(1); /* this group's faces are in */
+        MarchCell(k, L, a, il, c, ip, PF(grp & 1, d)[0], PF(grp & 1, d) + T, T, sh, P);
+        if (d == SWEEP_D - 1 || ip == k.nx - 1) prefetch(grp + 2); /* into the slots just read */
+      }
+    __syncthreads();
+    Moments(k, K * J, i0, nc, sh, P, obase, ostep, ooct);
     __syncthreads();
   }
-  if (on) FaceOut(k, oct, 0, kk * k.ny + j, g, a, px);
+#undef PF
+  if (L.on) {
+    __pipeline_wait_prior(0);
+    for (int u = 0; u < L.nu; u++) FaceOut(k, L.oct, 0, L.kk * k.ny + LINE_J(L, u), L.g, a, L.px[u]);
+  }
+}
+
+/* a task of the pipelined schedule: a line group (jb + njb k'), its group and octant, and the tasks
+   whose faces it reads (the line groups before it in y and in z; -1: none) */
+typedef struct {
+  int line, g, oct, upy, upz;
+} Task;
+
+/*
+  The "pipelined" schedule: one launch per octant batch.  Blocks take K
+  tasks at a time by ticket, in the order of the diagonals (each padded to a
+  multiple of K, so that a block's tasks never wait on each other), and
+  march them chunk by chunk; before chunk c a task waits until the tasks
+  upstream of it have published chunk c (progress[], in chunks), and it
+  publishes its own after marching it.  A task waits only on tasks of
+  earlier tickets, which running blocks hold, so the launch always
+  progresses; and no launch boundary holds a line back from the lines
+  downstream of it.  Faces are read through L2 (__ldcg): other blocks of
+  this launch wrote them.
+*/
+template <int J, int MAXT, int MINB>
+__global__ void __launch_bounds__(MAXT, MINB) PipeKernel(const __grid_constant__ SweepArgs k, const Task *__restrict__ tasks, int ntb, int K, int *ticket, int *progress)
+{
+  SWEEP_SHARED(J);
+  __shared__ int tb_s;
+  volatile int  *prog = progress;
+
+  for (;;) {
+    Lines<J> L;
+    int      task = -1, upy = -1, upz = -1;
+    if (threadIdx.x == 0) tb_s = atomicAdd(ticket, 1);
+    __syncthreads();
+    const int tb = tb_s;
+    if (tb >= ntb) break;
+    L.on = 0;
+    if (il < K) {
+      task = tb * K + il;
+      const Task t = tasks[task];
+      if (t.line >= 0) {
+        LinesInit(k, L, t.line, t.g, t.oct, a, il, obase, ostep, ooct);
+        upy = t.upy;
+        upz = t.upz;
+      } else if (a == 0)
+        for (int u = 0; u < J; u++) obase[il * J + u] = -1;
+    }
+    for (int i0 = 0, ch = 1; i0 < k.nx; i0 += SWEEP_C, ch++) {
+      const int nc = min(SWEEP_C, k.nx - i0);
+      if (L.on && a == 0) { /* the faces of this chunk are in once the tasks upstream have published it */
+        if (upy >= 0)
+          while (prog[upy] < ch) __nanosleep(32);
+        if (upz >= 0)
+          while (prog[upz] < ch) __nanosleep(32);
+        __threadfence();
+      }
+      __syncthreads();
+      if (L.on) {
+        for (int d = 0; d < nc; d++) FacesIn<J, false>(k, L, a, i0 + d, pf + d * (J + 1) * T, T);
+        for (int c = 0; c < nc; c++) MarchCell(k, L, a, il, c, i0 + c, pf[c * (J + 1) * T], pf + (c * (J + 1) + 1) * T, T, sh, P);
+      }
+      __threadfence(); /* the faces written, for the blocks that wait on this chunk */
+      __syncthreads();
+      if (L.on && a == 0) atomicExch(progress + task, ch);
+      Moments(k, K * J, i0, nc, sh, P, obase, ostep, ooct);
+      __syncthreads();
+    }
+    if (L.on)
+      for (int u = 0; u < L.nu; u++) FaceOut(k, L.oct, 0, L.kk * k.ny + LINE_J(L, u), L.g, a, L.px[u]);
+  }
 }
 
 /* qmom = S phi (+ q): one thread per cell, group and moment */
@@ -227,8 +431,12 @@ typedef struct {
   cudaEvent_t  ev0, ev1;
   double      *cx, *cy, *cz, *wY, *Ys, *sigt, *sigs, *qmom, *qang, *q, *fy, *fz, *phio, *x, *y, *refl[6];
   int         *mat, *lmom, *lines, *lineoff; /* lineoff on the host */
-  int          ndiag, K;
+  int          ndiag, K, J, minb, pipe;
+  void (*diag)(const SweepArgs, const OctBatch, const int *, int, int); /* the DiagKernel instance */
+  void (*pipek)(const SweepArgs, const Task *, int, int, int *, int *); /* the PipeKernel instance */
   size_t       smem;
+  Task        *tasks;          /* the pipelined schedule's tasks, batch after batch */
+  int          taskoff[5], *ticket, *progress, pgrid;
   OctBatch     batch[4], order;
   int          nbatch;
   Strides      sy, sz;
@@ -274,6 +482,7 @@ static PetscErrorCode SweepCUDADestroy(Mat A)
   if (c->stream) (void)cudaStreamSynchronize(c->stream);
   Free(&c->cx), Free(&c->cy), Free(&c->cz), Free(&c->wY), Free(&c->Ys), Free(&c->sigt), Free(&c->sigs), Free(&c->qmom), Free(&c->qang), Free(&c->q);
   Free(&c->fy), Free(&c->fz), Free(&c->phio), Free(&c->x), Free(&c->y), Free(&c->mat), Free(&c->lmom), Free(&c->lines);
+  Free(&c->tasks), Free(&c->ticket), Free(&c->progress);
   for (int f = 0; f < 6; f++) Free(&c->refl[f]);
   if (c->ev0) (void)cudaEventDestroy(c->ev0);
   if (c->ev1) (void)cudaEventDestroy(c->ev1);
@@ -373,17 +582,32 @@ static PetscErrorCode SweepCUDASetup(Mat A)
       PetscCall(Alloc(&c->refl[f], (size_t)4 * SweepFaceCells(P, f / 2) * ng * na, (const double *)NULL, c->stream));
       SweepCallCUDA(cudaMemsetAsync(c->refl[f], 0, sizeof(double) * 4 * SweepFaceCells(P, f / 2) * ng * na, c->stream));
     }
-  { /* the lines of each diagonal j' + k' = s of the y-z plane */
-    const PetscInt ny = P->ny, nz = P->nz;
+  c->J    = 2;
+  c->minb = 2;
+  c->pipe = 0;
+  PetscObjectOptionsBegin((PetscObject)A);
+  {
+    const char *sched[] = {"diagonal", "pipelined"};
+    PetscInt    i       = c->pipe;
+    PetscCall(PetscOptionsEList("-mat_sweep_cuda_schedule", "CUDA sweep: a launch per diagonal of lines, or one launch per octant batch with lines waiting on the lines upstream", "MATSWEEP", sched, 2, sched[c->pipe], &i, NULL));
+    c->pipe = (int)i;
+  }
+  PetscCall(PetscOptionsRangeInt("-mat_sweep_cuda_lines", "CUDA sweep: lines of cells a thread marches at once (1, 2 or 4)", "MATSWEEP", c->J, &c->J, NULL, 1, 4));
+  PetscCall(PetscOptionsRangeInt("-mat_sweep_cuda_minblocks", "CUDA sweep: blocks of 256 threads an SM should hold (2: up to 128 registers a thread, 4: 64)", "MATSWEEP", c->minb, &c->minb, NULL, 2, 4));
+  PetscOptionsEnd();
+  PetscCheck(c->J == 1 || c->J == 2 || c->J == 4, PetscObjectComm((PetscObject)A), PETSC_ERR_ARG_OUTOFRANGE, "-mat_sweep_cuda_lines %d: expected 1, 2 or 4", c->J);
+  PetscCheck(c->minb == 2 || c->minb == 4, PetscObjectComm((PetscObject)A), PETSC_ERR_ARG_OUTOFRANGE, "-mat_sweep_cuda_minblocks %d: expected 2 or 4", c->minb);
+  { /* the line groups (jb, k') of each diagonal jb + k' = s */
+    const PetscInt njb = (P->ny + c->J - 1) / c->J, nz = P->nz;
     int           *lines, n = 0;
-    c->ndiag = (int)(ny + nz - 1);
-    PetscCall(PetscMalloc1(ny * nz, &lines));
+    c->ndiag = (int)(njb + nz - 1);
+    PetscCall(PetscMalloc1(njb * nz, &lines));
     PetscCall(PetscMalloc1(c->ndiag + 1, &c->lineoff));
     for (int s = 0; s < c->ndiag; s++) {
       c->lineoff[s] = n;
       for (PetscInt kp = 0; kp < nz; kp++) {
-        const PetscInt jp = s - kp;
-        if (jp >= 0 && jp < ny) lines[n++] = (int)(jp + ny * kp);
+        const PetscInt jb = s - kp;
+        if (jb >= 0 && jb < njb) lines[n++] = (int)(jb + njb * kp);
       }
     }
     c->lineoff[c->ndiag] = n;
@@ -412,9 +636,66 @@ static PetscErrorCode SweepCUDASetup(Mat A)
     c->order.n = 8;
     for (int o = 0; o < 8; o++) c->order.oct[o] = (int)P->octorder[o];
   }
-  c->K    = (int)PetscMax(1, 256 / na);
-  c->smem = sizeof(double) * c->K * SWEEP_C * na;
-  SweepCallCUDA(cudaFuncSetAttribute(LineKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)c->smem));
+  c->K = (int)PetscMax(1, 256 / na);
+#define SWEEP_PICK(KER, J_, T_, B_) (J_ == 1 ? KER<1, T_, B_> : (J_ == 2 ? KER<2, T_, B_> : KER<4, T_, B_>))
+  if (na > 256) {
+    c->diag  = SWEEP_PICK(DiagKernel, c->J, 512, 1);
+    c->pipek = SWEEP_PICK(PipeKernel, c->J, 512, 1);
+  } else if (c->minb == 2) {
+    c->diag  = SWEEP_PICK(DiagKernel, c->J, 256, 2);
+    c->pipek = SWEEP_PICK(PipeKernel, c->J, 256, 2);
+  } else {
+    c->diag  = SWEEP_PICK(DiagKernel, c->J, 256, 4);
+    c->pipek = SWEEP_PICK(PipeKernel, c->J, 256, 4);
+  }
+#undef SWEEP_PICK
+  c->smem = sizeof(double) * ((size_t)c->K * c->J * SWEEP_C * (na | 1) + (size_t)SWEEP_SLOTS(c->J) * c->K * na) + (sizeof(long long) + 2 * sizeof(int)) * c->K * c->J;
+  SweepCallCUDA(cudaFuncSetAttribute(c->diag, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)c->smem));
+  SweepCallCUDA(cudaFuncSetAttribute(c->pipek, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)c->smem));
+  if (c->pipe) { /* the tasks of each batch, diagonal by diagonal, each diagonal padded to a multiple of K */
+    const PetscInt njb = (P->ny + c->J - 1) / c->J, nz = P->nz;
+    int            n   = 0, *where, blocks, sms;
+    Task          *t;
+    size_t         cap = 0;
+    for (int b = 0; b < c->nbatch; b++) cap += (size_t)(njb * nz * ng * c->batch[b].n + c->ndiag * c->K);
+    PetscCall(PetscMalloc1(cap, &t));
+    PetscCall(PetscMalloc1(njb * nz * ng * 8, &where)); /* the task of (line, g, oct) in its batch */
+    for (int b = 0; b < c->nbatch; b++) {
+      const int n0 = n;
+      c->taskoff[b] = n;
+      for (int sd = 0; sd < c->ndiag; sd++) {
+        for (int o = 0; o < c->batch[b].n; o++)
+          for (PetscInt g = 0; g < ng; g++)
+            for (PetscInt kp = 0; kp < nz; kp++) {
+              const PetscInt jb = sd - kp;
+              if (jb < 0 || jb >= njb) continue;
+              const int line                                        = (int)(jb + njb * kp);
+              t[n].line                                             = line;
+              t[n].g                                                = (int)g;
+              t[n].oct                                              = c->batch[b].oct[o];
+              t[n].upy                                              = jb > 0 ? where[((line - 1) * ng + g) * 8 + o] - n0 : -1;
+              t[n].upz                                              = kp > 0 ? where[((line - njb) * ng + g) * 8 + o] - n0 : -1;
+              where[(line * ng + g) * 8 + o]                        = n;
+              n++;
+            }
+        while ((n - n0) % c->K) t[n++].line = -1; /* a block's tasks never wait on each other */
+      }
+    }
+    c->taskoff[c->nbatch] = n;
+    PetscCall(Alloc(&c->tasks, (size_t)n, t, c->stream));
+    PetscCall(Alloc(&c->ticket, (size_t)c->nbatch, (const int *)NULL, c->stream));
+    {
+      int mx = 0;
+      for (int b = 0; b < c->nbatch; b++) mx = PetscMax(mx, c->taskoff[b + 1] - c->taskoff[b]);
+      PetscCall(Alloc(&c->progress, (size_t)mx, (const int *)NULL, c->stream));
+    }
+    SweepCallCUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, c->pipek, c->K * (int)na, c->smem));
+    SweepCallCUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, c->dev));
+    c->pgrid = PetscMax(1, blocks) * sms;
+    SweepCallCUDA(cudaStreamSynchronize(c->stream));
+    PetscCall(PetscFree(t));
+    PetscCall(PetscFree(where));
+  }
   SweepCallCUDA(cudaStreamSynchronize(c->stream));
   PetscFunctionReturn(0);
 }
@@ -490,13 +771,22 @@ static PetscErrorCode SweepCUDASweep(Mat A, const PetscScalar *x, PetscScalar *y
   }
   k.xb = dx ? dx + P->nphi : NULL;
   k.yb = dy + P->nphi;
-  for (int b = 0; b < c->nbatch; b++)
-    for (int s = 0; s < c->ndiag; s++) {
-      const int       nl = c->lineoff[s + 1] - c->lineoff[s];
-      const long long items = (long long)nl * P->ng * c->batch[b].n;
-      LineKernel<<<(unsigned)((items + c->K - 1) / c->K), c->K * k.nang, c->smem, c->stream>>>(k, c->batch[b], c->lines + c->lineoff[s], nl, c->K);
+  if (c->pipe) {
+    SweepCallCUDA(cudaMemsetAsync(c->ticket, 0, sizeof(int) * c->nbatch, c->stream));
+    for (int b = 0; b < c->nbatch; b++) {
+      const int nt = c->taskoff[b + 1] - c->taskoff[b];
+      SweepCallCUDA(cudaMemsetAsync(c->progress, 0, sizeof(int) * nt, c->stream));
+      c->pipek<<<(unsigned)PetscMin(c->pgrid, nt / c->K), c->K * k.nang, c->smem, c->stream>>>(k, c->tasks + c->taskoff[b], nt / c->K, c->K, c->ticket + b, c->progress);
       SweepCallCUDA(cudaGetLastError());
     }
+  } else
+    for (int b = 0; b < c->nbatch; b++)
+      for (int s = 0; s < c->ndiag; s++) {
+        const int       nl    = c->lineoff[s + 1] - c->lineoff[s];
+        const long long items = (long long)nl * P->ng * c->batch[b].n;
+        c->diag<<<(unsigned)((items + c->K - 1) / c->K), c->K * k.nang, c->smem, c->stream>>>(k, c->batch[b], c->lines + c->lineoff[s], nl, c->K);
+        SweepCallCUDA(cudaGetLastError());
+      }
   OctantSumKernel<<<(unsigned)((P->nphi + 255) / 256), 256, 0, c->stream>>>((long long)P->nphi, c->phio, c->order, dy);
   SweepCallCUDA(cudaGetLastError());
   SweepCallCUDA(cudaEventRecord(c->ev1, c->stream));
@@ -517,7 +807,8 @@ static PetscErrorCode SweepCUDAView(Mat A, PetscViewer v)
 
   PetscFunctionBegin;
   if (!c) PetscFunctionReturn(0);
-  PetscCall(PetscViewerASCIIPrintf(v, "  CUDA: GPU %d, line march: %d diagonal launches x %d octant batches, %d lines x %" PetscInt_FMT " angles a block\n", c->dev, c->ndiag, c->nbatch, c->K, sw->P.Q.nang));
+  if (c->pipe) PetscCall(PetscViewerASCIIPrintf(v, "  CUDA: GPU %d, line march, pipelined: %d lines a thread, %d launches (octant batches) of %d blocks, %d line groups x %" PetscInt_FMT " angles a block\n", c->dev, c->J, c->nbatch, c->pgrid, c->K, sw->P.Q.nang));
+  else PetscCall(PetscViewerASCIIPrintf(v, "  CUDA: GPU %d, line march, by diagonals: %d lines a thread, %d launches x %d octant batches, %d line groups x %" PetscInt_FMT " angles a block\n", c->dev, c->J, c->ndiag, c->nbatch, c->K, sw->P.Q.nang));
   if (sw->nsweeps && sw->last_device_s > 0) PetscCall(PetscViewerASCIIPrintf(v, "  CUDA: the last sweep's kernels %.4g s (grind time %.4g ns)\n", (double)sw->last_device_s, 1e9 * (double)sw->last_device_s / ((double)sw->P.ncells * sw->P.Q.ndir * sw->P.ng)));
   PetscFunctionReturn(0);
 }

@@ -318,6 +318,63 @@ PetscErrorCode MatSweepComputeRHS(Mat A, Vec b)
   PetscFunctionReturn(0);
 }
 
+/*@
+   MatSweepSourceIteration - One step of source iteration: y = D L^-1 (M S x + q), a sweep of the scattering source of x and the fixed sources.
+
+   Collective
+
+   Input Parameters:
++  A - the `MATSWEEP`, assembled
+-  x - flux moments (and carried boundary fluxes), a vector of A's layout
+
+   Output Parameter:
+.  y - the next iterate, a vector of A's layout (not x)
+
+   Notes:
+   Without the fixup this is y = b + x - A x with b from `MatSweepComputeRHS()`,
+   so that `KSPRICHARDSON` on A is the same iteration.  With the negative-flux
+   fixup the sweep is nonlinear in its total source, and this function
+   applies the fixup to the whole source (scattering and fixed), as SNAP
+   does; its fixed point is SNAP's solution, which A and b then do not
+   describe exactly.  Use it to iterate such problems.
+
+   Errors:
++  `PETSC_ERR_ARG_WRONGSTATE` - A is not assembled
+.  `PETSC_ERR_ARG_SIZ` - x or y does not have A's layout
+-  `PETSC_ERR_ARG_IDN` - x and y are the same vector
+
+   Level: intermediate
+
+.seealso: `MATSWEEP`, `MatSweepComputeRHS()`, `MatSweepSetScheme()`
+@*/
+PetscErrorCode MatSweepSourceIteration(Mat A, Vec x, Vec y)
+{
+  Mat_Sweep         *sw;
+  const PetscScalar *xa;
+  PetscScalar       *ya;
+  PetscInt           nx, ny;
+  PetscBool          is;
+
+  PetscFunctionBegin;
+  PetscValidHeaderSpecific(A, MAT_CLASSID, 1);
+  PetscValidHeaderSpecific(x, VEC_CLASSID, 2);
+  PetscValidHeaderSpecific(y, VEC_CLASSID, 3);
+  PetscCall(PetscObjectTypeCompare((PetscObject)A, MATSWEEP, &is));
+  PetscCheck(is, PetscObjectComm((PetscObject)A), PETSC_ERR_ARG_WRONG, "Matrix of type %s, expected %s", ((PetscObject)A)->type_name, MATSWEEP);
+  PetscCheck(x != y, PetscObjectComm((PetscObject)A), PETSC_ERR_ARG_IDN, "MATSWEEP: x and y must be different vectors");
+  sw = (Mat_Sweep *)A->data;
+  PetscCheck(sw->setup, PetscObjectComm((PetscObject)A), PETSC_ERR_ARG_WRONGSTATE, "MATSWEEP: assemble the matrix before iterating");
+  PetscCall(VecGetLocalSize(x, &nx));
+  PetscCall(VecGetLocalSize(y, &ny));
+  PetscCheck(nx == A->rmap->n && ny == A->rmap->n, PETSC_COMM_SELF, PETSC_ERR_ARG_SIZ, "MATSWEEP: the vectors have %" PetscInt_FMT " and %" PetscInt_FMT " local entries, the matrix %" PetscInt_FMT, nx, ny, A->rmap->n);
+  PetscCall(VecGetArrayRead(x, &xa));
+  PetscCall(VecGetArrayWrite(y, &ya));
+  PetscCall(Sweep(A, xa, ya, PETSC_TRUE));
+  PetscCall(VecRestoreArrayWrite(y, &ya));
+  PetscCall(VecRestoreArrayRead(x, &xa));
+  PetscFunctionReturn(0);
+}
+
 /* vectors of the moments' DMDA when there are no carried unknowns, so that VecView writes them (VTK) */
 static PetscErrorCode MatCreateVecs_Sweep(Mat A, Vec *right, Vec *left)
 {
