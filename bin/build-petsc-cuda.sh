@@ -78,7 +78,8 @@ pack() {
   [ -n "$mpiinc" ] && cp -rLn "$mpiinc/." "$b/include/"
   cp -a "$pd"/lib/libpetsc.so* "$b/lib/"
   strip --strip-debug "$b/lib/$(basename "$lib")"
-  ldd "$lib" | awk '/=>/ {print $3}' | while read -r l; do
+  # (libcuda.so.1, the driver's, is "not found" where there is no GPU driver: skipped)
+  ldd "$lib" | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | while read -r l; do
     case $(basename "$l") in
       libc.so* | libm.so* | libpthread* | libdl.so* | librt.so* | ld-linux* | libstdc++* | libgcc_s*) ;;
       libmpi* | libopen-rte* | libopen-pal* | libhwloc* | libevent* | libpmix*) ;;
@@ -96,6 +97,10 @@ _b=$(cd "$(dirname "${BASH_SOURCE[0]:-$0}")" && pwd)
 grep -rlF "@PETSC_BUNDLE@" "$_b/lib/petsc" "$_b/lib/pkgconfig" | while read -r f; do sed -i "s|@PETSC_BUNDLE@|$_b|g" "$f"; done
 export PETSC_DIR=$_b PETSC_ARCH=
 export LD_LIBRARY_PATH=$_b/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# the CUDA libraries libpetsc needs (cuBLAS, cuSPARSE, ...) from the host's toolkit
+for _d in "${CUDA_HOME:-/usr/local/cuda}/lib64" "${CUDA_HOME:-/usr/local/cuda}/targets/x86_64-linux/lib"; do
+  [ -d "$_d" ] && export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$_d && break
+done
 export PKG_CONFIG_PATH=$_b/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # Open MPI without CUDA awareness: PETSc stops at startup unless told so
