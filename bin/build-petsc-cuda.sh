@@ -91,14 +91,21 @@ pack() {
   mkdir -p "$b/lib/pkgconfig"
   cp -L "$pd"/lib/pkgconfig/*.pc "$b/lib/pkgconfig/"
   grep -rlF "$pd" "$b/lib/petsc" "$b/lib/pkgconfig" | while read -r f; do sed -i "s|$pd|@PETSC_BUNDLE@|g" "$f"; done
-  cat > "$b/env.sh" << 'ENV'
+  echo "_cb=$(cuda_dir) # the CUDA toolkit PETSc was built with" > "$b/env.sh"
+  cat >> "$b/env.sh" << 'ENV'
 # source me on the GPU host: . petsc-cuda-runtime/env.sh
 _b=$(cd "$(dirname "${BASH_SOURCE[0]:-$0}")" && pwd)
 grep -rlF "@PETSC_BUNDLE@" "$_b/lib/petsc" "$_b/lib/pkgconfig" | while read -r f; do sed -i "s|@PETSC_BUNDLE@|$_b|g" "$f"; done
+# PETSc's makefile variables name the toolkit's include and lib folders: where
+# this host's toolkit lives elsewhere, point them at CUDA_HOME (or /usr/local/cuda)
+_ch=${CUDA_HOME:-/usr/local/cuda}
+if [ ! -d "$_cb" ] && [ -d "$_ch" ]; then
+  grep -rlF "$_cb" "$_b/lib/petsc" "$_b/lib/pkgconfig" | while read -r f; do sed -i "s|$_cb|$_ch|g" "$f"; done
+fi
 export PETSC_DIR=$_b PETSC_ARCH=
 export LD_LIBRARY_PATH=$_b/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 # the CUDA libraries libpetsc needs (cuBLAS, cuSPARSE, ...) from the host's toolkit
-for _d in "${CUDA_HOME:-/usr/local/cuda}/lib64" "${CUDA_HOME:-/usr/local/cuda}/targets/x86_64-linux/lib"; do
+for _d in "$_ch/lib64" "$_ch/targets/x86_64-linux/lib"; do
   [ -d "$_d" ] && export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$_d && break
 done
 export PKG_CONFIG_PATH=$_b/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
