@@ -95,6 +95,7 @@ PetscErrorCode PetscFMMCUDAGetDeviceCount(PetscInt *n)
   PetscFunctionReturn(0);
 }
 
+#if defined(PETSCFMM_HAVE_CUDA)
 /* a product of the default configuration on a small problem: the GPU
    kernels it uses (ours and CUB's) are loaded on first use (CUDA lazy
    loading), about a quarter of a millisecond each */
@@ -128,6 +129,7 @@ static PetscErrorCode FMMCUDAWarmUp(void)
   PetscCall(PetscFree(xy));
   PetscFunctionReturn(0);
 }
+#endif
 
 /*@
    PetscFMMCUDAInitialize - Pays the once-per-process costs of the GPU now:

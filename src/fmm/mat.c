@@ -202,7 +202,9 @@ static PetscErrorCode CopySources(Mat_FMM *fmm, const PetscReal *xy, const Petsc
   PetscReal *const       d[3]   = {fmm->src, fmm->nrm, fmm->wts};
   const PetscInt         len[3] = {2 * n, nrm ? 2 * n : 0, w ? n : 0};
   PetscInt               bad[3] = {-1, -1, -1};
-  PetscBool              up     = PETSC_FALSE;
+#if defined(PETSCFMM_HAVE_CUDA)
+  PetscBool up = PETSC_FALSE;
+#endif
 
   PetscFunctionBegin;
 #if defined(PETSCFMM_HAVE_CUDA)
@@ -1060,9 +1062,9 @@ static PetscErrorCode MatAssemblyEnd_FMM(Mat A, MatAssemblyType type)
     fmm->device_used = (fmm->device != MATFMM_DEVICE_CPU && ndev > 0) ? MATFMM_DEVICE_CUDA : MATFMM_DEVICE_CPU;
   }
   if (!fmm->ct_set) fmm->ct = fmm->device_used == MATFMM_DEVICE_CUDA ? 64 : 32;
+  PetscCall(SetVecType(A));
 #if defined(PETSCFMM_HAVE_CUDA)
   fmm->ops = fmm->device_used == MATFMM_DEVICE_CUDA ? &FMMBackendCUDA : &FMMBackendCPU;
-  PetscCall(SetVecType(A));
 #else
   PetscCheck(fmm->device_used != MATFMM_DEVICE_CUDA || fmm->device == MATFMM_DEVICE_AUTO, comm, PETSC_ERR_SUP, "MATFMM: the CUDA backend is not part of this build");
   fmm->device_used = MATFMM_DEVICE_CPU;
