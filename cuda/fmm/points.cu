@@ -200,15 +200,15 @@ PetscErrorCode FMMCUDAPointsToHost(PetscReal *h, const PetscReal *d, size_t n)
   PetscFunctionReturn(0);
 }
 
-/* ---- the page-locked block's copy in GPU memory (srcpinned, one rank)
+/* ---- the page-locked block's copy in GPU memory (FMMCUDAMat.pinned, one rank)
 
    A time-stepping code refills the sources before each assembly.  Once the
-   matrix's block is page-locked (PinSources, backend.cu), MatFMMSetSources()
+   matrix's block is page-locked (FMMCUDAPinSources, settings.cu), MatFMMSetSources()
    sends each array of it to this copy once the array is copied in, so the
    points go up while the host copies the normals and weights, and the
    assembly finds the points on the GPU (as points given in device memory):
    the upload no longer follows the copy.  The copy lives with the block
-   (FreeSources).
+   (FMM_SOURCES_FREE, settings.cu).
    It is made at the 9th refill, after assemblies of the same sizes have
    grown petscfmm's pool to what they need (the pool keeps it), so it takes
    memory that no later assembly of this matrix asks for; where cudaMalloc

@@ -2346,20 +2346,26 @@ static PetscErrorCode SortShort(FMM_CUDA *c, Scratch *s, size_t n2, PetscInt U, 
 /*
   FMMCUDATreeBuild - the plan of src/fmm/plan.c, built on the GPU (see the top of this file).
 
-  Input: xy, room on the device for the U = N + Mg points of all ranks
-  (sources in global order, then, when the targets are not the sources, the
-  targets in global order), which up(c, uctx, a, b, s) copies there, points
-  a to b - 1, on stream s (up NULL: xy holds them already); nrm (2N, or
-  NULL) and wts (N, or NULL) on the device, where late(c, lctx, after,
-  &done) (when not NULL), called once the sort is queued, starts their
-  upload after the event after (the points up) and returns the event of its
-  end, which the scatter of the points waits for.  parts: the points come from host memory (from SORT_PARTS_MIN on,
-  they go up in two parts, each sorted while the next goes up).  Fills
+  Input (FMMCUDATreeInput, fmmcuda.h): xy, room on the device for the U =
+  N + Mg points of all ranks (sources in global order, then, when the
+  targets are not the sources, the targets in global order), which
+  in->up.points copies there, points a to b - 1, on stream s (NULL: xy holds
+  them already); nrm (2N, or NULL) and wts (N, or NULL) on the device, whose
+  upload in->up.late (when not NULL) starts once the sort is queued.  parts:
+  the points come from host memory (from SORT_PARTS_MIN on, they go up in two
+  parts, each sorted while the next goes up).  Fills
   the device plan of c (sperm ... scale, faroff, far, nearoff, near, tleafof)
   and the counts and statistics of P (no host arrays).
 */
-PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, PetscInt ct, PetscReal theta, PetscBool median, PetscBool splitlocal, PetscBool same, PetscInt t0, PetscReal alpha, PetscReal beta, const double *xy, PetscErrorCode (*up)(FMM_CUDA *, void *, PetscInt, PetscInt, cudaStream_t), void *uctx, const double *nrm, const double *wts, PetscErrorCode (*late)(FMM_CUDA *, void *, cudaEvent_t, cudaEvent_t *), void *lctx, PetscBool parts, PetscInt U, PetscInt keybits)
+PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, const FMMCUDATreeInput *in)
 {
+  const PetscInt      ct = in->ct, t0 = in->t0, U = in->U, keybits = in->keybits;
+  const PetscReal     theta = in->theta, alpha = in->alpha, beta = in->beta;
+  const PetscBool     median = in->median, splitlocal = in->splitlocal, same = in->same, parts = in->parts;
+  const double       *xy = in->xy, *nrm = in->nrm, *wts = in->wts;
+  const auto          up   = in->up.points;
+  const auto          late = in->up.late;
+  void               *uctx = in->up.pctx, *lctx = in->up.lctx;
   const PetscInt      N = P->N, M = P->M;
   PetscInt            L = 0, nleaves, nboxes, nch;
   Scratch             s = {NULL, 0, PETSC_FALSE};

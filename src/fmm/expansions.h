@@ -23,6 +23,24 @@
   #define FMM_HD static inline
 #endif
 
+/* The operator's coefficients, written once for every site that needs them:
+   a source of weight w (1 for particles) and unit normal n (NULL: none) of
+   the operator alpha D + beta S has the charge *cq = -beta w/(2 pi) and the
+   dipole (*cdx, *cdy) = alpha w n/(2 pi) per unit density (the expansions and
+   the near field sum Re[q log(z - y) + d/(z - y)]: the plan on either
+   backend), and *cdn = alpha w/(2 pi) is the dipole's factor as the diagonal
+   (MatGetDiagonal()) applies it to n.(z - y)/|z - y|^2: the same product
+   rounded in another order, kept so that no result changes.  Include after
+   PETSc's headers (PETSC_PI). */
+FMM_HD void FMMSourceCoefficients(double alpha, double beta, double w, const double *n, double *cq, double *cdx, double *cdy, double *cdn)
+{
+  const double twopi = 2.0 * PETSC_PI;
+  *cq                = -beta * w / twopi;
+  *cdx               = n ? alpha * w * n[0] / twopi : 0.0;
+  *cdy               = n ? alpha * w * n[1] / twopi : 0.0;
+  *cdn               = alpha * w / twopi;
+}
+
 /* The tables of the operators below, for order p: binom is (2p+1) x (2p+1),
    binom[n*(2p+1) + k] = C(n,k) by Pascal's rule (exact up to 2^53, then the
    same rounded values on every backend); m2l is p x p,
