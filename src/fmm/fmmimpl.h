@@ -108,7 +108,7 @@ typedef struct {
 } FMMHostPlan;
 
 /* The compact split rule of the tree (-mat_fmm_tree_split compact, src/fmm/plan.c
-   and cuda/fmm/split.cu): a box of n points may be cut after h - w .. h + w of its
+   and cuda/fmm/tree/compact.cuh): a box of n points may be cut after h - w .. h + w of its
    points in x or in y order, h = n/2, w = n/FMM_SPLIT_WINDOW; the cost of a cut
    is the sum of its two children's bounding-box half-perimeters (width +
    height), and a cut off the median costs FMM_SPLIT_GAIN times more, so the

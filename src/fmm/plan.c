@@ -113,7 +113,7 @@ static inline FMMBox BoxOf(const FMMPoint *pt, PetscInt n)
    w = n/FMM_SPLIT_WINDOW, along x or y (see fmmimpl.h): points 0..h-w-1 and
    h+w..n-1 are placed by selection, the 2w between them are sorted, and one
    pass each way over them gives the bounding boxes of every cut.  Ties go to
-   x, then to the smaller k, as in cuda/fmm/tree.cu.  Why: with medians along the
+   x, then to the smaller k, as in cuda/fmm/tree/compact.cuh.  Why: with medians along the
    longer side, a box where the curve turns back gives one child a few points
    of the far arm; they stay with points of the near arm down to a leaf whose
    radius is the distance between the arms, and such leaves and their boxes
