@@ -54,9 +54,8 @@ static constexpr FMMCUDAInvTable FMMCUDAInvMake()
    refused.  Also the two side streams of the uploads beside an assembly's
    stream (the normals and weights, UploadLate, and the DMAs of the sources'
    GPU copy, FMMCUDAMirror*; the second part of the points, the tree
-   build): made once, as a stream made and destroyed per assembly cost the
-   first assembly 0.1-0.4 ms (10^6 points in GPU memory) and 2.3 ms (host
-   memory) more than later ones (H100) */
+   build): made once, as a stream made and destroyed per assembly costs the
+   host time at every assembly */
 typedef struct {
   double      *in, *out;
   long long   *scal;
@@ -88,12 +87,10 @@ PETSC_INTERN PetscBool     FMMCUDAPoolReserved; /* the pool was grown by -mat_fm
    (sm_90): its blocks are scheduled while the kernel before it on s drains,
    and wait in FMMWaitPrior(), which every kernel so launched calls before
    anything else, for that kernel's end and its writes.  Every kernel of the
-   assembly and of the product goes this way.  Back-to-back small kernels
-   measured 2.15 -> 0.97 us a kernel (a chain of 64 launches, H100); an
-   assembly again at 10^6 points 1.49 -> 1.41 ms (H100), MatMult 0.553 ->
-   0.536 ms at 10^6 and 3.938 -> 3.906 ms at 10^7 (H200).  No early trigger
-   in the kernel before (waiting blocks would hold SMs that its own blocks
-   need: a chain of 10^6-thread kernels 6.7 -> 9.9 us).  Devices before
+   assembly and of the product goes this way: the launch latency between
+   back-to-back kernels is hidden, which the chains of small kernels of an
+   assembly and a product feel most.  No early trigger in the kernel before:
+   waiting blocks would hold SMs that its own blocks need.  Devices before
    sm_90 ignore the attribute (ordinary stream order).  The attribute is set
    only when every architecture compiled for (CUDA_ARCH of the makefile) has
    the wait: a build for sm_80 run on an sm_90 GPU (its PTX compiled there)
@@ -145,6 +142,14 @@ static inline void FMMLaunch(void (*k)(P...), dim3 grid, dim3 block, size_t smem
    to pot; else it writes them to part[part + t], summed in item order later. */
 #define FMMCUDA_P2P_T 128
 #define FMMCUDA_P2P_S 2048
+/* the near field's log table (p2p.cu): FMM_LOGTAB bins of the mantissa, replicated
+   FMM_LOGCOPY times in shared memory */
+#define FMM_LOGBITS 8
+#define FMM_LOGTAB  (1 << FMM_LOGBITS)
+#define FMM_LN2     0.69314718055994530942
+#define FMM_LN2_HI  6.93147180369123816490e-01 /* log 2 split so that e log2_hi is exact (fdlibm) */
+#define FMM_LN2_LO  1.90821492927058770002e-10
+#define FMM_LOGCOPY 8
 #define FMMCUDA_SYM_E      8   /* symmetric P2P: upper near-list entries per item */
 #define FMMCUDA_SYM_D      32  /* symmetric P2P: PetscInt per item descriptor (4 + 3 FMMCUDA_SYM_E used) */
 #define FMMCUDA_SYM_GMAX   64  /* slots a target sums itself */
@@ -230,8 +235,8 @@ typedef struct {
 /* a block of device memory carved into arrays, each at a 256-byte boundary:
    laid out once with base NULL (off is then the block's size), allocated,
    and laid out again on it.  One allocation instead of one per array: in an
-   assembly each pool allocation cost the host 5-14 us, not the 1 us of a
-   loop of them (H100), with the GPU waiting for the tree's first ones */
+   assembly each pool allocation costs the host far more than in a loop of
+   them, while the GPU waits for the tree's first arrays */
 typedef struct {
   char  *base;
   size_t off;
@@ -336,6 +341,7 @@ PETSC_INTERN PetscErrorCode FMMCUDACombine(FMM_CUDA *, PetscInt, double, double,
 /* p2p.cu */
 PETSC_INTERN PetscErrorCode FMMCUDALogTable(FMM_CUDA *);
 PETSC_INTERN PetscErrorCode FMMCUDAP2PTiled(FMM_CUDA *, const FMMPlan *);
+PETSC_INTERN PetscErrorCode FMMCUDAP2PSymmetric(FMM_CUDA *, const FMMPlan *); /* p2psym.cu */
 PETSC_INTERN PetscErrorCode FMMCUDAP2PIndexing(FMM_CUDA *, const FMMPlan *);
 PETSC_INTERN PetscErrorCode FMMCUDAP2PRepetition(FMM_CUDA *, const FMMPlan *);
 PETSC_INTERN PetscErrorCode FMMCUDADirect(FMM_CUDA *, const FMMPlan *);

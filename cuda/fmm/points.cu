@@ -61,8 +61,8 @@ PetscErrorCode FMMCUDAIsDeviceMemory(const void *p, PetscBool *dev)
 /* the matrix's block of n reals on this rank's GPU: from petscfmm's pool
    where -mat_fmm_cuda_pool_reserve grew it (memory already mapped; on the
    side stream 0, waited for, so that any stream may use it), else by
-   cudaMalloc (FMMCUDAMallocKept), which was faster than fresh pool memory:
-   the first copy of 10^7 points (400 MB) took 0.3-0.5 ms less (H100) */
+   cudaMalloc (FMMCUDAMallocKept), which was faster than fresh pool memory
+   for a first large copy */
 PetscErrorCode FMMCUDAPointsAlloc(size_t n, PetscReal **d)
 {
   PetscFunctionBegin;
@@ -180,9 +180,8 @@ PetscErrorCode FMMCUDACopyChecked(PetscInt na, PetscReal *const dst[], const Pet
 
 /* loads the kernel of FMMCUDACopyChecked (CUDA loads a kernel at its first
    use, a launch or a query of its attributes), which the warm-up product
-   (host points) does not run: a first MatFMMSetSources() with 10^6 points
-   in GPU memory took 0.4-0.6 ms instead of 0.1 ms, 0.37 ms of it in its
-   first launch (H100) */
+   (host points) does not run: a first MatFMMSetSources() with points in GPU
+   memory would otherwise pay that load */
 PetscErrorCode FMMCUDAPointsLoad(void)
 {
   cudaFuncAttributes at;

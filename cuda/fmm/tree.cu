@@ -212,10 +212,8 @@ static PetscErrorCode TreeSplit(FMMTreeWork *w)
   /* Rounds that may run in shared memory (fits): the round before each finds
      its children's largest size once its cuts are picked (ChildMaxKernel),
      and the host reads it from the pinned buffer (evmax) while that round's
-     moves run, instead of waiting for them and a kernel after them: the
-     split stage (-info, 28 assemblies each, alternating) 0.603 -> 0.587 ms at
-     10^6 points, 6.193 -> 6.178 ms at 10^7 (H100).  Without the pinned
-     buffer the size goes to dmax and is read back after the moves */
+     moves run, instead of waiting for them and a kernel after them.  Without
+     the pinned buffer the size goes to dmax and is read back after the moves */
   const auto fits = [&](PetscInt r) { return lsplit && r < 2 * L && 2 * L - r <= SRMAX && U <= ((PetscInt64)SCAP << r); }; /* (true from some round on) */
   if (hmax && fits(2 * L - 1)) FMMCallCUDA(cudaEventCreateWithFlags(&evmax, cudaEventDisableTiming));
   for (PetscInt r = 0; r < 2 * L; r++) {

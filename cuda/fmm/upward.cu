@@ -9,8 +9,8 @@
   per source expanding into its own shared-memory row, rows then summed
   column by column in source order.  The 1/k of the terms come from the
   constant bank (cP2MInv, fixed at compile time) and the leaf's 1/s is
-  taken once: with a division per source and term P2M took 1.9 ms at 10^7
-  points (p 30, H100), more than the near field; now 0.32 ms.  Without
+  taken once: a division per source and term made P2M cost more than the
+  near field.  Without
   dipoles (single layer) their terms are compiled out.
   M2M: a thread per (parent box, coefficient l), so a level has (p+1) times
   more threads than boxes and the upper levels do not serialise.  The sum

@@ -57,30 +57,22 @@ static PetscErrorCode MatFMMSetSources_FMM(Mat A, PetscInt n, const PetscReal xy
    using it (arrays of the same sizes are refilled in place).  A time-stepping
    code that refills them before every assembly gets faster assemblies on the
    GPU: on one rank, from the 8th refill on, the CUDA backend page-locks the
-   matrix's copy (5n reals with normals and weights; about 3 ms for 10^6
-   sources, 25 ms for 10^7, once) and copies it to the GPU without staging
-   (10^6 points go up in 0.33 ms instead of 0.8 ms on an H100, and the host
-   is free to queue the tree's work).  From the next refill on, this
-   function also sends each array, once it has copied it, to a copy of the
-   block in GPU memory (5n more reals there): the points go up while it
-   copies the normals and weights, and the assembly finds them on the GPU.
-   With 10^6 sources and normals and weights an assembly again took 1.80
-   instead of 2.01 ms, and this call 0.65 ms as before; with 10^7 11.3
-   instead of 14.2 ms, this call 9.7 ms (H100, medians of 7 and 2 runs).
-   Without GPU memory for that copy the assembly uploads the
-   block as before.  New sizes or `MatDestroy()` release both.  `-info`
-   reports them.
+   matrix's copy (5n reals with normals and weights; once, at a cost of a few
+   assemblies) and copies it to the GPU without staging, so that the host is
+   free to queue the tree's work.  From the next refill on, this function
+   also sends each array, once it has copied it, to a copy of the block in
+   GPU memory (5n more reals there): the points go up while it copies the
+   normals and weights, and the assembly finds them on the GPU.  Without GPU
+   memory for that copy the assembly uploads the block as before.  New sizes
+   or `MatDestroy()` release both.  `-info` reports them.
 
    Device memory: in a build with CUDA the arrays may instead all be in GPU
    memory (a code whose points live on the GPU, e.g. the array of a device
    vector from `VecGetArrayReadAndMemType()`).  They are then copied, and
-   checked for NaN/Inf, on the GPU (0.2 ms for 10^6 sources with normals and
-   weights, 0.5 ms for 10^7, against 0.6-0.8 and 9-11 ms from host memory,
-   H100), after PETSc's current device stream and the legacy default stream;
-   the call returns when they may be changed.  With the CUDA backend on one
-   rank the points never cross the bus: an assembly again at 10^6 and 10^7
-   sources takes 2.1 and 12 ms instead of 2.3-2.6 and 14.2-14.5 ms (H100).
-   Other paths (more than one rank, `-mat_fmm_device cpu`, `-mat_fmm_cuda_tree
+   checked for NaN/Inf, on the GPU (faster than from host memory), after
+   PETSc's current device stream and the legacy default stream; the call
+   returns when they may be changed.  With the CUDA backend on one rank the
+   points never cross the bus, which makes assemblies faster too.  Other paths (more than one rank, `-mat_fmm_device cpu`, `-mat_fmm_cuda_tree
    cpu`) copy them to the host at assembly, and `MatGetDiagonal()` reads a
    temporary host copy.
 
@@ -419,8 +411,8 @@ PetscErrorCode MatFMMSetTheta(Mat A, PetscReal theta)
 
    Notes:
    All layouts compute the same sums (to rounding).  indexing and repetition
-   are the two methods of the P2P data-replication study (seed
-   p2p-data-replication-mlfma); repetition stores, per target, 2 + 5 n reals
+   are the two methods of a study of data replication in the near field of
+   the MLFMA (compact index lists, or per-target copies); repetition stores, per target, 2 + 5 n reals
    for n neighbour sources and is built in chunks within the budget; a leaf
    whose records alone exceed it is refused at assembly.
 
@@ -721,9 +713,8 @@ static PetscErrorCode WarmUp(MatFMMDevice device)
    larger problems, and those that copy points given in GPU memory), so that
    the first `MatAssemblyEnd()` and `MatMult()` of a `MATFMM` on the GPU cost
    about what later ones cost.  What a first assembly still pays is the GPU
-   memory it takes: petscfmm's pool maps it fresh (about 0.35 ms for 10^6
-   points, 2.5 ms for 10^7 on an H100), and later assemblies reuse it;
-   `-mat_fmm_cuda_pool_reserve` maps it here instead.
+   memory it takes: petscfmm's pool maps it fresh, and later assemblies reuse
+   it; `-mat_fmm_cuda_pool_reserve` maps it here instead.
 
    Not collective
 

@@ -55,7 +55,7 @@ static PetscErrorCode MatSetFromOptions_FMM(Mat A, FMMOptionItems PetscOptionsOb
   {
     const char *split[] = {"compact", "median"};
     PetscInt    i;
-    PetscCall(PetscOptionsEList("-mat_fmm_tree_split", "Tree split rule: the most compact cut near the median (x or y), or the seed's median along the longer side", "MATFMM", split, 2, split[fmm->par.split_median ? 1 : 0], &i, &set));
+    PetscCall(PetscOptionsEList("-mat_fmm_tree_split", "Tree split rule: the most compact cut near the median (x or y), or the median along the longer side (Goude & Engblom)", "MATFMM", split, 2, split[fmm->par.split_median ? 1 : 0], &i, &set));
     if (set && fmm->par.split_median != (i == 1)) PetscCall(MatFMMInvalidate(A));
     if (set) fmm->par.split_median = i == 1 ? PETSC_TRUE : PETSC_FALSE;
   }
@@ -500,7 +500,7 @@ static PetscErrorCode MatDestroy_FMM(Mat A)
 .  -mat_fmm_p <p> - expansion order (default: from -mat_fmm_eps)
 .  -mat_fmm_eps <eps> - requested relative accuracy (default 1e-10)
 .  -mat_fmm_theta <theta> - separation parameter of the theta-criterion (default 0.5)
-.  -mat_fmm_tree_split <compact,median> - how a box is cut in two: at the cut within n/32 points of the median, in x or y, whose children have the least sum of bounding-box half-perimeters (default), or at the median along the longer side (the seed's rule)
+.  -mat_fmm_tree_split <compact,median> - how a box is cut in two: at the cut within n/32 points of the median, in x or y, whose children have the least sum of bounding-box half-perimeters (default), or at the median along the longer side (Goude & Engblom)
 .  -mat_fmm_layout <tiled,indexing,repetition> - near-field layout (default tiled)
 .  -mat_fmm_repetition_mb <mb> - memory budget of the repetition layout (default 256)
 .  -mat_fmm_method <fmm,direct> - FMM or exact summation (default fmm)

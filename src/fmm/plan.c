@@ -107,7 +107,7 @@ static inline FMMBox BoxOf(const FMMPoint *pt, PetscInt n)
 /* Split pt[0..n) in two: reorders it so that the first k points, k returned,
    are the k smallest keys along the chosen direction.
 
-   median (the seed's rule): k = n/2 along the longer side of the bounding box.
+   median (Goude & Engblom's rule): k = n/2 along the longer side of the bounding box.
 
    compact (default): the cut of least cost among k = h - w .. h + w, h = n/2,
    w = n/FMM_SPLIT_WINDOW, along x or y (see fmmimpl.h): points 0..h-w-1 and

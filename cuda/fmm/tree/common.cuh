@@ -48,8 +48,8 @@ static PetscErrorCode ExclusiveScan(FMM_CUDA *c, Scratch *s, const T *in, T *out
 }
 
 /* ExclusiveScan for three arrays of one length in one scan of triples: one
-   CUB scan instead of three (each costs the host about 9 us of launches, and
-   the P2P work of an assembly at 10^6 points is bound by them, H100) */
+   CUB scan instead of three, as the host's launches of each bound the P2P
+   work of an assembly */
 struct Sum3 {
   template <class T>
   __device__ __forceinline__ T operator()(const T &a, const T &b) const
@@ -79,7 +79,7 @@ __device__ __forceinline__ double OrderValue(unsigned long long u)
 }
 
 #define LAUNCH_N(n) FMMCUDABlocks((PetscInt64)(n), BS), BS, 0, c->stream
-#define SORT_PARTS_MIN (1 << 21) /* points from which they go up and are sorted in two parts (from 2^18 on, 10^6 points measured 0.1 ms slower) */
+#define SORT_PARTS_MIN (1 << 21) /* points from which they go up and are sorted in two parts (below it the parts' merge costs more than the overlap gains) */
 
 /* the other coordinate over a run of ranks: y over the X list, x over the Y list */
 typedef struct {

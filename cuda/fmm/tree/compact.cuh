@@ -162,13 +162,9 @@ __device__ __forceinline__ void BlockRunAtomics(long long key, unsigned long lon
 }
 
 /* two slots a thread (128 registers: two blocks an SM) rather than four (176:
-   one): SplitWindowKernel over all rounds of a 10^7-point assembly (and of
-   the warm-up's) 1.46 -> 1.16 ms, at 10^6 0.34 -> 0.22 ms, SplitCoreKernel
-   +0.09 ms (twice the tiles); 128 threads of four slots: 1.12 and 0.26 ms
-   (ncu, H100).  128 threads of two slots rather than 256: at 10^6 points a
-   round has about 62500 slots, 122 tiles of 512 (fewer than the SMs) against
-   245 of 256; the split stage (-info) 0.735 -> 0.720 ms at 10^6, an assembly
-   again 9.69 -> 9.57 ms at 10^7 (H100, alternating processes) */
+   one), which measured faster at 10^6 and 10^7 points although
+   SplitCoreKernel then has twice the tiles; 128 threads rather than 256, so
+   that a round of 10^6 points has more tiles than the GPU has SMs */
 #define WNT   128 /* threads of a window block */
 #define WIT   2   /* consecutive slots per thread */
 #define WTILE (WNT * WIT)
@@ -180,10 +176,9 @@ __device__ __forceinline__ void BlockRunAtomics(long long key, unsigned long lon
    other coordinate of rank k - o goes to the segment's lower or upper core
    unless it is in the window (min and max do not depend on the order of the
    atomics).  A thread joins its positions' runs itself; runs that end within
-   it go to the atomics at once, its last run to the block's atomics.  With a
-   position a thread (the shuffles of BlockRunAtomics for each, and a load of
-   its segment before that of its values) a round took 0.20 ms at 10^7
-   points, now 0.12 ms (ncu, H100). */
+   it go to the atomics at once, its last run to the block's atomics: with a
+   position a thread, the shuffles of BlockRunAtomics for each, and a load of
+   its segment before that of its values, made a round slower. */
 #define CIT 4
 __global__ void __launch_bounds__(BS) SplitCoreKernel(PetscInt U, PetscInt nt, PetscInt nseg, PetscInt nslot, const PetscInt *off, const PetscInt *cseg, SplitLists L, unsigned long long *core, SplitExt *tile)
 {

@@ -152,8 +152,8 @@ __global__ void ListWriteKernel(ListStep st)
 /* the first levels, whose candidates are few (at most LTOP_CAND), in one
    block and one launch, a level after another: each level's scan in chunks
    of LTB candidates (a block-wide scan each, the carry between them), then
-   its writes.  Three launches a level took about 19 us a level on the GPU,
-   however few its candidates (10^6 points, H100) */
+   its writes: three launches a level cost the GPU their latency, however
+   few its candidates */
 #define LTB       1024
 #define LTOP_MAX  5
 #define LTOP_CAND 4096
@@ -237,8 +237,8 @@ static PetscErrorCode TreeLists(FMMTreeWork *w)
      are used on a curve and in a square), and the host reads the sizes once,
      at the end; where they did not fit, the lists are built again with the
      sizes found (exact down to the first level that did not fit, more below
-     it).  With a readback of the sizes at every level the lists took 0.33 ms
-     of a first assembly at 10^6 points, 45 us a level, mostly waiting (H100) */
+     it).  A readback of the sizes at every level made the host wait at
+     every level */
   {
     const PetscInt nroot = (N > 0 && M > 0) ? 1 : 0;
     PetscInt64    *cap;

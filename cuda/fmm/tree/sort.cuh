@@ -31,9 +31,8 @@ __global__ void KeysKernel(PetscInt a, PetscInt b, const double *xy, unsigned lo
    keys 0): if one of them is out of order, the points of all runs longer
    than FIX_RUN are selected (in order, so equal coordinates stay in index
    order) and sorted by their 64-bit keys, which orders them across runs as
-   the short keys do.  Two sorts of 4 passes instead of 8: the sort stage of
-   an assembly again 0.47 -> 0.29 ms at 10^6 points, 2.56 -> 1.76 ms at 10^7
-   (H100, the star curve; 24 or 28 bits measured no faster than 32). */
+   the short keys do.  Two sorts of 4 passes instead of 8, a faster sort
+   stage (24 or 28 bits measured no faster than 32). */
 #define FIX_RUN 32
 
 typedef struct {
@@ -274,11 +273,10 @@ static PetscErrorCode TreeSort(FMMTreeWork *w)
 
   PetscFunctionBegin;
   /* the points go up in parts on a second stream, each part's two lists
-     sorted while the next goes up, then merged (at 10^7 points an assembly
-     again 15.4-16.0 -> 15.0-15.3 ms, H100; sorting the x and y
-     lists at the same time, the y list on a second stream with its own
-     scratch, measured slower: the sort stage at 10^6 points 0.53-0.62 ->
-     0.68-0.75 ms, H100) */
+     sorted while the next goes up, then merged: the upload of large
+     problems overlaps the sort (sorting the x and y lists at the same time
+     here, the y list on a second stream with its own scratch, measured
+     slower) */
   if (U) {
     PetscInt      *X1 = K == 2 ? Y + (U + 1) : X, *Y1 = K == 2 ? Y + 2 * (U + 1) : Y; /* the parts' lists: the second buffers, when merged */
     cudaStream_t   us = K == 2 ? FMMCUDAStaging.side[1] : c->stream;              /* the upload's */

@@ -140,8 +140,8 @@ __device__ __forceinline__ void SplitOf(PetscInt s, const PetscInt *off, const P
    start (SPLIT_CNT bits), whether a segment starts there (SPLIT_HEAD) and
    the position's own flag (SPLIT_FLAG).  It replaces cub::DeviceScan over
    iterators that found each position's segment and split twice, once for
-   the flag and once for the move (a flag kernel, a scan and a partition
-   kernel before that measured 0.36 ms a round at 10^7 points, H100). */
+   the flag and once for the move, and a flag kernel, a scan and a partition
+   kernel before that: one pass instead of several over all positions. */
 #define SPLIT_CNT  0xffffffffll
 #define SPLIT_HEAD (1ll << 32)
 #define SPLIT_FLAG (1ll << 33)
@@ -193,11 +193,9 @@ __device__ __forceinline__ void SplitSegFor(SplitSeg *g, PetscInt k, const Petsc
    consecutive positions, lane i those i + 32 j (warp-striped: the loads and
    the moves of a warp are consecutive), exchanged through shared memory to
    MIT consecutive ones a thread for the scan and back (with MIT consecutive
-   positions a thread throughout, a warp's accesses spread over 32 lines:
-   the split stage at 10^6 points 15% slower than CUB's scan, H100).  Four
-   blocks an SM (64 registers) rather than three (80): 25 -> 20 us a round
-   at 10^6 points, against 25 us and 2.5 us of initialisation for CUB's scan
-   (ncu, H100); MIT 4 took 22 us */
+   positions a thread throughout, a warp's accesses spread over 32 lines,
+   slower than CUB's scan).  Four blocks an SM (64 registers) rather than
+   three (80), and MIT 8 rather than 4: the faster rounds */
 __global__ void __launch_bounds__(MNT, 4) SplitMoveKernel(PetscInt U, const PetscInt *off, const PetscInt *cseg, PetscInt *noff, const char *dir, const PetscInt *rank, SplitLists L, unsigned char *nsel, const double *xy, SplitTiles tiles)
 {
   FMMWaitPrior();

@@ -15,23 +15,18 @@
    positions t IPT .. t IPT + IPT - 1 (the sequential part of the scans),
    stored SNT apart (SplitSlotOf) so that a warp's accesses hit distinct banks;
    IPT, 5 to SIPT = 8, is the fewest that hold the largest segment
-   (SplitLocalIPT): at 10^7 points, blocks of up to 2550 points with 5 a
-   thread instead of 8 took the split stage from 7.56-7.60 to 6.53-6.59 ms
-   (H100, -info).
+   (SplitLocalIPT), as each round's sequential part is that long in every
+   thread.
    The compact split's costs come as in global memory: each sub-segment's
    cores (ranks below and above its window) by a pass over the positions, and
-   scans of its window's slots only.  Before, every round scanned the extents
-   of all positions forward and backward and tested each for a candidate:
-   SplitLocalKernel at 10^6 points 287 -> 239 us, at 10^7 2.92 -> 2.63 ms
-   (ncu, H100), of which the partitions and loads alone (the median split)
-   take 101 us and 0.84 ms.  1024 threads of 4 positions (64 registers)
-   measured 232 us and 2.99 ms.
+   scans of its window's slots only, rather than scans of the extents of all
+   positions forward and backward with a test of each for a candidate, which
+   was slower.  1024 threads of 4 positions (64 registers) were no faster.
    The block writes the bounding boxes of its boxes of the even rounds and of
    the leaves, and back to global memory what the leaves need: the x list X,
    seg and the leaf offsets. */
 /* one block an SM (its shared memory); blocks of 256 x 8 or 512 x 4 points,
-   two an SM, the local rounds starting a round later, measured slower: the
-   split stage at 10^7 points 11.6 -> 13.1 and 12.1 ms (H100) */
+   two an SM, the local rounds starting a round later, measured slower */
 #define SNT   512                 /* threads of a local-split block */
 #define SIPT  8                   /* the most consecutive positions per thread (IPT below) */
 #define SCAP  (SNT * SIPT)        /* the most points of a local-split block */

@@ -122,11 +122,9 @@ __global__ void SymEntryKernel(PetscInt nnear, PetscInt nl, const PetscInt *near
   to groups of syma lanes with symr rows per lane: the smallest syma of 8, 16,
   32 with at least syma points in every leaf (a group's lanes take distinct
   columns) and at most 7 syma in each, else at most 8 syma: with 8 rows a lane
-  the kernel takes all 128 registers and waits on its own dependences (P2P
-  0.55 ms with 8 lanes x 8 rows against 0.50 with 16 x 4 at 10^6 points,
-  leaves of 61-62; 7 rows with 8 lanes beat 4 with 16 by 8%, 6 rows beat 3 by
-  6%, measured with a variant of the kernel that passed column sums by
-  shuffles; H100).  Leaves outside that, or near lists that are not
+  the kernel takes all 128 registers and waits on its own dependences, while
+  up to 7 rows with fewer lanes were faster than half as many with twice the
+  lanes.  Leaves outside that, or near lists that are not
   symmetric, leave syma = 0 (the tiled kernel then evaluates every ordered
   pair).
 
@@ -221,11 +219,10 @@ static PetscErrorCode SymItems(FMM_CUDA *c, const FMMPlan *P, Scratch *s, SymWor
    leaves, as in the small warm-up product of PetscFMMCUDAInitialize(), and
    in passes of three other kernels beyond.  A dummy sort of that type and
    size loads them (CUDA loads a kernel at its first launch), which a first
-   assembly at 10^6 points otherwise pays: its P2P work took 1.0-2.2 ms
-   instead of 0.26-0.31 ms, the whole first assembly 8.6 ms instead of 4.2
-   (medians of 6 processes, H100).  (Growing petscfmm's pool in one
-   allocation before a first assembly, instead of by its allocations one
-   at a time, measured no gain: 9.0 ms.) */
+   assembly of a large problem would otherwise pay, several times its P2P
+   work.  (Growing petscfmm's pool in one allocation before a first
+   assembly, instead of by its allocations one at a time, measured no
+   gain.) */
 PetscErrorCode FMMCUDAWarmUpSorts(void)
 {
   const PetscInt n = 1 << 16;

@@ -247,7 +247,7 @@ static void P2PTiled(const FMMPlan *P, const FMMHostPlan *H, FMM_CPU *c)
   }
 }
 
-/* P2P, indexing (data-replication seed): per leaf the compact list of the
+/* P2P, indexing (the data-replication study's compact lists): per leaf the compact list of the
    global indices of all neighbour sources; sources read through it from the
    arrays in global order */
 static void P2PIndexing(const FMMContext *ctx, FMM_CPU *c, const PetscScalar *sigma)
@@ -276,7 +276,7 @@ static void P2PIndexing(const FMMContext *ctx, FMM_CPU *c, const PetscScalar *si
   }
 }
 
-/* P2P, repetition (data-replication seed): for every target a contiguous
+/* P2P, repetition (the data-replication study's per-target copies): for every target a contiguous
    record [x, y, then per neighbour source x, y, (q), (dx, dy)], built for
    leaf-aligned chunks that fit the -mat_fmm_repetition_mb budget */
 static void P2PRepetition(const FMMPlan *P, const FMMHostPlan *H, FMM_CPU *c)
