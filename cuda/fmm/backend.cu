@@ -455,12 +455,22 @@ static PetscErrorCode FMMCUDASetup(FMMContext *ctx)
   PetscFunctionReturn(0);
 }
 
-/* log-event brackets: with logging on, wait for the GPU so the event times are real */
+/* log-event brackets of the phases.  With logging on, the host waits for
+   the backend's stream at both ends, so that the event times are the
+   phase's; where PETSc is configured with CUDA the phase's time is also
+   PETSc's GPU time (PetscLogGpuTimeBegin/End, on PETSc's current device
+   context, whose timer the waits order around the phase's kernels on the
+   backend's own stream) and its flops are GPU flops (PetscLogGpuFlops), as
+   PETSc's own GPU operations log theirs.  Without logging: no wait, and
+   PETSc's GPU timer does nothing. */
 static PetscErrorCode PhaseBegin(FMM_CUDA *c, PetscLogEvent e)
 {
   PetscFunctionBegin;
   if (c->sync) FMMCallCUDA(cudaStreamSynchronize(c->stream));
   PetscCall(PetscLogEventBegin(e, 0, 0, 0, 0));
+#if defined(PETSC_HAVE_CUDA)
+  PetscCall(PetscLogGpuTimeBegin());
+#endif
   PetscFunctionReturn(0);
 }
 
@@ -468,7 +478,12 @@ static PetscErrorCode PhaseEnd(FMM_CUDA *c, PetscLogEvent e, PetscLogDouble flop
 {
   PetscFunctionBegin;
   if (c->sync) FMMCallCUDA(cudaStreamSynchronize(c->stream));
+#if defined(PETSC_HAVE_CUDA)
+  PetscCall(PetscLogGpuTimeEnd());
+  PetscCall(PetscLogGpuFlops(flops));
+#else
   PetscCall(PetscLogFlops(flops));
+#endif
   PetscCall(PetscLogEventEnd(e, 0, 0, 0, 0));
   PetscFunctionReturn(0);
 }
