@@ -473,13 +473,17 @@ PetscErrorCode MatFMMSetMethod(Mat A, MatFMMMethod method)
    Options Database Key:
 .  -mat_fmm_device <auto,cpu,cuda> - the device
 
+   Notes:
+   `MatBindToCPU`(A, `PETSC_TRUE`) sets `MATFMM_DEVICE_CPU` too, and unbinding
+   sets the device requested before it back.
+
    Errors:
 +  `PETSC_ERR_ARG_OUTOFRANGE` - unknown device
 -  `PETSC_ERR_SUP` (at assembly) - cuda requested in a build or on a machine without it
 
    Level: intermediate
 
-.seealso: `MATFMM`, `MatFMMGetDevice()`
+.seealso: `MATFMM`, `MatFMMGetDevice()`, `MatBindToCPU()`
 @*/
 PetscErrorCode MatFMMSetDevice(Mat A, MatFMMDevice device)
 {

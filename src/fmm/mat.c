@@ -241,7 +241,7 @@ static PetscErrorCode MatApply_FMM(Mat A, Vec x, Vec y, PetscBool add)
   PetscCheck(fmm->setup, PetscObjectComm((PetscObject)A), PETSC_ERR_ARG_WRONGSTATE, "MATFMM: assemble the matrix (MatAssemblyBegin/End) after setting its sources");
   PetscCallMPI(MPI_Comm_size(PetscObjectComm((PetscObject)A), &size));
   plain   = (!add && fmm->scale == 1.0 && fmm->shift == 0.0 && !fmm->diag) ? PETSC_TRUE : PETSC_FALSE;
-  memtype = (size == 1 && fmm->device_used == MATFMM_DEVICE_CUDA) ? PETSC_TRUE : PETSC_FALSE;
+  memtype = (size == 1 && fmm->ops->mem) ? PETSC_TRUE : PETSC_FALSE; /* a backend with device memory reads the arrays where they live */
   if (memtype) PetscCall(VecGetArrayReadAndMemType(x, &xa, &mx));
   else PetscCall(VecGetArrayRead(x, &xa));
   if (!plain && PetscMemTypeDevice(mx) && fmm->ops->combine) {
@@ -535,7 +535,9 @@ static PetscErrorCode MatDestroy_FMM(Mat A)
    Engblom (2011) and the translations are those of Greengard & Rokhlin
    (1987) in radius-scaled form.  Supported: `MatMult()`, `MatMultAdd()`,
    `MatScale()`, `MatShift()`, `MatDiagonalSet()`, `MatGetDiagonal()`,
-   `MatView()`, `MatComputeOperator()`.  A program that does not link
+   `MatView()`, `MatComputeOperator()`, and `MatBindToCPU()` (in a PETSc
+   configured with a device), which has the effect of -mat_fmm_device cpu
+   until the matrix is unbound.  A program that does not link
    petscfmm gets the type with -dll_append /path/to/libpetscfmm.so; one that
    links it calls `PetscFMMInitializePackage()`.
 
@@ -591,6 +593,9 @@ PETSC_EXTERN PetscErrorCode MatCreate_FMM(Mat A)
   A->ops->setup          = MatSetUp_FMM;
   A->ops->assemblyend    = MatAssemblyEnd_FMM;
   A->ops->bindtocpu      = MatBindToCPU_FMM;
+#if defined(PETSC_HAVE_DEVICE)
+  A->boundtocpu = PETSC_FALSE; /* MatCreate() binds every matrix; one that may compute on a device starts unbound, as PETSc's GPU types do */
+#endif
   A->assembled           = PETSC_FALSE;
 
   PetscCall(MatFMMComposeSetters(A, PETSC_TRUE));
