@@ -205,7 +205,6 @@ typedef struct {
   PetscInt          N, Mg;  /* sources; targets of all ranks (0: the targets are the sources) */
   PetscBool         same;   /* the targets are the sources */
   PetscInt          t0;     /* global index of this rank's first target (of the sources where same) */
-  PetscInt          rstart; /* this rank's first row: its densities are x + rstart of the N (MatApply, combine) */
   const PetscReal  *src, *nrm, *wts, *tgt; /* [2N], [2N] or NULL, [N] or NULL, [2 Mg] (NULL after setup, or same) */
   PetscBool         alias;  /* one rank: src, nrm, wts are the matrix's block, tgt its targets */
   const FMMSources *sources;

@@ -196,7 +196,6 @@ static PetscErrorCode MatAssemblyEnd_FMM(Mat A, MatAssemblyType type)
   ctx->same    = fmm->tgt.m < 0 ? PETSC_TRUE : PETSC_FALSE;
   ctx->Mg      = ctx->same ? 0 : A->rmap->N;
   ctx->t0      = ctx->same ? A->cmap->rstart : A->rmap->rstart;
-  ctx->rstart  = A->rmap->rstart;
   ctx->sources = &fmm->src;
   ctx->bmat    = fmm->bmat[b];
   ctx->plan.N  = N;
