@@ -10,9 +10,10 @@
 # (default empty), CUDA=0 to build without CUDA, NVCC, CUDA_ARCH (default sm_90),
 # MPIEXEC, OMP_NUM_THREADS, WERROR=1 (warnings are errors, as in CI), PREFIX.
 #
-# Objects and the library go to build/<PETSC_ARCH or "default">/; lib/libpetscfmm.so
-# links to the library of the PETSc last built against.  Programs (tests/,
-# tutorials/, bench/) are built next to their sources.
+# Objects and the library go to build/<PETSC_ARCH or "default">/ (with "-nocuda"
+# appended for CUDA=0, so that both builds can live side by side); lib/libpetscfmm.so
+# links to the library last built.  Programs (tests/, tutorials/, bench/) are built
+# next to their sources and load the library through lib/.
 
 .DEFAULT_GOAL := all
 PETSC_DIR  ?= /usr/lib/petsc
@@ -39,7 +40,7 @@ CUDA_ARCH ?= sm_90
 CUDA_TOP  := $(if $(filter 1,$(CUDA)),$(shell $(NVCC) -dryrun -x cu /dev/null 2>&1 | sed -n 's/^#\$$ TOP=//p'))
 CUDA_LIBDIR := $(patsubst %/,%,$(dir $(firstword $(wildcard $(CUDA_TOP)/lib64/libcudart_static.a $(CUDA_TOP)/targets/*/lib/libcudart_static.a $(abspath $(dir $(NVCC))/..)/lib64/libcudart_static.a))))
 
-BUILD      := build/$(or $(PETSC_ARCH),default)
+BUILD      := build/$(or $(PETSC_ARCH),default)$(if $(filter 1,$(CUDA)),,-nocuda)
 OPTFLAGS   ?= -O3 -march=native -fno-math-errno -fno-trapping-math
 WARNFLAGS  := -Wall -Wno-unknown-pragmas $(if $(filter 1,$(WERROR)),-Werror)
 CFLAGS_FMM := $(OPTFLAGS) -fPIC -fopenmp $(WARNFLAGS) -Iinclude -Isrc $(PETSC_CC_INCLUDES)
@@ -82,13 +83,14 @@ $(LIB): $(LIB_OBJS)
 	@mkdir -p $(dir $@)
 	$(CC) -shared -o $@ $(LIB_OBJS) $(LIBS_FMM)
 
+# (phony: it follows the build last made, CUDA or CUDA=0)
 lib/libpetscfmm.so: $(LIB)
 	@mkdir -p lib
 	ln -sfn ../$(LIB) $@
 
 # programs link the library; tests/noload.c must not (it loads it with -dll_append)
 $(TESTS) $(TUTORIALS) $(BENCHES): %: %.c $(LIB) $(wildcard tests/*.h) | lib/libpetscfmm.so
-	$(CC) $(CFLAGS_FMM) $< -o $@ $(if $(filter tests/noload,$@),,-L$(CURDIR)/$(dir $(LIB)) -Wl,-rpath,$(CURDIR)/$(dir $(LIB)) -lpetscfmm) $(LIBS_FMM)
+	$(CC) $(CFLAGS_FMM) $< -o $@ $(if $(filter tests/noload,$@),,-L$(CURDIR)/$(dir $(LIB)) -Wl,-rpath,$(CURDIR)/lib -lpetscfmm) $(LIBS_FMM)
 
 # the main job: the boundary-integral tutorial (ex1) on its default problem
 MAIN ?= tutorials/ex1
@@ -100,6 +102,9 @@ PETSC_CUDA := $(if $(shell grep -s 'define PETSC_HAVE_CUDA 1' $(PETSC_DIR)/$(PET
 
 test: lib/libpetscfmm.so $(TESTS) $(TUTORIALS) $(BENCHES)
 	@MPIEXEC="$(MPIEXEC)" CUDA_BUILT=$(CUDA) PETSC_CUDA=$(PETSC_CUDA) ./bin/runtests $(TESTS:=.c) $(TUTORIALS:=.c)
+
+test-gpu: lib/libpetscfmm.so $(TESTS) $(TUTORIALS)
+	@MPIEXEC="$(MPIEXEC)" CUDA_BUILT=$(CUDA) PETSC_CUDA=$(PETSC_CUDA) ./bin/runtests --gpu $(TESTS:=.c) $(TUTORIALS:=.c)
 
 bench: $(BENCHES)
 
@@ -114,4 +119,4 @@ install: $(LIB)
 clean:
 	rm -rf $(BUILD) lib $(TESTS) $(TUTORIALS) $(BENCHES) tests/results
 
-.PHONY: all run test bench install clean
+.PHONY: all run test test-gpu bench install clean lib/libpetscfmm.so

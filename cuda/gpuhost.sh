@@ -18,7 +18,6 @@ left() { [ $(( $(date +%s) - T0 )) -lt "$BUDGET" ]; }
 if [ ! -d /opt/petsc-runtime ]; then tar xJf .petsc-bundle/petsc-runtime.tar.xz -C /opt || exit 1; fi
 . /opt/petsc-runtime/env.sh
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-16}
-MPIEXEC="mpiexec --oversubscribe"
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv,noheader
 
 if has build; then
@@ -29,7 +28,7 @@ if has build; then
 fi
 
 if has test; then
-  MPIEXEC="$MPIEXEC" CUDA_BUILT=1 timeout 400 ./bin/runtests tests/gpu.c > "$OUT/tests.log" 2>&1
+  timeout 400 make -j16 PETSC_DIR="$PETSC_DIR" CUDA=1 test-gpu > "$OUT/tests.log" 2>&1
   grep -E "^(ok|FAIL|skip)|passed" "$OUT/tests.log"
   [ -d tests/results ] && cp -r tests/results "$OUT/" 2>/dev/null
   grep -A14 "^FAIL" "$OUT/tests.log" | cut -c1-220 | head -50

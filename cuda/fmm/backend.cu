@@ -7,9 +7,10 @@
   allocates all work arrays once; a product copies the N densities in and the
   M potentials out, and nothing else crosses the bus; device vectors (a PETSc
   configured with CUDA) it reads and writes in place.  One GPU per MPI rank
-  (rank modulo the device count).
+  (rank modulo the device count).  The backend's per-Mat state (its options,
+  the matrix's sources page-locked and their GPU copy) is in settings.cu.
 
-  Backend options (read at assembly, with the Mat's prefix):
+  Backend options (settings.cu, read by MatSetFromOptions() with the Mat's prefix):
     -mat_fmm_cuda_m2l <tc,fma>   M2L on the FP64 tensor cores (default) or unrolled DFMA
     -mat_fmm_cuda_log <fast,libm> near-field log by table (default) or the libm log
     -mat_fmm_cuda_tree <gpu,cpu> tree and lists built on the GPU (default) or on the CPU
@@ -41,10 +42,9 @@ static void Free(FMM_CUDA *c, T **d)
   *d = NULL;
 }
 
-static PetscErrorCode FMMCUDADestroy(Mat A)
+static PetscErrorCode FMMCUDAReset(FMMContext *ctx)
 {
-  Mat_FMM  *fmm = (Mat_FMM *)A->data;
-  FMM_CUDA *c   = (FMM_CUDA *)fmm->backend;
+  FMM_CUDA *c = (FMM_CUDA *)ctx->data;
 
   PetscFunctionBegin;
   if (!c) PetscFunctionReturn(0);
@@ -68,7 +68,7 @@ static PetscErrorCode FMMCUDADestroy(Mat A)
   (void)cudaGetLastError();
   PetscCall(PetscFree(c->repleaf));
   PetscCall(PetscFree(c->itemstart));
-  PetscCall(PetscFree(fmm->backend));
+  PetscCall(PetscFree(ctx->data));
   PetscFunctionReturn(0);
 }
 
@@ -148,14 +148,14 @@ static PetscErrorCode CopyOut(FMM_CUDA *c, double *h, const double *d, PetscInt 
 
 /* neighbour-source lists of the indexing and repetition layouts (from the
    device lists), and the repetition chunks (on the host, from the leaf sizes) */
-static PetscErrorCode SetupNearLists(Mat A, FMM_CUDA *c, const FMMPlan *P)
+static PetscErrorCode SetupNearLists(FMMContext *ctx, FMM_CUDA *c, const FMMPlan *P)
 {
-  Mat_FMM *fmm = (Mat_FMM *)A->data;
+  const FMMParams *par = ctx->par;
 
   PetscFunctionBegin;
-  if (fmm->layout == MATFMM_LAYOUT_REPETITION) {
+  if (par->layout == MATFMM_LAYOUT_REPETITION) {
     const int   S      = c->kind == 2 ? 5 : (c->kind == 1 ? 4 : 3);
-    PetscReal   budget = fmm->repetition_mb * 1048576.0 / sizeof(PetscReal), need = 0;
+    PetscReal   budget = par->repetition_mb * 1048576.0 / sizeof(PetscReal), need = 0;
     PetscInt64 *recoff, used = 0, maxused = 0;
     PetscInt    nch    = 0, *nbroff, *tleaf;
     PetscCall(PetscMalloc2(P->nleaves + 1, &nbroff, P->nleaves + 1, &tleaf));
@@ -163,9 +163,9 @@ static PetscErrorCode SetupNearLists(Mat A, FMM_CUDA *c, const FMMPlan *P)
     FMMCallCUDA(cudaMemcpyAsync(tleaf, c->tleaf, sizeof(PetscInt) * (P->nleaves + 1), cudaMemcpyDeviceToHost, c->stream));
     FMMCallCUDA(cudaStreamSynchronize(c->stream));
     for (PetscInt b = 0; b < P->nleaves; b++) need = PetscMax(need, (PetscReal)(tleaf[b + 1] - tleaf[b]) * (2 + S * (PetscReal)(nbroff[b + 1] - nbroff[b])));
-    PetscCall(MPIU_Allreduce(MPI_IN_PLACE, &need, 1, MPIU_REAL, MPIU_MAX, PetscObjectComm((PetscObject)A)));
+    PetscCall(MPIU_Allreduce(MPI_IN_PLACE, &need, 1, MPIU_REAL, MPIU_MAX, ctx->comm));
     if (need > budget) PetscCall(PetscFree2(nbroff, tleaf));
-    PetscCheck(need <= budget, PetscObjectComm((PetscObject)A), PETSC_ERR_MEM, "-mat_fmm_layout repetition: one leaf box needs %.1f MB of records, more than -mat_fmm_repetition_mb %g; raise the budget, lower -mat_fmm_ct, or use -mat_fmm_layout tiled", (double)(need * sizeof(PetscReal) / 1048576.0), (double)fmm->repetition_mb);
+    PetscCheck(need <= budget, ctx->comm, PETSC_ERR_MEM, "-mat_fmm_layout repetition: one leaf box needs %.1f MB of records, more than -mat_fmm_repetition_mb %g; raise the budget, lower -mat_fmm_ct, or use -mat_fmm_layout tiled", (double)(need * sizeof(PetscReal) / 1048576.0), (double)par->repetition_mb);
     /* leaf-aligned chunks that fit the budget */
     PetscCall(PetscMalloc1(P->nleaves, &recoff));
     PetscCall(PetscMalloc1(P->nleaves + 1, &c->repleaf));
@@ -191,7 +191,7 @@ static PetscErrorCode SetupNearLists(Mat A, FMM_CUDA *c, const FMMPlan *P)
     PetscCall(FMMCUDANearSources(c, P, PETSC_TRUE, &c->nbr, NULL));
     if (!c->gxy) { /* the tree built on the GPU keeps the uploaded points: sources first */
       PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->gxy, sizeof(double) * 2 * P->N, "the sources in global order"));
-      PetscCall(CopyIn(c->stream, c->gxy, fmm->gsrc, 2 * P->N, MemOf(c, fmm->gsrc)));
+      PetscCall(CopyIn(c->stream, c->gxy, ctx->src, 2 * P->N, MemOf(c, ctx->src)));
     }
     PetscCall(Upload(c, &c->gq, (PetscReal *)NULL, P->N, "the charges in global order"));
     PetscCall(Upload(c, &c->gdx, (PetscReal *)NULL, P->N, "the dipoles in global order"));
@@ -202,16 +202,17 @@ static PetscErrorCode SetupNearLists(Mat A, FMM_CUDA *c, const FMMPlan *P)
 }
 
 /* the backend's context: device, stream, kernel choices */
-static PetscErrorCode Create(Mat A)
+static PetscErrorCode Create(FMMContext *ctx)
 {
-  Mat_FMM  *fmm = (Mat_FMM *)A->data;
-  FMM_CUDA *c;
-  PetscInt  p = fmm->p;
+  const FMMParams  *par = ctx->par;
+  const FMMCUDAMat *m   = (const FMMCUDAMat *)ctx->bmat;
+  FMM_CUDA         *c;
+  PetscInt          p = par->p;
 
   PetscFunctionBegin;
-  PetscCall(FMMCUDADestroy(A));
+  PetscCall(FMMCUDAReset(ctx));
   PetscCall(PetscNew(&c));
-  fmm->backend = c;
+  ctx->data = c;
   PetscCall(FMMCUDAInitializeContext()); /* selects this rank's device; once per process also the context and the staging rings */
   FMMCallCUDA(cudaGetDevice(&c->dev));
   FMMCallCUDA(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
@@ -219,13 +220,13 @@ static PetscErrorCode Create(Mat A)
   c->ne = 2 * (p + 1);
   c->pp = p <= FMMCUDA_PFAST ? 2 * ((p + 1) / 2) : 0;
   /* M2L on the FP64 tensor cores unless -mat_fmm_cuda_m2l fma */
-  c->kp = (fmm->cuda_m2l_tc && c->pp) ? 8 * ((p + 7) / 8) : 0;
+  c->kp = (m->m2l_tc && c->pp) ? 8 * ((p + 7) / 8) : 0;
   {
-    PetscBool hasq = fmm->beta != 0.0 ? PETSC_TRUE : PETSC_FALSE, hasd = (fmm->alpha != 0.0 && fmm->gnrm) ? PETSC_TRUE : PETSC_FALSE;
+    PetscBool hasq = par->beta != 0.0 ? PETSC_TRUE : PETSC_FALSE, hasd = (par->alpha != 0.0 && ctx->nrm) ? PETSC_TRUE : PETSC_FALSE;
     c->kind        = hasd ? (hasq ? 2 : 1) : 0;
   }
-  c->fmm      = fmm->method == MATFMM_METHOD_FMM ? PETSC_TRUE : PETSC_FALSE;
-  c->listroom = fmm->cuda_list_room;
+  c->fmm      = par->method == MATFMM_METHOD_FMM ? PETSC_TRUE : PETSC_FALSE;
+  c->listroom = m->list_room;
   PetscFunctionReturn(0);
 }
 
@@ -235,10 +236,10 @@ static PetscErrorCode Create(Mat A)
    their allocation); from the block's GPU copy (mirror) where
    MatFMMSetSources() sent one */
 typedef struct {
-  const Mat_FMM *fmm;
-  double        *nrm, *wts;
-  cudaEvent_t    ready;
-  FMMCUDAMirror  mirror;
+  const FMMContext *ctx;
+  double           *nrm, *wts;
+  cudaEvent_t       ready;
+  FMMCUDAMirror     mirror;
 } LateUpload;
 
 static PetscErrorCode UploadLate(FMM_CUDA *c, void *ctx, cudaEvent_t after, cudaEvent_t *done)
@@ -251,11 +252,12 @@ static PetscErrorCode UploadLate(FMM_CUDA *c, void *ctx, cudaEvent_t after, cuda
   FMMCallCUDA(cudaStreamWaitEvent(s, u->ready, 0));
   if (after) FMMCallCUDA(cudaStreamWaitEvent(s, after, 0)); /* the points first */
   {
-    const Mat_FMM *fmm = u->fmm;
-    const double  *mir = FMMCUDAMirrorData(u->mirror);
+    const FMMContext *x   = u->ctx;
+    const FMMSources *S   = x->sources;
+    const double     *mir = FMMCUDAMirrorData(u->mirror);
     if (mir) PetscCall(FMMCUDAMirrorWait(u->mirror, s, 1)); /* all of it sent */
-    if (u->nrm) PetscCall(CopyIn(s, u->nrm, mir ? mir + (fmm->nrm - fmm->src) : fmm->gnrm, 2 * fmm->plan.N, mir ? FMM_MEM_HERE : MemOf(c, fmm->gnrm)));
-    if (u->wts) PetscCall(CopyIn(s, u->wts, mir ? mir + (fmm->wts - fmm->src) : fmm->gwts, fmm->plan.N, mir ? FMM_MEM_HERE : MemOf(c, fmm->gwts)));
+    if (u->nrm) PetscCall(CopyIn(s, u->nrm, mir ? mir + (S->nrm - S->block) : x->nrm, 2 * x->plan.N, mir ? FMM_MEM_HERE : MemOf(c, x->nrm)));
+    if (u->wts) PetscCall(CopyIn(s, u->wts, mir ? mir + (S->wts - S->block) : x->wts, x->plan.N, mir ? FMM_MEM_HERE : MemOf(c, x->wts)));
   }
   FMMCallCUDA(cudaEventRecord(*done, s));
   PetscFunctionReturn(0);
@@ -265,9 +267,9 @@ static PetscErrorCode UploadLate(FMM_CUDA *c, void *ctx, cudaEvent_t after, cuda
    targets of all ranks) to xy on stream s: FMMCUDATreeBuild uploads them in
    two parts from 2^21 points on, each sorted while the next goes up */
 typedef struct {
-  const Mat_FMM *fmm;
-  double        *xy;
-  PetscInt       N;
+  const FMMContext *ctx;
+  double           *xy;
+  PetscInt          N;
   const double  *src;    /* the sources: the caller's (one rank), the gathered ones, or the block's GPU copy */
   FMMCUDAMirror  mirror; /* that copy (src), or NULL */
   FMMMem         msrc, mtgt;
@@ -284,112 +286,63 @@ static PetscErrorCode UploadPoints(FMM_CUDA *c, void *ctx, PetscInt a, PetscInt 
   }
   if (b > u->N) {
     const PetscInt t = PetscMax(a, u->N);
-    PetscCall(CopyIn(s, u->xy + 2 * t, u->fmm->gtgt + 2 * (t - u->N), 2 * (b - t), u->mtgt));
+    PetscCall(CopyIn(s, u->xy + 2 * t, u->ctx->tgt + 2 * (t - u->N), 2 * (b - t), u->mtgt));
   }
-  PetscFunctionReturn(0);
-}
-
-/* A time-stepping code refills the sources (MatFMMSetSources() with new
-   points, same sizes) before each assembly.  From the FMM_PIN_REFILLS-th
-   refill on, the matrix's copy of them (one block: points, normals,
-   weights; one rank, where the plan reads it in place) is page-locked, so
-   that each later assembly copies it to the GPU by DMA instead of through
-   the staging rings, whose host-side copies hold the host up while it
-   should be queueing the tree's kernels.  Page-locking costs about as much
-   as FMM_PIN_REFILLS assemblies gain (H100 host: 2.4-3.2 ms for 10^6
-   points against 0.65 ms gained per assembly, 20-29 ms for 10^7 against 2
-   ms; up to 47 ms in a first process on a fresh machine), once for the
-   life of the block; MatFMMSetSources() with new sizes and MatDestroy()
-   release it (FMMCUDAUnpin).  A refusal (no more page-locked memory) keeps
-   the staging rings.  Once it is page-locked, MatFMMSetSources() also sends
-   the block to a copy in GPU memory while it fills it (FMMCUDAMirror*,
-   points.cu), and FMMCUDAPlan reads the points from there. */
-#define FMM_PIN_REFILLS 8
-
-static PetscErrorCode PinSources(Mat A)
-{
-  Mat_FMM       *fmm = (Mat_FMM *)A->data;
-  const size_t   bytes = sizeof(PetscReal) * FMMSourceBlock(fmm->nsrc, fmm->hasnrm, fmm->haswts);
-  PetscLogDouble t0, t1;
-  cudaError_t    e;
-
-  PetscFunctionBegin;
-  if (!fmm->galias || fmm->srcdev || fmm->srcpinned || fmm->srcpinno || fmm->nrefill < FMM_PIN_REFILLS || !bytes) PetscFunctionReturn(0);
-  PetscCall(PetscTime(&t0));
-  e = cudaHostRegister(fmm->src, bytes, cudaHostRegisterDefault);
-  PetscCall(PetscTime(&t1));
-  if (e == cudaSuccess) {
-    fmm->srcpinned = PETSC_TRUE;
-    PetscCall(PetscInfo(A, "GPU plan: the sources refilled %" PetscInt_FMT " times, their copy (%.1f MB) page-locked in %.2f ms\n", fmm->nrefill, bytes / 1048576.0, 1e3 * (t1 - t0)));
-  } else {
-    (void)cudaGetLastError();
-    fmm->srcpinno = PETSC_TRUE;
-    PetscCall(PetscInfo(A, "GPU plan: page-locking the sources (%.1f MB) refused (%s); they go through the staging rings\n", bytes / 1048576.0, cudaGetErrorString(e)));
-  }
-  PetscFunctionReturn(0);
-}
-
-/* releases what PinSources() page-locked, before the block is freed */
-PetscErrorCode FMMCUDAUnpin(void *p)
-{
-  PetscFunctionBegin;
-  if (cudaHostUnregister(p) != cudaSuccess) (void)cudaGetLastError(); /* the context may be gone at exit: nothing is then locked */
   PetscFunctionReturn(0);
 }
 
 /* plan(): the points to the GPU, the tree and lists built there (tree.cu) */
-static PetscErrorCode FMMCUDAPlan(Mat A)
+static PetscErrorCode FMMCUDAPlan(FMMContext *ctx)
 {
-  Mat_FMM       *fmm  = (Mat_FMM *)A->data;
-  FMMPlan       *P    = &fmm->plan;
-  PetscBool      same = fmm->ntgt < 0 ? PETSC_TRUE : PETSC_FALSE;
-  PetscInt       N = A->cmap->N, Mg = same ? 0 : A->rmap->N, U = N + Mg;
-  FMM_CUDA      *c;
-  double        *xy;
-  LateUpload     late = {fmm, NULL, NULL, NULL, NULL};
-  PointUpload    up;
-  const double  *mir = FMMCUDAMirrorData(fmm->galias ? fmm->mirror : NULL); /* the sources' GPU copy sent by MatFMMSetSources() (one rank, page-locked block) */
-  PetscBool      fromhost, inplace;
-  PetscLogDouble t0, t0b, t1;
+  const FMMParams  *par  = ctx->par;
+  FMMCUDAMat       *m    = (FMMCUDAMat *)ctx->bmat;
+  FMMPlan          *P    = &ctx->plan;
+  PetscBool         same = ctx->same;
+  PetscInt          N = ctx->N, Mg = ctx->Mg, U = N + Mg;
+  FMM_CUDA         *c;
+  double           *xy;
+  LateUpload        late = {ctx, NULL, NULL, NULL, NULL};
+  PointUpload       up;
+  FMMCUDATreeInput  in;
+  const double     *mir = FMMCUDAMirrorData(ctx->alias ? m->mirror : NULL); /* the sources' GPU copy sent by MatFMMSetSources() (one rank, page-locked block) */
+  PetscBool         fromhost, inplace;
+  PetscLogDouble    t0, t0b, t1;
 
   PetscFunctionBegin;
   PetscCall(PetscTime(&t0));
-  PetscCall(FMMPlanDestroy(P));
-  P->N = N;
-  P->M = same ? fmm->nsrc : fmm->ntgt;
-  PetscCall(Create(A));
-  c = (FMM_CUDA *)fmm->backend;
-  PetscCall(PinSources(A));
+  PetscCall(Create(ctx));
+  c = (FMM_CUDA *)ctx->data;
+  PetscCall(FMMCUDAPinSources(ctx));
   PetscCall(PetscTime(&t0b));
-  late.mirror = mir ? fmm->mirror : NULL;
-  up          = PointUpload{fmm, NULL, N, mir ? mir : fmm->gsrc, late.mirror, mir ? FMM_MEM_HERE : MemOf(c, fmm->gsrc), same ? FMM_MEM_PAGEABLE : MemOf(c, fmm->gtgt)};
+  late.mirror = mir ? m->mirror : NULL;
+  up          = PointUpload{ctx, NULL, N, mir ? mir : ctx->src, late.mirror, mir ? FMM_MEM_HERE : MemOf(c, ctx->src), same ? FMM_MEM_PAGEABLE : MemOf(c, ctx->tgt)};
   /* the sources given in this GPU's memory (one rank: the matrix's copy of
      them, made by MatFMMSetSources(), whose block also holds the normals
      and weights) and no other targets: the tree reads them where they are,
-     instead of copies (at 10^6 points three allocations and three copies
-     fewer, 40 MB) */
+     instead of copies (three allocations and three copies fewer) */
   inplace = (!mir && same && up.msrc == FMM_MEM_HERE) ? PETSC_TRUE : PETSC_FALSE;
   if (inplace) {
-    xy       = (double *)fmm->gsrc;
-    late.nrm = (double *)fmm->gnrm;
-    late.wts = (double *)fmm->gwts;
+    xy       = (double *)ctx->src;
+    late.nrm = (double *)ctx->nrm;
+    late.wts = (double *)ctx->wts;
   } else {
     PetscCall(FMMCUDAMalloc(c->stream, (void **)&xy, sizeof(double) * 2 * PetscMax(U, 1), "the points"));
-    if (fmm->gnrm) PetscCall(FMMCUDAMalloc(c->stream, (void **)&late.nrm, sizeof(double) * 2 * N, "the normals"));
-    if (fmm->gwts) PetscCall(FMMCUDAMalloc(c->stream, (void **)&late.wts, sizeof(double) * N, "the weights"));
+    if (ctx->nrm) PetscCall(FMMCUDAMalloc(c->stream, (void **)&late.nrm, sizeof(double) * 2 * N, "the normals"));
+    if (ctx->wts) PetscCall(FMMCUDAMalloc(c->stream, (void **)&late.wts, sizeof(double) * N, "the weights"));
     FMMCallCUDA(cudaEventCreateWithFlags(&late.ready, cudaEventDisableTiming));
     FMMCallCUDA(cudaEventRecord(late.ready, c->stream));
   }
   up.xy    = xy;
   fromhost = (up.msrc != FMM_MEM_HERE || (!same && up.mtgt != FMM_MEM_HERE)) ? PETSC_TRUE : PETSC_FALSE; /* else no upload to overlap */
-  PetscCall(FMMCUDATreeBuild(c, P, fmm->ct, fmm->theta, fmm->split_median, fmm->cuda_split_local, same, same ? A->cmap->rstart : A->rmap->rstart, fmm->alpha, fmm->beta, xy, inplace ? NULL : UploadPoints, &up, late.nrm, late.wts, (!inplace && (late.nrm || late.wts)) ? UploadLate : NULL, &late, fromhost, U, fmm->cuda_key_bits));
+  in       = FMMCUDATreeInput{par->ct, par->theta, par->split_median, m->split_local, m->key_bits, U, same, ctx->t0, par->alpha, par->beta, xy, late.nrm, late.wts, fromhost, {inplace ? NULL : UploadPoints, &up, (!inplace && (late.nrm || late.wts)) ? UploadLate : NULL, &late}};
+  PetscCall(FMMCUDATreeBuild(c, P, &in));
   PetscCall(PetscTime(&t1));
-  PetscCall(PetscInfo(A, "GPU plan: context and staging %.2f ms, %" PetscInt_FMT " points %s, tree and lists (with the normals and weights up) %.2f ms\n", 1e3 * (t0b - t0), U, inplace ? "read in place (the matrix's copy of the points given in GPU memory)" : (mir ? "up (the sources from their GPU copy sent by MatFMMSetSources())" : "up"), 1e3 * (t1 - t0b)));
+  PetscCall(PetscInfo(ctx->obj, "GPU plan: context and staging %.2f ms, %" PetscInt_FMT " points %s, tree and lists (with the normals and weights up) %.2f ms\n", 1e3 * (t0b - t0), U, inplace ? "read in place (the matrix's copy of the points given in GPU memory)" : (mir ? "up (the sources from their GPU copy sent by MatFMMSetSources())" : "up"), 1e3 * (t1 - t0b)));
   if (inplace) PetscFunctionReturn(0); /* (indexing: SetupNearLists copies the sources) */
   FMMCallCUDA(cudaEventDestroy(late.ready));
   if (late.nrm) PetscCall(FMMCUDAFree(c->stream, late.nrm));
   if (late.wts) PetscCall(FMMCUDAFree(c->stream, late.wts));
-  if (fmm->layout == MATFMM_LAYOUT_INDEXING && c->fmm) c->gxy = xy; /* the sources in global order, first 2N */
+  if (par->layout == MATFMM_LAYOUT_INDEXING && c->fmm) c->gxy = xy; /* the sources in global order, first 2N */
   else PetscCall(FMMCUDAFree(c->stream, xy));
   PetscFunctionReturn(0);
 }
@@ -406,64 +359,66 @@ static PetscErrorCode PoolText(char *buf, size_t len)
 }
 
 /* the plan built by src/fmm/plan.c, uploaded */
-static PetscErrorCode UploadPlan(FMM_CUDA *c, const FMMPlan *P)
+static PetscErrorCode UploadPlan(FMM_CUDA *c, const FMMPlan *P, const FMMHostPlan *H)
 {
   PetscFunctionBegin;
-  PetscCall(Upload(c, &c->sperm, P->sperm, P->N, "the source permutation"));
-  PetscCall(Upload(c, &c->sx, P->sx, P->N, "the source coordinates"));
-  PetscCall(Upload(c, &c->sy, P->sy, P->N, "the source coordinates"));
-  PetscCall(Upload(c, &c->cq, P->cq, P->N, "the charges per unit density"));
-  PetscCall(Upload(c, &c->cdx, P->cdx, P->N, "the dipoles per unit density"));
-  PetscCall(Upload(c, &c->cdy, P->cdy, P->N, "the dipoles per unit density"));
-  PetscCall(Upload(c, &c->tperm, P->tperm, P->M, "the target permutation"));
-  PetscCall(Upload(c, &c->tx, P->tx, P->M, "the target coordinates"));
-  PetscCall(Upload(c, &c->ty, P->ty, P->M, "the target coordinates"));
+  PetscCall(Upload(c, &c->sperm, H->sperm, P->N, "the source permutation"));
+  PetscCall(Upload(c, &c->sx, H->sx, P->N, "the source coordinates"));
+  PetscCall(Upload(c, &c->sy, H->sy, P->N, "the source coordinates"));
+  PetscCall(Upload(c, &c->cq, H->cq, P->N, "the charges per unit density"));
+  PetscCall(Upload(c, &c->cdx, H->cdx, P->N, "the dipoles per unit density"));
+  PetscCall(Upload(c, &c->cdy, H->cdy, P->N, "the dipoles per unit density"));
+  PetscCall(Upload(c, &c->tperm, H->tperm, P->M, "the target permutation"));
+  PetscCall(Upload(c, &c->tx, H->tx, P->M, "the target coordinates"));
+  PetscCall(Upload(c, &c->ty, H->ty, P->M, "the target coordinates"));
   {
     PetscInt *tleafof;
     PetscCall(PetscMalloc1(P->M, &tleafof));
     for (PetscInt b = 0; b < P->nleaves; b++)
-      for (PetscInt i = P->tleaf[b]; i < P->tleaf[b + 1]; i++) tleafof[i] = b;
+      for (PetscInt i = H->tleaf[b]; i < H->tleaf[b + 1]; i++) tleafof[i] = b;
     PetscCall(Upload(c, &c->tleafof, tleafof, P->M, "the target leaves"));
     FMMCallCUDA(cudaStreamSynchronize(c->stream));
     PetscCall(PetscFree(tleafof));
   }
-  PetscCall(Upload(c, &c->sleaf, P->sleaf, P->nleaves + 1, "the leaf source ranges"));
-  PetscCall(Upload(c, &c->tleaf, P->tleaf, P->nleaves + 1, "the leaf target ranges"));
-  PetscCall(Upload(c, &c->cx, P->cx, P->nboxes, "the box centres"));
-  PetscCall(Upload(c, &c->cy, P->cy, P->nboxes, "the box centres"));
-  PetscCall(Upload(c, &c->scale, P->scale, P->nboxes, "the box scales"));
-  PetscCall(Upload(c, &c->faroff, P->faroff, P->nboxes + 1, "the M2L offsets"));
-  PetscCall(Upload(c, &c->far, P->far, P->nfar, "the M2L list"));
-  PetscCall(Upload(c, &c->nearoff, P->nearoff, P->nleaves + 1, "the P2P offsets"));
-  PetscCall(Upload(c, &c->near, P->near, P->nearoff[P->nleaves], "the P2P lists"));
-  c->nnear = P->nearoff[P->nleaves];
+  PetscCall(Upload(c, &c->sleaf, H->sleaf, P->nleaves + 1, "the leaf source ranges"));
+  PetscCall(Upload(c, &c->tleaf, H->tleaf, P->nleaves + 1, "the leaf target ranges"));
+  PetscCall(Upload(c, &c->cx, H->cx, P->nboxes, "the box centres"));
+  PetscCall(Upload(c, &c->cy, H->cy, P->nboxes, "the box centres"));
+  PetscCall(Upload(c, &c->scale, H->scale, P->nboxes, "the box scales"));
+  PetscCall(Upload(c, &c->faroff, H->faroff, P->nboxes + 1, "the M2L offsets"));
+  PetscCall(Upload(c, &c->far, H->far, P->nfar, "the M2L list"));
+  PetscCall(Upload(c, &c->nearoff, H->nearoff, P->nleaves + 1, "the P2P offsets"));
+  PetscCall(Upload(c, &c->near, H->near, H->nearoff[P->nleaves], "the P2P lists"));
+  c->nnear = H->nearoff[P->nleaves];
   FMMCallCUDA(cudaStreamSynchronize(c->stream));
   PetscFunctionReturn(0);
 }
 
-static PetscErrorCode FMMCUDASetup(Mat A)
+static PetscErrorCode FMMCUDASetup(FMMContext *ctx)
 {
-  Mat_FMM       *fmm = (Mat_FMM *)A->data;
-  FMMPlan       *P   = &fmm->plan;
-  FMM_CUDA      *c   = (FMM_CUDA *)fmm->backend;
-  PetscLogDouble t0, t1, t2;
-  PetscBool      info;
+  const FMMParams  *par = ctx->par;
+  const FMMCUDAMat *m   = (const FMMCUDAMat *)ctx->bmat;
+  FMMPlan          *P   = &ctx->plan;
+  FMM_CUDA         *c   = (FMM_CUDA *)ctx->data;
+  PetscLogDouble    t0, t1, t2;
+  PetscBool         info;
 
   PetscFunctionBegin;
   PetscCall(PetscTime(&t0));
   if (!c || !c->treebuilt) {
-    PetscCall(Create(A));
-    c = (FMM_CUDA *)fmm->backend;
-    PetscCall(UploadPlan(c, P));
+    PetscCheck(ctx->host, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CUDA: no plan, on the GPU or the host");
+    PetscCall(Create(ctx));
+    c = (FMM_CUDA *)ctx->data;
+    PetscCall(UploadPlan(c, P, ctx->host));
   }
   /* the near field's log by table unless -mat_fmm_cuda_log libm */
-  if (fmm->cuda_log_fast) PetscCall(FMMCUDALogTable(c));
+  if (m->log_fast) PetscCall(FMMCUDALogTable(c));
   /* the P2P counts and the statistics of the plan first (and the symmetric
      P2P's counts where it may run: this rank's targets are all the sources,
      single layer, table log), so that the GPU runs them while the host
      allocates the work arrays and queues the M2L plan; their sizes are read
      in FMMCUDAP2PPlanEnd below */
-  PetscCall(FMMCUDAP2PPlanBegin(c, P, c->fmm && fmm->layout == MATFMM_LAYOUT_TILED && fmm->cuda_p2p_sym && c->kind == 0 && c->logtab && fmm->ntgt < 0 && P->M == P->N ? PETSC_TRUE : PETSC_FALSE));
+  PetscCall(FMMCUDAP2PPlanBegin(c, P, c->fmm && par->layout == MATFMM_LAYOUT_TILED && m->p2p_sym && c->kind == 0 && c->logtab && ctx->same && P->M == P->N ? PETSC_TRUE : PETSC_FALSE));
   PetscCall(Upload(c, &c->sigma, (PetscReal *)NULL, P->N, "the densities"));
   PetscCall(Upload(c, &c->q, (PetscReal *)NULL, P->N, "the charges"));
   PetscCall(Upload(c, &c->dx, (PetscReal *)NULL, P->N, "the dipoles"));
@@ -479,8 +434,8 @@ static PetscErrorCode FMMCUDASetup(Mat A)
   PetscCall(PetscInfoEnabled(MAT_CLASSID, &info));
   if (info) FMMCallCUDA(cudaStreamSynchronize(c->stream)); /* for the -info times only */
   PetscCall(PetscTime(&t1));
-  PetscCall(FMMCUDAP2PPlanEnd(c, P, fmm->layout == MATFMM_LAYOUT_REPETITION && c->fmm ? PETSC_TRUE : PETSC_FALSE));
-  if (c->fmm && fmm->layout != MATFMM_LAYOUT_TILED) PetscCall(SetupNearLists(A, c, P));
+  PetscCall(FMMCUDAP2PPlanEnd(c, P, par->layout == MATFMM_LAYOUT_REPETITION && c->fmm ? PETSC_TRUE : PETSC_FALSE));
+  if (c->fmm && par->layout != MATFMM_LAYOUT_TILED) PetscCall(SetupNearLists(ctx, c, P));
   { /* direct: slice the sources when the targets alone do not fill the GPU */
     int      sms = 1;
     PetscInt bx  = (P->M + 255) / 256;
@@ -491,21 +446,31 @@ static PetscErrorCode FMMCUDASetup(Mat A)
   }
   FMMCallCUDA(cudaStreamSynchronize(c->stream));
   PetscCall(PetscTime(&t2));
-  PetscCall(PetscInfo(A, "GPU setup: P2P counts, work arrays and M2L work %.2f ms, P2P work and near lists %.2f ms\n", 1e3 * (t1 - t0), 1e3 * (t2 - t1)));
+  PetscCall(PetscInfo(ctx->obj, "GPU setup: P2P counts, work arrays and M2L work %.2f ms, P2P work and near lists %.2f ms\n", 1e3 * (t1 - t0), 1e3 * (t2 - t1)));
   if (info) {
     char pool[160];
     PetscCall(PoolText(pool, sizeof(pool)));
-    PetscCall(PetscInfo(A, "GPU memory pool: %s\n", pool));
+    PetscCall(PetscInfo(ctx->obj, "GPU memory pool: %s\n", pool));
   }
   PetscFunctionReturn(0);
 }
 
-/* log-event brackets: with logging on, wait for the GPU so the event times are real */
+/* log-event brackets of the phases.  With logging on, the host waits for
+   the backend's stream at both ends, so that the event times are the
+   phase's; where PETSc is configured with CUDA the phase's time is also
+   PETSc's GPU time (PetscLogGpuTimeBegin/End, on PETSc's current device
+   context, whose timer the waits order around the phase's kernels on the
+   backend's own stream) and its flops are GPU flops (PetscLogGpuFlops), as
+   PETSc's own GPU operations log theirs.  Without logging: no wait, and
+   PETSc's GPU timer does nothing. */
 static PetscErrorCode PhaseBegin(FMM_CUDA *c, PetscLogEvent e)
 {
   PetscFunctionBegin;
   if (c->sync) FMMCallCUDA(cudaStreamSynchronize(c->stream));
   PetscCall(PetscLogEventBegin(e, 0, 0, 0, 0));
+#if defined(PETSC_HAVE_CUDA)
+  PetscCall(PetscLogGpuTimeBegin());
+#endif
   PetscFunctionReturn(0);
 }
 
@@ -513,25 +478,28 @@ static PetscErrorCode PhaseEnd(FMM_CUDA *c, PetscLogEvent e, PetscLogDouble flop
 {
   PetscFunctionBegin;
   if (c->sync) FMMCallCUDA(cudaStreamSynchronize(c->stream));
+#if defined(PETSC_HAVE_CUDA)
+  PetscCall(PetscLogGpuTimeEnd());
+  PetscCall(PetscLogGpuFlops(flops));
+#else
   PetscCall(PetscLogFlops(flops));
+#endif
   PetscCall(PetscLogEventEnd(e, 0, 0, 0, 0));
   PetscFunctionReturn(0);
 }
 
 /* densities in (global order): device memory of this GPU (a device vector) is
    read in place, anything else copied to c->sigma first; strengths in tree order */
-static PetscErrorCode Begin(Mat A, FMM_CUDA *c, const PetscScalar *sigma)
+static PetscErrorCode Begin(FMMContext *ctx, FMM_CUDA *c, const PetscScalar *sigma)
 {
-  Mat_FMM *fmm = (Mat_FMM *)A->data;
-
   PetscFunctionBegin;
   FMMCallCUDA(cudaSetDevice(c->dev));
   PetscCall(PetscLogIsActive(&c->sync));
   const FMMMem m = MemOf(c, sigma);
-  if (m == FMM_MEM_HERE) PetscCall(FMMCUDAStrengths(c, &fmm->plan, sigma));
+  if (m == FMM_MEM_HERE) PetscCall(FMMCUDAStrengths(c, &ctx->plan, sigma));
   else {
-    PetscCall(CopyIn(c->stream, c->sigma, sigma, fmm->plan.N, m));
-    PetscCall(FMMCUDAStrengths(c, &fmm->plan, c->sigma));
+    PetscCall(CopyIn(c->stream, c->sigma, sigma, ctx->plan.N, m));
+    PetscCall(FMMCUDAStrengths(c, &ctx->plan, c->sigma));
   }
   PetscFunctionReturn(0);
 }
@@ -546,13 +514,11 @@ static double *Out(FMM_CUDA *c, PetscScalar *y, FMMMem *ym)
 }
 
 /* potentials out from out = Out(c, y, &ym) (scattered: L2P wrote them there already) */
-static PetscErrorCode End(Mat A, FMM_CUDA *c, PetscScalar *y, FMMMem ym, double *out, PetscBool scattered)
+static PetscErrorCode End(FMMContext *ctx, FMM_CUDA *c, PetscScalar *y, FMMMem ym, double *out, PetscBool scattered)
 {
-  Mat_FMM *fmm = (Mat_FMM *)A->data;
-
   PetscFunctionBegin;
-  if (!scattered) PetscCall(FMMCUDAScatter(c, &fmm->plan, out));
-  if (y && out != y) PetscCall(CopyOut(c, y, out, fmm->plan.M, ym));
+  if (!scattered) PetscCall(FMMCUDAScatter(c, &ctx->plan, out));
+  if (y && out != y) PetscCall(CopyOut(c, y, out, ctx->plan.M, ym));
   else if (y) FMMCallCUDA(cudaStreamSynchronize(c->stream));
   PetscFunctionReturn(0);
 }
@@ -563,50 +529,47 @@ static PetscErrorCode L2P(FMM_CUDA *c, const FMMPlan *P, double *out)
   PetscFunctionBegin;
   PetscCall(PhaseBegin(c, MATFMM_L2P));
   PetscCall(FMMCUDAL2P(c, P, out));
-  PetscCall(PhaseEnd(c, MATFMM_L2P, 8.0 * (double)c->p * P->M));
+  PetscCall(PhaseEnd(c, MATFMM_L2P, FMMFlops(FMM_PHASE_L2P, c->p, P)));
   PetscFunctionReturn(0);
 }
 
 /* y = [y +] scale K x + (shift + d) .* x with K x from the last product (c->y);
-   x (the densities, this rank's first), d (or NULL) and y in device memory */
-static PetscErrorCode FMMCUDACombineOp(Mat A, const PetscScalar *x, const PetscScalar *d, PetscScalar *y, PetscBool add)
+   x (this rank's densities), d (or NULL) and y in device memory */
+static PetscErrorCode FMMCUDACombineOp(FMMContext *ctx, PetscScalar scale, PetscScalar shift, const PetscScalar *x, const PetscScalar *d, PetscScalar *y, PetscBool add)
 {
-  Mat_FMM  *fmm = (Mat_FMM *)A->data;
-  FMM_CUDA *c   = (FMM_CUDA *)fmm->backend;
+  FMM_CUDA *c = (FMM_CUDA *)ctx->data;
 
   PetscFunctionBegin;
-  PetscCall(FMMCUDACombine(c, A->rmap->n, fmm->scale, fmm->shift, x + A->rmap->rstart, d, y, add));
+  PetscCall(FMMCUDACombine(c, ctx->plan.M, scale, shift, x, d, y, add));
   FMMCallCUDA(cudaStreamSynchronize(c->stream));
   PetscFunctionReturn(0);
 }
 
-static PetscErrorCode FMMCUDAMult(Mat A, const PetscScalar *sigma, PetscScalar *y)
+static PetscErrorCode FMMCUDAMult(FMMContext *ctx, const PetscScalar *sigma, PetscScalar *y)
 {
-  Mat_FMM       *fmm = (Mat_FMM *)A->data;
-  const FMMPlan *P   = &fmm->plan;
-  FMM_CUDA      *c   = (FMM_CUDA *)fmm->backend;
-  const double   p   = (double)c->p;
+  const FMMPlan *P = &ctx->plan;
+  FMM_CUDA      *c = (FMM_CUDA *)ctx->data;
   FMMMem         ym;
   double        *out = Out(c, y, &ym);
 
   PetscFunctionBegin;
   PetscCheck(c->fmm, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CUDA: set up for the direct method only");
-  PetscCall(Begin(A, c, sigma));
+  PetscCall(Begin(ctx, c, sigma));
   PetscCall(PhaseBegin(c, MATFMM_P2M));
   PetscCall(FMMCUDAP2M(c, P));
-  PetscCall(PhaseEnd(c, MATFMM_P2M, 20.0 * p * P->N));
+  PetscCall(PhaseEnd(c, MATFMM_P2M, FMMFlops(FMM_PHASE_P2M, c->p, P)));
   PetscCall(PhaseBegin(c, MATFMM_M2M));
   PetscCall(FMMCUDAM2M(c, P));
-  PetscCall(PhaseEnd(c, MATFMM_M2M, 8.0 * p * p * (P->nboxes - 1)));
+  PetscCall(PhaseEnd(c, MATFMM_M2M, FMMFlops(FMM_PHASE_M2M, c->p, P)));
   PetscCall(PhaseBegin(c, MATFMM_M2L));
   PetscCall(FMMCUDAM2L(c, P));
-  PetscCall(PhaseEnd(c, MATFMM_M2L, (4.0 * p * p + 20.0 * p) * c->npairs)); /* as the CPU backend and bench/bench.c count */
+  PetscCall(PhaseEnd(c, MATFMM_M2L, FMMFlops(FMM_PHASE_M2L, c->p, P)));
   PetscCall(PhaseBegin(c, MATFMM_L2L));
   PetscCall(FMMCUDAL2L(c, P));
-  PetscCall(PhaseEnd(c, MATFMM_L2L, 8.0 * p * p * (P->nboxes - 1)));
+  PetscCall(PhaseEnd(c, MATFMM_L2L, FMMFlops(FMM_PHASE_L2L, c->p, P)));
   if (!c->syma) PetscCall(L2P(c, P, out)); /* writes pot, P2P adds to it; with the symmetric P2P, L2P comes last and writes y (p2p.cu) */
   PetscCall(PhaseBegin(c, MATFMM_P2P));
-  switch (fmm->layout) {
+  switch (ctx->par->layout) {
   case MATFMM_LAYOUT_TILED:
     PetscCall(FMMCUDAP2PTiled(c, P));
     break;
@@ -617,43 +580,65 @@ static PetscErrorCode FMMCUDAMult(Mat A, const PetscScalar *sigma, PetscScalar *
     PetscCall(FMMCUDAP2PRepetition(c, P));
     break;
   }
-  PetscCall(PhaseEnd(c, MATFMM_P2P, 12.0 * (PetscLogDouble)P->p2ppairs));
+  PetscCall(PhaseEnd(c, MATFMM_P2P, FMMFlops(FMM_PHASE_P2P, c->p, P)));
   if (c->syma) PetscCall(L2P(c, P, out));
-  PetscCall(End(A, c, y, ym, out, c->syma ? PETSC_TRUE : PETSC_FALSE));
+  PetscCall(End(ctx, c, y, ym, out, c->syma ? PETSC_TRUE : PETSC_FALSE));
   PetscFunctionReturn(0);
 }
 
-static PetscErrorCode FMMCUDADirectMult(Mat A, const PetscScalar *sigma, PetscScalar *y)
+static PetscErrorCode FMMCUDADirectMult(FMMContext *ctx, const PetscScalar *sigma, PetscScalar *y)
 {
-  Mat_FMM  *fmm = (Mat_FMM *)A->data;
-  FMM_CUDA *c   = (FMM_CUDA *)fmm->backend;
+  FMM_CUDA *c = (FMM_CUDA *)ctx->data;
   FMMMem    ym;
   double   *out = Out(c, y, &ym);
 
   PetscFunctionBegin;
-  PetscCall(Begin(A, c, sigma));
+  PetscCall(Begin(ctx, c, sigma));
   PetscCall(PhaseBegin(c, MATFMM_Direct));
-  PetscCall(FMMCUDADirect(c, &fmm->plan));
-  PetscCall(PhaseEnd(c, MATFMM_Direct, 12.0 * (PetscLogDouble)fmm->plan.N * fmm->plan.M));
-  PetscCall(End(A, c, y, ym, out, PETSC_FALSE));
+  PetscCall(FMMCUDADirect(c, &ctx->plan));
+  PetscCall(PhaseEnd(c, MATFMM_Direct, FMMFlops(FMM_PHASE_DIRECT, c->p, &ctx->plan)));
+  PetscCall(End(ctx, c, y, ym, out, PETSC_FALSE));
   PetscFunctionReturn(0);
 }
 
 /* -mat_view: what petscfmm's memory pool holds (to size -mat_fmm_cuda_pool_reserve) and which near-field kernel the product runs */
-static PetscErrorCode FMMCUDAView(Mat A, PetscViewer viewer)
+static PetscErrorCode FMMCUDAView(FMMContext *ctx, PetscViewer viewer)
 {
-  Mat_FMM  *fmm = (Mat_FMM *)A->data;
-  FMM_CUDA *c   = (FMM_CUDA *)fmm->backend;
+  FMM_CUDA *c = (FMM_CUDA *)ctx->data;
   char      pool[160];
 
   PetscFunctionBegin;
   if (!c) PetscFunctionReturn(0);
   PetscCall(PoolText(pool, sizeof(pool)));
   PetscCall(PetscViewerASCIIPrintf(viewer, "  CUDA memory pool (first rank's GPU): %s\n", pool));
-  if (!c->fmm || fmm->layout != MATFMM_LAYOUT_TILED) PetscFunctionReturn(0);
+  if (!c->fmm || ctx->par->layout != MATFMM_LAYOUT_TILED) PetscFunctionReturn(0);
   if (c->syma) PetscCall(PetscViewerASCIIPrintf(viewer, "  CUDA P2P: symmetric, each pair of points once for both sums (%" PetscInt_FMT " lanes x %" PetscInt_FMT " rows per leaf)\n", c->syma, c->symr));
   else PetscCall(PetscViewerASCIIPrintf(viewer, "  CUDA P2P: tiled, every ordered pair\n"));
   PetscFunctionReturn(0);
 }
 
-struct _FMMBackendOps FMMBackendCUDA = {"cuda", FMMCUDAPlan, FMMCUDASetup, FMMCUDAMult, FMMCUDADirectMult, FMMCUDACombineOp, FMMCUDADestroy, FMMCUDAView};
+/* the device count, the device memory of points given there, and once per process the context */
+static PetscErrorCode DeviceCount(PetscInt *n)
+{
+  int c = 0;
+
+  PetscFunctionBegin;
+  PetscCall(FMMCUDADeviceCount(&c));
+  *n = c;
+  PetscFunctionReturn(0);
+}
+
+static const FMMDeviceMemory Memory = {FMMCUDAIsDeviceMemory, FMMCUDAPointsAlloc, FMMCUDAPointsFree, FMMCUDAPointsToHost, FMMCUDACopyChecked};
+
+/* what the warm-up product of PetscFMMCUDAInitialize() does not load: CUB's
+   sorts of larger sizes (FMMCUDAWarmUpSorts), the copy of points given in GPU memory */
+static PetscErrorCode WarmUp(void)
+{
+  PetscFunctionBegin;
+  PetscCall(FMMCUDAWarmUpSorts());
+  PetscCall(FMMCUDAPointsLoad());
+  PetscFunctionReturn(0);
+}
+
+/* in the order of struct _FMMBackendOps (fmmimpl.h) */
+struct _FMMBackendOps FMMBackendCUDA = {"cuda", MATFMM_DEVICE_CUDA, 64, DeviceCount, &Memory, FMMCUDAInitializeContext, WarmUp, FMMCUDAMatCreate, FMMCUDAMatDestroy, FMMCUDAMatSetFromOptions, FMMCUDAMatSetSources, FMMCUDAMatBuildsPlan, FMMCUDAPlan, FMMCUDASetup, FMMCUDAMult, FMMCUDADirectMult, FMMCUDACombineOp, FMMCUDAReset, FMMCUDAView};

@@ -85,11 +85,9 @@ PetscErrorCode FMMCUDAMalloc(cudaStream_t s, void **p, size_t bytes, const char 
 }
 
 /* memory that lives with a matrix rather than an assembly (cudaMalloc):
-   taken from the pool (on the legacy stream), it left the pool to another
-   matrix's assembly at 10^6 points whose allocation and sort took 46 ms
-   instead of 1.5 ms (H100, -info); from a second pool of its own, the
-   first copy of 10^7 points in GPU memory (400 MB) took 0.3-0.5 ms more
-   than by cudaMalloc (H100, an experiment build) */
+   taken from the pool (on the legacy stream), it left the pool short for
+   another matrix's assembly, whose allocations then waited; a second pool of
+   its own was slower than cudaMalloc for a first large copy */
 PetscErrorCode FMMCUDAMallocKept(void **p, size_t bytes, const char *what)
 {
   PetscFunctionBegin;
@@ -111,8 +109,7 @@ PetscErrorCode FMMCUDAFree(cudaStream_t s, void *p)
   of one expansion order, so each is built once per process, device and key
   (its first assembly) and kept, in cudaMalloc memory, until PetscFinalize().
   An assembly again only looks them up: uploading them each time cost three
-  waits for the GPU and about 0.1 ms of host time per assembly at 10^6 points
-  (H100).  FMMCUDATableFind: the table what/key of this device, or NULL;
+  waits for the GPU and host time at every assembly.  FMMCUDATableFind: the table what/key of this device, or NULL;
   FMMCUDATableKeep: h (bytes) copied to a new table what/key of this device.
 */
 typedef struct FMMCUDATable_ {
@@ -167,8 +164,7 @@ PetscErrorCode FMMCUDAReadback(cudaStream_t s, void *h, const void *d, size_t by
    (FMMCUDAReadback): the pinned buffer, which they write directly (memory
    of cudaMallocHost is mapped into the GPU's address space under unified
    addressing), so that the host waits for the kernels only and not for a
-   copy after them (2-5 us per readback, H100); NULL without it, or without
-   unified addressing */
+   copy after them; NULL without it, or without unified addressing */
 void *FMMCUDAReadbackTarget(size_t bytes)
 {
   return (FMMCUDAStaging.scalmap && bytes <= sizeof(long long) * FMM_STAGE_SCAL) ? (void *)FMMCUDAStaging.scal : NULL;
@@ -211,8 +207,8 @@ static PetscErrorCode FMMCUDAFinalizeContext(void)
 /*
   -mat_fmm_cuda_pool_reserve <MB>: petscfmm's pool maps that much memory
   when it is made, so that the first assemblies reuse it as later ones do:
-  a first assembly otherwise maps its memory fresh (0.5-1 TB/s: 2-2.5 ms
-  of 13 ms at 10^7 points on an H100).  One allocation of the size, freed at
+  a first assembly otherwise maps its memory fresh, a noticeable part of it
+  for large problems.  One allocation of the size, freed at
   once (the pool keeps it).  *mb: the option's value (0: none); checked
   before anything is made.
 */

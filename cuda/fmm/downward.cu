@@ -8,7 +8,7 @@
 #include "fmmcuda.h"
 #include "fmm/expansions.h"
 
-/* L2L of FMML2L for one coefficient l of one child box:
+/* L2L for one coefficient l of one child box (FMML2LCoefficient, expansions.h):
    C_l += rho^l sum_{k=l..p} B_k C(k,l) u^(k-l), in the CPU's order and rounding */
 __global__ void L2LKernel(PetscInt nb, int p, int ne, PetscInt pl, PetscInt cl, PetscInt span, const PetscInt *tleaf, const double *cx, const double *cy, const double *scale, const double *binom, double *local)
 {
@@ -16,23 +16,14 @@ __global__ void L2LKernel(PetscInt nb, int p, int ne, PetscInt pl, PetscInt cl, 
   const PetscInt t = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   if (t >= nb * (p + 1)) return;
   const PetscInt b = t / (p + 1);
-  const int      l = (int)(t % (p + 1)), nbin = 2 * p + 1;
+  const int      l = (int)(t % (p + 1));
   if (tleaf[(b + 1) * span] == tleaf[b * span]) return; /* no targets: local unused */
   const PetscInt par = b / 4;
   const double   ps = scale[pl + par], ux = (cx[cl + b] - cx[pl + par]) / ps, uy = (cy[cl + b] - cy[pl + par]) / ps, rho = scale[cl + b] / ps;
-  const double  *Br = local + (pl + par) * ne, *Bi = Br + p + 1;
-  double         sr = 0.0, si = 0.0, pr = 1.0, pi = 0.0, rl = 1.0;
-  for (int k = l; k <= p; k++) { /* u^(k-l) as the sequential product, like the CPU's table */
-    const double c = binom[k * nbin + l];
-    sr += c * (Br[k] * pr - Bi[k] * pi);
-    si += c * (Br[k] * pi + Bi[k] * pr);
-    const double v = pr * ux - pi * uy;
-    pi             = pr * uy + pi * ux;
-    pr             = v;
-  }
-  for (int k = 0; k < l; k++) rl *= rho;
-  local[(cl + b) * ne + l] += sr * rl;
-  local[(cl + b) * ne + p + 1 + l] += si * rl;
+  double         cr, ci;
+  FMML2LCoefficient(p, binom, l, ux, uy, rho, local + (pl + par) * ne, &cr, &ci);
+  local[(cl + b) * ne + l] += cr;
+  local[(cl + b) * ne + p + 1 + l] += ci;
 }
 
 PetscErrorCode FMMCUDAL2L(FMM_CUDA *c, const FMMPlan *P)

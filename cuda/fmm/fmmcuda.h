@@ -1,9 +1,9 @@
 /*
-  Private to the CUDA backend: the device copy of the plan, the work arrays of
-  one product, the error-check macros and the kernel launchers (one .cu file
-  per group of phases).  Every launcher enqueues on c->stream and returns at
-  once; every output element is written by exactly one thread in a fixed
-  order, so repeated products are bitwise identical.
+  Private to the CUDA backend: its per-Mat state, the device copy of the plan,
+  the work arrays of one product, the error-check macros and the kernel
+  launchers (one .cu file per group of phases).  Every launcher enqueues on
+  c->stream and returns at once; every output element is written by exactly
+  one thread in a fixed order, so repeated products are bitwise identical.
 */
 #pragma once
 #include <cuda_runtime.h>
@@ -13,7 +13,24 @@
    unrolled with the binomial matrix as constant-bank operands, P2M in registers;
    higher orders (up to FMMCUDA_PMAX) call FMMM2L and FMMP2MAdd at run-time order */
 #define FMMCUDA_PFAST 40
-#define FMMCUDA_PMAX  64
+#define FMMCUDA_PMAX  FMM_P_MAX
+
+typedef struct _n_FMMCUDAMirror *FMMCUDAMirror; /* a GPU copy of the page-locked sources (points.cu) */
+
+/* the backend's per-Mat state (settings.cu): its options, and the matrix's
+   source block as it keeps it */
+typedef struct {
+  PetscBool     m2l_tc;      /* M2L on the FP64 tensor cores (-mat_fmm_cuda_m2l tc) */
+  PetscBool     log_fast;    /* near-field log by table (-mat_fmm_cuda_log fast) */
+  PetscBool     tree_gpu;    /* the plan built on the GPU (-mat_fmm_cuda_tree gpu) */
+  PetscBool     p2p_sym;     /* tiled P2P: each unordered pair once when it can (-mat_fmm_cuda_p2p_symmetric) */
+  PetscBool     split_local; /* the tree's last splitting rounds in shared memory where the device allows (-mat_fmm_cuda_split_local) */
+  PetscInt      key_bits;    /* the tree's sort keys: 1 to 32 quantized bits, 64 exact (-mat_fmm_cuda_tree_key_bits) */
+  PetscInt      list_room;   /* the lists' entries per box before their sizes are known (-mat_fmm_cuda_tree_list_room) */
+  PetscBool     pinned, pinno; /* the source block is page-locked (FMMCUDAPinSources); it was tried and refused */
+  FMMCUDAMirror mirror;        /* pinned: the block's copy in GPU memory, filled by MatFMMSetSources() */
+  PetscBool     sending;       /* the block being filled goes to the mirror */
+} FMMCUDAMat;
 /* 1/k for k <= FMMCUDA_PMAX (k = 0: 0), the values of FMMInverses (1.0/k correctly
    rounded), for the __constant__ tables of P2M and M2L: fixed at compile time,
    so no assembly uploads them */
@@ -37,9 +54,8 @@ static constexpr FMMCUDAInvTable FMMCUDAInvMake()
    refused.  Also the two side streams of the uploads beside an assembly's
    stream (the normals and weights, UploadLate, and the DMAs of the sources'
    GPU copy, FMMCUDAMirror*; the second part of the points, the tree
-   build): made once, as a stream made and destroyed per assembly cost the
-   first assembly 0.1-0.4 ms (10^6 points in GPU memory) and 2.3 ms (host
-   memory) more than later ones (H100) */
+   build): made once, as a stream made and destroyed per assembly costs the
+   host time at every assembly */
 typedef struct {
   double      *in, *out;
   long long   *scal;
@@ -71,12 +87,10 @@ PETSC_INTERN PetscBool     FMMCUDAPoolReserved; /* the pool was grown by -mat_fm
    (sm_90): its blocks are scheduled while the kernel before it on s drains,
    and wait in FMMWaitPrior(), which every kernel so launched calls before
    anything else, for that kernel's end and its writes.  Every kernel of the
-   assembly and of the product goes this way.  Back-to-back small kernels
-   measured 2.15 -> 0.97 us a kernel (a chain of 64 launches, H100); an
-   assembly again at 10^6 points 1.49 -> 1.41 ms (H100), MatMult 0.553 ->
-   0.536 ms at 10^6 and 3.938 -> 3.906 ms at 10^7 (H200).  No early trigger
-   in the kernel before (waiting blocks would hold SMs that its own blocks
-   need: a chain of 10^6-thread kernels 6.7 -> 9.9 us).  Devices before
+   assembly and of the product goes this way: the launch latency between
+   back-to-back kernels is hidden, which the chains of small kernels of an
+   assembly and a product feel most.  No early trigger in the kernel before:
+   waiting blocks would hold SMs that its own blocks need.  Devices before
    sm_90 ignore the attribute (ordinary stream order).  The attribute is set
    only when every architecture compiled for (CUDA_ARCH of the makefile) has
    the wait: a build for sm_80 run on an sm_90 GPU (its PTX compiled there)
@@ -128,6 +142,14 @@ static inline void FMMLaunch(void (*k)(P...), dim3 grid, dim3 block, size_t smem
    to pot; else it writes them to part[part + t], summed in item order later. */
 #define FMMCUDA_P2P_T 128
 #define FMMCUDA_P2P_S 2048
+/* the near field's log table (p2p.cu): FMM_LOGTAB bins of the mantissa, replicated
+   FMM_LOGCOPY times in shared memory */
+#define FMM_LOGBITS 8
+#define FMM_LOGTAB  (1 << FMM_LOGBITS)
+#define FMM_LN2     0.69314718055994530942
+#define FMM_LN2_HI  6.93147180369123816490e-01 /* log 2 split so that e log2_hi is exact (fdlibm) */
+#define FMM_LN2_LO  1.90821492927058770002e-10
+#define FMM_LOGCOPY 8
 #define FMMCUDA_SYM_E      8   /* symmetric P2P: upper near-list entries per item */
 #define FMMCUDA_SYM_D      32  /* symmetric P2P: PetscInt per item descriptor (4 + 3 FMMCUDA_SYM_E used) */
 #define FMMCUDA_SYM_GMAX   64  /* slots a target sums itself */
@@ -213,8 +235,8 @@ typedef struct {
 /* a block of device memory carved into arrays, each at a 256-byte boundary:
    laid out once with base NULL (off is then the block's size), allocated,
    and laid out again on it.  One allocation instead of one per array: in an
-   assembly each pool allocation cost the host 5-14 us, not the 1 us of a
-   loop of them (H100), with the GPU waiting for the tree's first ones */
+   assembly each pool allocation costs the host far more than in a loop of
+   them, while the GPU waits for the tree's first arrays */
 typedef struct {
   char  *base;
   size_t off;
@@ -235,6 +257,9 @@ struct FMMSymLeaf {
   __host__ __device__ FMMSymLeaf(const PetscInt *s, PetscInt nl) : item(s + (nl + 1)), slot(s + 2 * (nl + 1)), nsl(s + 3 * (nl + 1)), ch(s + 4 * (nl + 1)) { }
 };
 
+/* device.cu */
+PETSC_INTERN PetscErrorCode FMMCUDADeviceCount(int *);
+PETSC_INTERN PetscErrorCode FMMCUDAInitializeContext(void);
 PETSC_INTERN PetscErrorCode FMMCUDAMalloc(cudaStream_t, void **, size_t, const char *);
 PETSC_INTERN PetscErrorCode FMMCUDAFree(cudaStream_t, void *);
 PETSC_INTERN PetscErrorCode FMMCUDASelectDevice(MPI_Comm, int *);
@@ -246,14 +271,61 @@ PETSC_INTERN PetscErrorCode FMMCUDAReadback(cudaStream_t, void *, const void *, 
 PETSC_INTERN void          *FMMCUDAReadbackTarget(size_t);
 PETSC_INTERN void          *FMMCUDATableFind(int, const char *, PetscInt);
 PETSC_INTERN PetscErrorCode FMMCUDATableKeep(int, const char *, PetscInt, const void *, size_t, void **);
+/* points.cu */
+PETSC_INTERN PetscErrorCode FMMCUDAIsDeviceMemory(const void *, PetscBool *);
+PETSC_INTERN PetscErrorCode FMMCUDAPointsAlloc(size_t, PetscReal **);
+PETSC_INTERN PetscErrorCode FMMCUDAPointsFree(PetscReal *);
+PETSC_INTERN PetscErrorCode FMMCUDACopyChecked(PetscInt, PetscReal *const[], const PetscReal *const[], const PetscInt[], PetscInt[], PetscReal[], PetscInt *);
+PETSC_INTERN PetscErrorCode FMMCUDAPointsToHost(PetscReal *, const PetscReal *, size_t);
+PETSC_INTERN PetscErrorCode FMMCUDAPointsLoad(void);
+PETSC_INTERN PetscErrorCode FMMCUDAMirrorBegin(FMMCUDAMirror *, size_t, PetscBool *);
+PETSC_INTERN PetscErrorCode FMMCUDAMirrorPut(FMMCUDAMirror, const PetscReal *, size_t, size_t);
+PETSC_INTERN PetscErrorCode FMMCUDAMirrorMark(FMMCUDAMirror, int);
+PETSC_INTERN PetscErrorCode FMMCUDAMirrorDestroy(FMMCUDAMirror *);
+/* settings.cu */
+PETSC_INTERN PetscErrorCode FMMCUDAMatCreate(void **);
+PETSC_INTERN PetscErrorCode FMMCUDAMatDestroy(void **);
+PETSC_INTERN PetscErrorCode FMMCUDAMatSetFromOptions(void *, FMMOptionItems, PetscBool *);
+PETSC_INTERN PetscErrorCode FMMCUDAMatBuildsPlan(void *, PetscBool *);
+PETSC_INTERN PetscErrorCode FMMCUDAMatSetSources(void *, FMMSourcesEvent, const FMMSources *, PetscInt);
+PETSC_INTERN PetscErrorCode FMMCUDAPinSources(FMMContext *);
+PETSC_INTERN PetscErrorCode FMMCUDAUnpin(void *);
+
+/* what FMMCUDATreeBuild (tree.cu) builds the plan from */
+typedef struct {
+  /* points [a, b) to the device's room for them (xy) on stream s (NULL: xy holds them) */
+  PetscErrorCode (*points)(FMM_CUDA *, void *, PetscInt a, PetscInt b, cudaStream_t s);
+  void *pctx;
+  /* called once the sort is queued: starts the upload of the normals and weights after the event after (the
+     points up) and returns the event done of its end, which the scatter of the points waits for (NULL: none) */
+  PetscErrorCode (*late)(FMM_CUDA *, void *, cudaEvent_t after, cudaEvent_t *done);
+  void *lctx;
+} FMMCUDAUploads;
+
+typedef struct {
+  PetscInt       ct;          /* clustering threshold */
+  PetscReal      theta;       /* separation parameter */
+  PetscBool      median;      /* the median split rule (-mat_fmm_tree_split median) */
+  PetscBool      splitlocal;  /* the last rounds in shared memory where the device allows */
+  PetscInt       keybits;     /* sort keys: 1 to 32 quantized bits, 64 exact */
+  PetscInt       U;           /* points: the N sources, then the targets of all ranks unless same */
+  PetscBool      same;        /* the targets are the sources */
+  PetscInt       t0;          /* global index of this rank's first target */
+  PetscReal      alpha, beta; /* the operator (FMMSourceCoefficients) */
+  const double  *xy;          /* device: the U points (sources in global order, then the targets in global order), or room for them */
+  const double  *nrm, *wts;   /* device: 2N normals and N weights (or NULL) */
+  PetscBool      parts;       /* the points come from host memory (from SORT_PARTS_MIN on, they go up in two parts) */
+  FMMCUDAUploads up;
+} FMMCUDATreeInput;
 
 /* tree.cu */
-PETSC_INTERN PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *, FMMPlan *, PetscInt, PetscReal, PetscBool, PetscBool, PetscBool, PetscInt, PetscReal, PetscReal, const double *, PetscErrorCode (*)(FMM_CUDA *, void *, PetscInt, PetscInt, cudaStream_t), void *, const double *, const double *, PetscErrorCode (*)(FMM_CUDA *, void *, cudaEvent_t, cudaEvent_t *), void *, PetscBool, PetscInt, PetscInt);
+PETSC_INTERN PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *, FMMPlan *, const FMMCUDATreeInput *);
 PETSC_INTERN PetscErrorCode FMMCUDAM2LPlan(FMM_CUDA *, const FMMPlan *);
 PETSC_INTERN PetscErrorCode FMMCUDAP2PPlanBegin(FMM_CUDA *, const FMMPlan *, PetscBool);
 PETSC_INTERN PetscErrorCode FMMCUDAP2PPlanEnd(FMM_CUDA *, FMMPlan *, PetscBool);
 PETSC_INTERN PetscErrorCode FMMCUDAP2PWorkDestroy(FMM_CUDA *);
 PETSC_INTERN PetscErrorCode FMMCUDANearSources(FMM_CUDA *, const FMMPlan *, PetscBool, PetscInt **, PetscInt *);
+PETSC_INTERN PetscErrorCode FMMCUDAWarmUpSorts(void);
 /* upward.cu */
 PETSC_INTERN PetscErrorCode FMMCUDAStrengths(FMM_CUDA *, const FMMPlan *, const double *);
 PETSC_INTERN PetscErrorCode FMMCUDAP2M(FMM_CUDA *, const FMMPlan *);
@@ -269,6 +341,7 @@ PETSC_INTERN PetscErrorCode FMMCUDACombine(FMM_CUDA *, PetscInt, double, double,
 /* p2p.cu */
 PETSC_INTERN PetscErrorCode FMMCUDALogTable(FMM_CUDA *);
 PETSC_INTERN PetscErrorCode FMMCUDAP2PTiled(FMM_CUDA *, const FMMPlan *);
+PETSC_INTERN PetscErrorCode FMMCUDAP2PSymmetric(FMM_CUDA *, const FMMPlan *); /* p2psym.cu */
 PETSC_INTERN PetscErrorCode FMMCUDAP2PIndexing(FMM_CUDA *, const FMMPlan *);
 PETSC_INTERN PetscErrorCode FMMCUDAP2PRepetition(FMM_CUDA *, const FMMPlan *);
 PETSC_INTERN PetscErrorCode FMMCUDADirect(FMM_CUDA *, const FMMPlan *);

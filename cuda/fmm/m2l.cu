@@ -379,9 +379,8 @@ __global__ void __launch_bounds__(32 * M2L_TC_WARPS) M2LTensorKernel(PetscInt nc
   B fragments of the KP x KP matrix Chat are read from shared memory (one
   conflict-free 16-byte load per mma).  Holding Chat in registers (KP^2/32
   doubles a lane) took 232 registers a thread, so only 2 blocks (8 warps) per
-  SM, and the kernel waited on mma latency: on an H100, with Chat in shared
-  memory (168 registers, 3 blocks) the M2L of 10^7 points took 1.74 ms instead
-  of 1.87 ms.
+  SM, and the kernel waited on mma latency; with Chat in shared memory (168
+  registers, 3 blocks) it is faster.
   Chat is the (p+1) x (p+1) matrix over l, k = 0..p of
      Chat(0,0) = 0, Chat(0,k) = 1, Chat(l,0) = -1/l, Chat(l,k) = C(l+k-1, k-1),
   so that Y_0 = sum_k T_k and Y_l = -A_0/l + sum_k C(l+k-1,k-1) T_k: the
@@ -395,22 +394,19 @@ __global__ void __launch_bounds__(32 * M2L_TC_WARPS) M2LTensorKernel(PetscInt nc
   next group and the box indices of the next chunk are loaded while the current
   group computes.
 
-  Where the time goes (ncu, H100, 10^7 points, p = 30, clocks locked): this
-  kernel 1.71 ms; the pipe that FP64 and the FP64 tensor cores share is 55%
-  busy (tensor 32%, DFMA/DMUL 23%), with 3 warps a scheduler (168 registers);
-  L1 hit rate 80%.  M2LSumKernel 0.35 ms, three quarters of it waiting on the
-  partials' loads.  Measured slower, with the M2L phase at 1.75 ms:
-  - warps owning whole target boxes (no partials, no M2LSumKernel): 19 ms,
-    as a few boxes have far lists of thousands of pairs (76919 at most;
-    150 boxes hold 27% of the pairs: the two-arm boxes of the README);
+  The pipe that FP64 and the FP64 tensor cores share bounds the kernel, with
+  3 warps a scheduler (168 registers); M2LSumKernel mostly waits on the
+  partials' loads.  Measured slower:
+  - warps owning whole target boxes (no partials, no M2LSumKernel), as a few
+    boxes have far lists of thousands of pairs (the two-arm boxes);
   - warps owning equal ranges of pairs, only the boxes cut by a range summed
-    afterwards: 1.95 ms (probably as the block's warps no longer share
-    sources in L1; it also spilled 140 bytes);
+    afterwards (probably as the block's warps no longer share sources in L1;
+    it also spilled);
   - the same by 128-pair segments in turn, with the multipoles staged in
-    shared memory by cp.async (no spills): 2.33 ms (probably as 67 KB of
-    shared memory a block leave a small L1);
-  - four partials in flight per thread in M2LSumKernel: no gain (0.35 ms);
-    streaming stores of the partials: slower (1.77 against 1.76 ms).
+    shared memory by cp.async (probably as the shared memory a block takes
+    leaves a small L1);
+  - four partials in flight per thread in M2LSumKernel (no gain), and
+    streaming stores of the partials.
 */
 #define M2L_RW 4 /* warps per block of the register kernel */
 
@@ -596,7 +592,7 @@ static const M2LRegFn M2LRegKernels[] = {M2LRegKernel<8>, M2LRegKernel<16>, M2LR
    nor a build for an older GPU only (CUDA_ARCH=sm_80) run on an sm_90 one,
    which compiles its PTX there, where Dmma16x8x8 traps (the device's
    compute capability alone chose the kernel before: every product failed
-   with "unspecified launch failure", H100).  Once per process and device */
+   with "unspecified launch failure").  Once per process and device */
 static bool M2LRegCode(int dev)
 {
   static unsigned long long asked = 0, yes = 0;

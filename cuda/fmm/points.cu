@@ -61,8 +61,8 @@ PetscErrorCode FMMCUDAIsDeviceMemory(const void *p, PetscBool *dev)
 /* the matrix's block of n reals on this rank's GPU: from petscfmm's pool
    where -mat_fmm_cuda_pool_reserve grew it (memory already mapped; on the
    side stream 0, waited for, so that any stream may use it), else by
-   cudaMalloc (FMMCUDAMallocKept), which was faster than fresh pool memory:
-   the first copy of 10^7 points (400 MB) took 0.3-0.5 ms less (H100) */
+   cudaMalloc (FMMCUDAMallocKept), which was faster than fresh pool memory
+   for a first large copy */
 PetscErrorCode FMMCUDAPointsAlloc(size_t n, PetscReal **d)
 {
   PetscFunctionBegin;
@@ -180,9 +180,8 @@ PetscErrorCode FMMCUDACopyChecked(PetscInt na, PetscReal *const dst[], const Pet
 
 /* loads the kernel of FMMCUDACopyChecked (CUDA loads a kernel at its first
    use, a launch or a query of its attributes), which the warm-up product
-   (host points) does not run: a first MatFMMSetSources() with 10^6 points
-   in GPU memory took 0.4-0.6 ms instead of 0.1 ms, 0.37 ms of it in its
-   first launch (H100) */
+   (host points) does not run: a first MatFMMSetSources() with points in GPU
+   memory would otherwise pay that load */
 PetscErrorCode FMMCUDAPointsLoad(void)
 {
   cudaFuncAttributes at;
@@ -200,15 +199,15 @@ PetscErrorCode FMMCUDAPointsToHost(PetscReal *h, const PetscReal *d, size_t n)
   PetscFunctionReturn(0);
 }
 
-/* ---- the page-locked block's copy in GPU memory (srcpinned, one rank)
+/* ---- the page-locked block's copy in GPU memory (FMMCUDAMat.pinned, one rank)
 
    A time-stepping code refills the sources before each assembly.  Once the
-   matrix's block is page-locked (PinSources, backend.cu), MatFMMSetSources()
+   matrix's block is page-locked (FMMCUDAPinSources, settings.cu), MatFMMSetSources()
    sends each array of it to this copy once the array is copied in, so the
    points go up while the host copies the normals and weights, and the
    assembly finds the points on the GPU (as points given in device memory):
    the upload no longer follows the copy.  The copy lives with the block
-   (FreeSources).
+   (FMM_SOURCES_FREE, settings.cu).
    It is made at the 9th refill, after assemblies of the same sizes have
    grown petscfmm's pool to what they need (the pool keeps it), so it takes
    memory that no later assembly of this matrix asks for; where cudaMalloc

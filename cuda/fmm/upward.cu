@@ -9,8 +9,8 @@
   per source expanding into its own shared-memory row, rows then summed
   column by column in source order.  The 1/k of the terms come from the
   constant bank (cP2MInv, fixed at compile time) and the leaf's 1/s is
-  taken once: with a division per source and term P2M took 1.9 ms at 10^7
-  points (p 30, H100), more than the near field; now 0.32 ms.  Without
+  taken once: a division per source and term made P2M cost more than the
+  near field.  Without
   dipoles (single layer) their terms are compiled out.
   M2M: a thread per (parent box, coefficient l), so a level has (p+1) times
   more threads than boxes and the upper levels do not serialise.  The sum
@@ -146,7 +146,7 @@ PetscErrorCode FMMCUDAP2M(FMM_CUDA *c, const FMMPlan *P)
   PetscFunctionReturn(0);
 }
 
-/* M2M of FMMM2M for one coefficient l of one parent:
+/* M2M for one coefficient l of one parent (FMMM2MCoefficient, expansions.h):
    B_0 = sum A_0,  B_l = sum over children of -A_0 u^l/l + sum_{k=1..l} C(l-1,k-1) A_k rho^k u^(l-k) */
 __global__ void M2MKernel(PetscInt nb, int p, int ne, PetscInt pl, PetscInt cl, PetscInt span, const PetscInt *sleaf, const double *cx, const double *cy, const double *scale, const double *binom, double *mpole)
 {
@@ -154,29 +154,18 @@ __global__ void M2MKernel(PetscInt nb, int p, int ne, PetscInt pl, PetscInt cl, 
   const PetscInt t = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   if (t >= nb * (p + 1)) return;
   const PetscInt b = t / (p + 1);
-  const int      l = (int)(t % (p + 1)), nbin = 2 * p + 1;
+  const int      l = (int)(t % (p + 1));
   const double   pcx = cx[pl + b], pcy = cy[pl + b], ps = scale[pl + b];
   double         sr = 0.0, si = 0.0;
   for (PetscInt ch = 4 * b; ch < 4 * b + 4; ch++) {
     if (sleaf[(ch + 1) * span] == sleaf[ch * span]) continue; /* no sources */
-    const double *Ar = mpole + (cl + ch) * ne, *Ai = Ar + p + 1;
+    const double *A = mpole + (cl + ch) * ne;
     if (l == 0) {
-      sr += Ar[0];
+      sr += A[0];
       continue;
     }
     const double ux = (cx[cl + ch] - pcx) / ps, uy = (cy[cl + ch] - pcy) / ps, rho = scale[cl + ch] / ps;
-    double       hr = 0.0, hi = 0.0, rk = 1.0, ulr = 1.0, uli = 0.0;
-    for (int k = 1; k <= l; k++) { /* Horner: h = h u + C(l-1,k-1) A_k rho^k; and u^l */
-      const double cc = binom[(l - 1) * nbin + (k - 1)], tr = hr * ux - hi * uy;
-      rk *= rho;
-      hi = hr * uy + hi * ux + cc * Ai[k] * rk;
-      hr = tr + cc * Ar[k] * rk;
-      const double v = ulr * ux - uli * uy;
-      uli            = ulr * uy + uli * ux;
-      ulr            = v;
-    }
-    sr += hr - Ar[0] * ulr / l;
-    si += hi - Ar[0] * uli / l;
+    FMMM2MCoefficient(p, binom, l, ux, uy, rho, A, &sr, &si);
   }
   mpole[(pl + b) * ne + l]         = sr;
   mpole[(pl + b) * ne + p + 1 + l] = si;

@@ -23,6 +23,24 @@
   #define FMM_HD static inline
 #endif
 
+/* The operator's coefficients, written once for every site that needs them:
+   a source of weight w (1 for particles) and unit normal n (NULL: none) of
+   the operator alpha D + beta S has the charge *cq = -beta w/(2 pi) and the
+   dipole (*cdx, *cdy) = alpha w n/(2 pi) per unit density (the expansions and
+   the near field sum Re[q log(z - y) + d/(z - y)]: the plan on either
+   backend), and *cdn = alpha w/(2 pi) is the dipole's factor as the diagonal
+   (MatGetDiagonal()) applies it to n.(z - y)/|z - y|^2: the same product
+   rounded in another order, kept so that no result changes.  Include after
+   PETSc's headers (PETSC_PI). */
+FMM_HD void FMMSourceCoefficients(double alpha, double beta, double w, const double *n, double *cq, double *cdx, double *cdy, double *cdn)
+{
+  const double twopi = 2.0 * PETSC_PI;
+  *cq                = -beta * w / twopi;
+  *cdx               = n ? alpha * w * n[0] / twopi : 0.0;
+  *cdy               = n ? alpha * w * n[1] / twopi : 0.0;
+  *cdn               = alpha * w / twopi;
+}
+
 /* The tables of the operators below, for order p: binom is (2p+1) x (2p+1),
    binom[n*(2p+1) + k] = C(n,k) by Pascal's rule (exact up to 2^53, then the
    same rounded values on every backend); m2l is p x p,
@@ -112,6 +130,29 @@ FMM_HD void FMMM2M(int p, const double *binom, double ux, double uy, double rho,
   }
 }
 
+/* M2M for one coefficient l >= 1 of the parent, from one child (the GPU's
+   M2M, a thread per coefficient): *sr, *si += the child's term of FMMM2M's
+   B_l, -A_0 u^l/l + sum_{k=1..l} C(l-1,k-1) A_k rho^k u^(l-k), with the sum
+   over k by Horner's rule in u.  The same terms as FMMM2M in another order,
+   so other roundings: each backend keeps its own. */
+FMM_HD void FMMM2MCoefficient(int p, const double *binom, int l, double ux, double uy, double rho, const double *A, double *sr, double *si)
+{
+  const int     nbin = 2 * p + 1;
+  const double *Ar = A, *Ai = A + p + 1;
+  double        hr = 0.0, hi = 0.0, rk = 1.0, ulr = 1.0, uli = 0.0;
+  for (int k = 1; k <= l; k++) { /* Horner: h = h u + C(l-1,k-1) A_k rho^k; and u^l */
+    const double cc = binom[(l - 1) * nbin + (k - 1)], tr = hr * ux - hi * uy;
+    rk *= rho;
+    hi = hr * uy + hi * ux + cc * Ai[k] * rk;
+    hr = tr + cc * Ar[k] * rk;
+    const double v = ulr * ux - uli * uy;
+    uli            = ulr * uy + uli * ux;
+    ulr            = v;
+  }
+  *sr += hr - Ar[0] * ulr / l;
+  *si += hi - Ar[0] * uli / l;
+}
+
 /* M2L: multipole A (centre c, scale sm) into local B (centre cL, scale sl);
    z0 = c - cL, alpha = sm/z0, beta = sl/z0, T_k = A_k (-alpha)^k:
    B_0 += A_0 log|z0| + sum_k T_k,
@@ -185,6 +226,28 @@ FMM_HD void FMML2L(int p, const double *binom, double ux, double uy, double rho,
     Ci[l] += si * rl;
     rl *= rho;
   }
+}
+
+/* L2L for one coefficient l of the child (the GPU's L2L, a thread per
+   coefficient): *cr, *ci = FMML2L's increment of C_l, rho^l sum_{k=l..p}
+   B_k C(k,l) u^(k-l), each power of u the running product of the one
+   before, as FMML2L's table holds it */
+FMM_HD void FMML2LCoefficient(int p, const double *binom, int l, double ux, double uy, double rho, const double *B, double *cr, double *ci)
+{
+  const int     nbin = 2 * p + 1;
+  const double *Br = B, *Bi = B + p + 1;
+  double        sr = 0.0, si = 0.0, pr = 1.0, pi = 0.0, rl = 1.0;
+  for (int k = l; k <= p; k++) { /* u^(k-l) as the sequential product, like the CPU's table */
+    const double c = binom[k * nbin + l];
+    sr += c * (Br[k] * pr - Bi[k] * pi);
+    si += c * (Br[k] * pi + Bi[k] * pr);
+    const double v = pr * ux - pi * uy;
+    pi             = pr * uy + pi * ux;
+    pr             = v;
+  }
+  for (int k = 0; k < l; k++) rl *= rho;
+  *cr = sr * rl;
+  *ci = si * rl;
 }
 
 /* L2P: Re sum_l B_l w^l at w = (z - c)/s, by Horner's rule */

@@ -1,4 +1,15 @@
-/* Private data of MATFMM: the plan (tree + interaction lists) and the backends. */
+/*
+  Private to MATFMM: the method's parameters, the plan, the matrix's copy of
+  the points, and the interface between the Mat layer (src/fmm/mat.c, api.c,
+  points.c, plan.c) and its backends (src/fmm/cpu, cuda/fmm).
+
+  The Mat layer talks to a backend only through its ops table (FMMBackendOps)
+  and gives it an FMMContext: the parameters, the plan and the points, never
+  the Mat.  A backend keeps two kinds of state: per Mat (its settings and what
+  it keeps of the matrix's sources, from MatCreate() to MatDestroy(): create,
+  setfromoptions, setsources, destroy) and per assembly (ctx->data: from plan or
+  setup to reset).
+*/
 #pragma once
 
 #include <petscfmm.h>
@@ -8,8 +19,37 @@
 #if PETSC_VERSION_LT(3, 20, 0) /* PetscAssertPointer() replaced PetscValid...Pointer() in 3.20 */
   #define PetscAssertPointer(h, arg) PetscValidPointer(h, arg)
 #endif
+#if PETSC_VERSION_LT(3, 23, 0) /* PetscOptionItems is a pointer type since PETSc 3.23 */
+typedef PetscOptionItems *FMMOptionItems;
+#else
+typedef PetscOptionItems FMMOptionItems;
+#endif
 
 PETSC_INTERN PetscLogEvent MATFMM_Setup, MATFMM_Tree, MATFMM_P2M, MATFMM_M2M, MATFMM_M2L, MATFMM_L2L, MATFMM_L2P, MATFMM_P2P, MATFMM_Direct;
+
+/* the largest expansion order: the limit of MatFMMSetExpansionOrder(), the
+   cap of the order chosen from the tolerance, and the size of the backends'
+   work arrays */
+#define FMM_P_MAX 64
+
+/* below this many points (sources + targets) the CPU work of one product is
+   tens of microseconds: OpenMP threads would cost more than they give, and
+   under CPU contention each parallel region can wait a scheduler slice */
+#define FMM_OMP_MIN_POINTS 8192
+
+/* The method's parameters: set by the setters and the options, read by the
+   plan and the backends (which take effect at the next assembly) */
+typedef struct {
+  MatFMMKernel kernel;
+  PetscReal    alpha, beta;   /* operator = alpha D + beta S */
+  PetscInt     ct;            /* clustering threshold: the one set, else the default of the device (after assembly, the device in use) */
+  PetscInt     p;             /* expansion order in use (set at assembly) */
+  PetscReal    eps, theta;    /* tolerance (chooses p unless set), separation parameter */
+  MatFMMLayout layout;        /* near field */
+  MatFMMMethod method;        /* FMM or exact sums */
+  PetscBool    split_median;  /* the tree's split rule: the median along the longer side (-mat_fmm_tree_split median) */
+  PetscReal    repetition_mb; /* memory budget of the repetition layout */
+} FMMParams;
 
 /*
   The plan: built once per geometry at assembly, read by every backend.
@@ -33,6 +73,11 @@ PETSC_INTERN PetscLogEvent MATFMM_Setup, MATFMM_Tree, MATFMM_P2M, MATFMM_M2M, MA
     multipole  Phi(z) = A_0 log(z - c) + sum_{k=1..p} A_k (s/(z - c))^k
     local      Phi(z) = sum_{l=0..p} B_l ((z - c)/s)^l
   as 2(p+1) reals: the p+1 real parts, then the p+1 imaginary parts.
+
+  FMMPlan holds the plan's sizes and statistics, which whoever builds the plan
+  sets; FMMHostPlan its arrays in host memory, built by FMMPlanBuild()
+  (src/fmm/plan.c).  A backend that builds the plan itself (the CUDA backend,
+  on the GPU) keeps the arrays in its own memory and fills FMMPlan only.
 */
 typedef struct {
   PetscInt   L;       /* leaves are level L; depth = L + 1 levels */
@@ -40,32 +85,30 @@ typedef struct {
   PetscInt   nleaves; /* 4^L */
   PetscInt   N;       /* sources (global count, all replicated) */
   PetscInt   M;       /* targets on this rank */
-  /* sources in tree order */
-  PetscInt  *sperm;          /* [N] tree position -> global source index */
-  PetscReal *sx, *sy;        /* [N] coordinates */
-  PetscReal *cq, *cdx, *cdy; /* [N] charge and dipole per unit density (kernel, weight, normal, 1/2pi) */
-  PetscInt  *sleaf;          /* [nleaves+1] source range of each leaf */
-  /* this rank's targets in tree order */
-  PetscInt  *tperm;  /* [M] tree position -> local target index */
-  PetscReal *tx, *ty; /* [M] */
-  PetscInt  *tleaf;  /* [nleaves+1] */
-  /* boxes */
-  PetscReal *cx, *cy, *scale; /* [nboxes] centre and radius (scale of the expansions) */
-  PetscInt  *faroff, *far;    /* [nboxes+1], [faroff[nboxes]]: M2L sources of each box */
-  PetscInt  *nearoff, *near;  /* [nleaves+1], [nearoff[nleaves]]: P2P source leaves of each leaf */
   PetscInt   maxleafsrc, maxleaftgt;
-  PetscInt   nfar;    /* M2L pairs: faroff[nboxes] */
-  PetscInt   nearsrc; /* sum over leaves of the neighbour sources (indexing layout length) */
+  PetscInt   nfar;     /* M2L pairs: faroff[nboxes] */
+  PetscInt   nearsrc;  /* sum over leaves of the neighbour sources (indexing layout length) */
   PetscCount p2ppairs; /* target-source pairs the near field sums */
 } FMMPlan;
 
-/* below this many points (sources + targets) the CPU work of one product is
-   tens of microseconds: OpenMP threads would cost more than they give, and
-   under CPU contention each parallel region can wait a scheduler slice */
-#define FMM_OMP_MIN_POINTS 8192
+typedef struct {
+  /* sources in tree order */
+  PetscInt  *sperm;          /* [N] tree position -> global source index */
+  PetscReal *sx, *sy;        /* [N] coordinates */
+  PetscReal *cq, *cdx, *cdy; /* [N] charge and dipole per unit density (FMMSourceCoefficients) */
+  PetscInt  *sleaf;          /* [nleaves+1] source range of each leaf */
+  /* this rank's targets in tree order */
+  PetscInt  *tperm;   /* [M] tree position -> local target index */
+  PetscReal *tx, *ty; /* [M] */
+  PetscInt  *tleaf;   /* [nleaves+1] */
+  /* boxes */
+  PetscReal *cx, *cy, *scale; /* [nboxes] centre and radius (scale of the expansions) */
+  PetscInt  *faroff, *far;    /* [nboxes+1], [nfar]: M2L sources of each box */
+  PetscInt  *nearoff, *near;  /* [nleaves+1], [nearoff[nleaves]]: P2P source leaves of each leaf */
+} FMMHostPlan;
 
 /* The compact split rule of the tree (-mat_fmm_tree_split compact, src/fmm/plan.c
-   and cuda/fmm/tree.cu): a box of n points may be cut after h - w .. h + w of its
+   and cuda/fmm/tree/compact.cuh): a box of n points may be cut after h - w .. h + w of its
    points in x or in y order, h = n/2, w = n/FMM_SPLIT_WINDOW; the cost of a cut
    is the sum of its two children's bounding-box half-perimeters (width +
    height), and a cut off the median costs FMM_SPLIT_GAIN times more, so the
@@ -81,69 +124,67 @@ static inline PetscInt FMMLevelStart(PetscInt l)
   return ((((PetscInt)1) << (2 * l)) - 1) / 3;
 }
 
-/* A backend evaluates the plan.  mult() gets the N densities in global source
-   order (host memory) and writes the M potentials in local target order
-   (host memory), without the diagonal/shift/scale terms, which the Mat layer adds. */
-typedef struct _FMMBackendOps *FMMBackend;
-struct _FMMBackendOps {
-  const char *name;
-  PetscErrorCode (*plan)(Mat);                                   /* builds the plan itself (NULL: FMMPlanBuild on the host) */
-  PetscErrorCode (*setup)(Mat);                                  /* after the plan is built */
-  PetscErrorCode (*mult)(Mat, const PetscScalar *, PetscScalar *); /* FMM product (output NULL: kept for combine) */
-  PetscErrorCode (*direct)(Mat, const PetscScalar *, PetscScalar *); /* exact O(NM) product (likewise) */
-  /* y = [y +] scale (the product kept) + (shift + d) .* x, x, d (or NULL) and y in device memory (NULL: not supported) */
-  PetscErrorCode (*combine)(Mat, const PetscScalar *, const PetscScalar *, PetscScalar *, PetscBool);
-  PetscErrorCode (*destroy)(Mat);
-  PetscErrorCode (*view)(Mat, PetscViewer); /* backend lines of -mat_view (ASCII, after assembly; NULL: none) */
-};
+/* The flop model of a product, one count per phase (the log events of both
+   backends and bench/bench's rates read them): P2M 20 p per source, M2M and
+   L2L 8 p^2 per box below the root, M2L 4 p^2 + 20 p per translation (the two
+   real p x p matrix-vector products of FMMM2L and the powers and scalings
+   around them), L2P 8 p per target, P2P and the direct sum 12 per pair */
+typedef enum {
+  FMM_PHASE_P2M,
+  FMM_PHASE_M2M,
+  FMM_PHASE_M2L,
+  FMM_PHASE_L2L,
+  FMM_PHASE_L2P,
+  FMM_PHASE_P2P,
+  FMM_PHASE_DIRECT
+} FMMPhase;
 
-typedef struct _n_FMMCUDAMirror *FMMCUDAMirror; /* a GPU copy of the page-locked sources (cuda/fmm/points.cu) */
+static inline PetscLogDouble FMMFlops(FMMPhase ph, PetscInt p, const FMMPlan *P)
+{
+  const PetscLogDouble q = (PetscLogDouble)p;
 
+  switch (ph) {
+  case FMM_PHASE_P2M:
+    return 20.0 * q * P->N;
+  case FMM_PHASE_M2M:
+  case FMM_PHASE_L2L:
+    return 8.0 * q * q * (P->nboxes - 1);
+  case FMM_PHASE_M2L:
+    return (4.0 * q * q + 20.0 * q) * P->nfar;
+  case FMM_PHASE_L2P:
+    return 8.0 * q * P->M;
+  case FMM_PHASE_P2P:
+    return 12.0 * (PetscLogDouble)P->p2ppairs;
+  case FMM_PHASE_DIRECT:
+    return 12.0 * (PetscLogDouble)P->N * P->M;
+  }
+  return 0.0;
+}
+
+/* The matrix's copy of this rank's sources (src/fmm/points.c): one block of
+   FMMSourceBlock() reals, the points (interleaved), then the normals, then the
+   weights; in host memory, or in the memory of the device backend where the
+   caller gave its arrays there */
 typedef struct {
-  /* user data, as given (local parts) */
-  PetscInt     nsrc, ntgt; /* local counts; ntgt < 0: targets are the sources */
-  PetscReal   *src, *nrm, *wts, *tgt; /* src, nrm and wts: one block, at src */
-  PetscBool    hasnrm, haswts;
-  PetscInt     nrefill;             /* MatFMMSetSources() calls that refilled that block (same sizes) */
-  PetscBool    srcpinned, srcpinno; /* the CUDA backend page-locked the block; it tried and was refused */
-  FMMCUDAMirror mirror;            /* srcpinned: the block's copy in GPU memory, sent by MatFMMSetSources() (cuda/fmm/points.cu) */
-  PetscInt     badsrc, badnrm, badwts, badtgt; /* first NaN/Inf entry of each copy, -1: none (found while copying) */
-  PetscReal    badv[4];                        /* their values (src, nrm, wts, tgt) */
-  PetscBool    srcdev, tgtdev;                 /* the copies (src block, tgt) are in device memory: given there (CUDA backend) */
-  PetscInt     srcdistinct;                    /* srcdev: the first local source not at source 0's place (-1: none) */
-  MatFMMKernel kernel;
-  PetscReal    alpha, beta; /* operator = alpha D + beta S */
-  /* parameters */
-  PetscInt     ct, p, p_user;
-  PetscReal    eps, theta;
-  MatFMMLayout layout;
-  MatFMMMethod method;
-  MatFMMDevice device, device_used;
-  PetscBool    setvectype; /* MatCreateVecs() gives VECCUDA because the matrix is on the GPU (SetVecType) */
-  PetscReal    repetition_mb;
-  PetscBool    ct_set;                      /* CT given by the user; else the device's default */
-  PetscBool    split_median;                /* the seed's split rule: median along the longer side (-mat_fmm_tree_split median) */
-  PetscBool    cuda_m2l_tc, cuda_log_fast; /* CUDA kernel choices (-mat_fmm_cuda_m2l, -mat_fmm_cuda_log) */
-  PetscBool    cuda_tree_gpu;              /* the CUDA backend builds the plan on the GPU (-mat_fmm_cuda_tree) */
-  PetscBool    cuda_p2p_sym;               /* CUDA tiled P2P evaluates each unordered pair once when it can (-mat_fmm_cuda_p2p_symmetric) */
-  PetscBool    cuda_split_local;           /* the GPU tree's last splitting rounds in shared memory where the device allows (-mat_fmm_cuda_split_local) */
-  PetscInt     cuda_key_bits;              /* the GPU tree's sort keys: 1 to 32 quantized bits, 64 exact (-mat_fmm_cuda_tree_key_bits) */
-  PetscInt     cuda_list_room;             /* the GPU lists' entries per box before their sizes are known (-mat_fmm_cuda_tree_list_room) */
-  /* diagonal terms: y = scale*K x + diag .* x + shift*x */
-  PetscScalar  scale, shift;
-  Vec          diag; /* NULL when none (row layout) */
-  /* setup */
-  PetscBool    setup;
-  PetscSF      sf;       /* allgather of the source data and densities */
-  PetscScalar *sigma;    /* [N] gathered densities (global order) */
-  PetscScalar *pot;      /* [M] potentials, local target order */
-  PetscReal   *gsrc, *gnrm, *gwts; /* [2N],[2N],[N] gathered source data (global order) */
-  PetscReal   *gtgt;               /* [2 Mglobal] gathered targets (NULL: the targets are the sources) */
-  PetscBool    galias;             /* one rank: the g* arrays are the user's arrays (src, nrm, wts, tgt), not copies */
-  FMMPlan      plan;
-  FMMBackend   ops;
-  void        *backend; /* backend private data */
-} Mat_FMM;
+  PetscInt   n;              /* local sources; -1: MatFMMSetSources() not called yet */
+  PetscReal *block;          /* the block; xy = block */
+  PetscReal *nrm, *wts;      /* in the block, or NULL */
+  PetscBool  hasnrm, haswts; /* normals, weights given */
+  PetscBool  dev;            /* the block is in device memory */
+  PetscInt   nrefill;        /* MatFMMSetSources() calls that refilled the block (same sizes) */
+  PetscInt   distinct;       /* dev: the first local source not at source 0's place (-1: none) */
+  PetscInt   bad[3];         /* first NaN/Inf entry of the points, normals, weights, -1: none (found while copying) */
+  PetscReal  badv[3];        /* their values */
+} FMMSources;
+
+/* and of this rank's targets */
+typedef struct {
+  PetscInt   m;    /* local targets; -1: the targets are the sources */
+  PetscReal *xy;
+  PetscBool  dev;
+  PetscInt   bad;  /* first NaN/Inf entry, -1: none */
+  PetscReal  badv;
+} FMMTargets;
 
 /* reals in the block of n sources (MatFMMSetSources): points, then normals, then weights */
 static inline size_t FMMSourceBlock(PetscInt n, PetscBool nrm, PetscBool w)
@@ -151,26 +192,137 @@ static inline size_t FMMSourceBlock(PetscInt n, PetscBool nrm, PetscBool w)
   return (size_t)n * (2 + (nrm ? 2 : 0) + (w ? 1 : 0));
 }
 
-PETSC_INTERN PetscErrorCode FMMPlanBuild(Mat);
-PETSC_INTERN PetscErrorCode FMMPlanDestroy(FMMPlan *);
-PETSC_INTERN PetscErrorCode FMMChooseOrder(PetscReal, PetscReal, PetscInt *);
-PETSC_INTERN void           FMMCopyReals(PetscReal *, const PetscReal *, PetscInt);
+/* What the Mat gives a backend.  The points are those the plan is built
+   from, in global order: the N sources and, unless the targets are the
+   sources, the Mg targets of all ranks; on one rank they are the matrix's own
+   copies (alias), possibly in device memory (sources->dev). */
+typedef struct {
+  MPI_Comm          comm;
+  PetscObject       obj;    /* the matrix, for PetscInfo() only */
+  const FMMParams  *par;
+  FMMPlan           plan;   /* sizes and statistics: set by whoever builds the plan */
+  FMMHostPlan      *host;   /* the plan's arrays in host memory (FMMPlanBuild()); NULL where the backend built the plan itself */
+  PetscInt          N, Mg;  /* sources; targets of all ranks (0: the targets are the sources) */
+  PetscBool         same;   /* the targets are the sources */
+  PetscInt          t0;     /* global index of this rank's first target (of the sources where same) */
+  const PetscReal  *src, *nrm, *wts, *tgt; /* [2N], [2N] or NULL, [N] or NULL, [2 Mg] (NULL after setup, or same) */
+  PetscBool         alias;  /* one rank: src, nrm, wts are the matrix's block, tgt its targets */
+  const FMMSources *sources;
+  void             *bmat;   /* the backend's per-Mat state */
+  void             *data;   /* the backend's state of this assembly */
+} FMMContext;
+
+/* the events of the matrix's source block that a backend may follow
+   (setsources): FREE before the block is freed (new sizes, MatDestroy());
+   FILL before it is refilled in host memory, COPIED once array k of it (0
+   points, 1 normals, 2 weights; those given) is copied in, FILLED after */
+typedef enum {
+  FMM_SOURCES_FREE,
+  FMM_SOURCES_FILL,
+  FMM_SOURCES_COPIED,
+  FMM_SOURCES_FILLED
+} FMMSourcesEvent;
+
+/* A device's memory, where the caller may give its points (MatFMMSetSources(),
+   MatFMMSetTargets()) */
+typedef struct {
+  PetscErrorCode (*isdevice)(const void *, PetscBool *);                 /* the array is in this memory */
+  PetscErrorCode (*alloc)(size_t, PetscReal **);                         /* n reals */
+  PetscErrorCode (*free)(PetscReal *);
+  PetscErrorCode (*tohost)(PetscReal *, const PetscReal *, size_t);      /* h = d, n reals */
+  /* dst[k] = src[k] (n[k] reals, k < na) with the first NaN/Inf of each (bad, badv; -1: none) and
+     the first point of array 0 not at the place of its point 0 (*distinct, if not NULL; -1: none) */
+  PetscErrorCode (*copychecked)(PetscInt, PetscReal *const[], const PetscReal *const[], const PetscInt[], PetscInt[], PetscReal[], PetscInt *);
+} FMMDeviceMemory;
+
+/* A backend evaluates the plan.  mult() gets the N densities in global source
+   order and writes the M potentials in local target order, without the
+   diagonal/shift/scale terms, which the Mat layer adds (or combine() does). */
+typedef struct _FMMBackendOps *FMMBackend;
+struct _FMMBackendOps {
+  const char            *name;
+  MatFMMDevice           device;
+  PetscInt               ct;          /* clustering threshold where none is set */
+  PetscErrorCode       (*devicecount)(PetscInt *); /* devices this process can use (NULL: the host, always there) */
+  const FMMDeviceMemory *mem;                      /* NULL: host memory only */
+  /* once per process, where devicecount finds one (PetscFMMCUDAInitialize()): initialize makes the device's
+     context, warmup loads what a warm-up product did not use */
+  PetscErrorCode (*initialize)(void);
+  PetscErrorCode (*warmup)(void);
+  /* per Mat */
+  PetscErrorCode (*create)(void **);                                       /* its settings, at their defaults */
+  PetscErrorCode (*destroy)(void **);
+  PetscErrorCode (*setfromoptions)(void *, FMMOptionItems, PetscBool *);  /* its options (*changed: the plan must be built again) */
+  PetscErrorCode (*setsources)(void *, FMMSourcesEvent, const FMMSources *, PetscInt);
+  PetscErrorCode (*buildsplan)(void *, PetscBool *);                        /* plan() builds the plan (it reads points in device memory in place) */
+  /* per assembly */
+  PetscErrorCode (*plan)(FMMContext *);  /* builds the plan itself, where buildsplan says so (else FMMPlanBuild() on the host) */
+  PetscErrorCode (*setup)(FMMContext *); /* after the plan is built */
+  PetscErrorCode (*mult)(FMMContext *, const PetscScalar *, PetscScalar *);   /* FMM product (output NULL: kept for combine) */
+  PetscErrorCode (*direct)(FMMContext *, const PetscScalar *, PetscScalar *); /* exact O(NM) product (likewise) */
+  /* y = [y +] scale (the product kept) + (shift + d) .* x, with x this rank's densities, d (or NULL) and y
+     in device memory (NULL: not supported) */
+  PetscErrorCode (*combine)(FMMContext *, PetscScalar, PetscScalar, const PetscScalar *, const PetscScalar *, PetscScalar *, PetscBool);
+  PetscErrorCode (*reset)(FMMContext *);                 /* frees ctx->data */
+  PetscErrorCode (*view)(FMMContext *, PetscViewer);     /* backend lines of -mat_view (ASCII, after assembly; NULL: none) */
+};
 
 PETSC_INTERN struct _FMMBackendOps FMMBackendCPU;
 #if defined(PETSCFMM_HAVE_CUDA)
 PETSC_INTERN struct _FMMBackendOps FMMBackendCUDA;
-PETSC_INTERN PetscErrorCode FMMCUDADeviceCount(int *);
-PETSC_INTERN PetscErrorCode FMMCUDAInitializeContext(void);
-PETSC_INTERN PetscErrorCode FMMCUDAUnpin(void *);
-PETSC_INTERN PetscErrorCode FMMCUDAWarmUpSorts(void);
-PETSC_INTERN PetscErrorCode FMMCUDAIsDeviceMemory(const void *, PetscBool *);
-PETSC_INTERN PetscErrorCode FMMCUDAPointsAlloc(size_t, PetscReal **);
-PETSC_INTERN PetscErrorCode FMMCUDAPointsFree(PetscReal *);
-PETSC_INTERN PetscErrorCode FMMCUDACopyChecked(PetscInt, PetscReal *const[], const PetscReal *const[], const PetscInt[], PetscInt[], PetscReal[], PetscInt *);
-PETSC_INTERN PetscErrorCode FMMCUDAPointsToHost(PetscReal *, const PetscReal *, size_t);
-PETSC_INTERN PetscErrorCode FMMCUDAPointsLoad(void);
-PETSC_INTERN PetscErrorCode FMMCUDAMirrorBegin(FMMCUDAMirror *, size_t, PetscBool *);
-PETSC_INTERN PetscErrorCode FMMCUDAMirrorPut(FMMCUDAMirror, const PetscReal *, size_t, size_t);
-PETSC_INTERN PetscErrorCode FMMCUDAMirrorMark(FMMCUDAMirror, int);
-PETSC_INTERN PetscErrorCode FMMCUDAMirrorDestroy(FMMCUDAMirror *);
+  #define FMM_NBACKENDS 2
+#else
+  #define FMM_NBACKENDS 1
 #endif
+PETSC_INTERN const FMMBackend FMMBackends[FMM_NBACKENDS]; /* this build's, the CPU first (src/fmm/mat.c) */
+
+/* the index in FMMBackends of the backend of device d, -1: none in this build */
+static inline PetscInt FMMBackendIndex(MatFMMDevice d)
+{
+  for (PetscInt b = 0; b < FMM_NBACKENDS; b++)
+    if (FMMBackends[b]->device == d) return b;
+  return -1;
+}
+
+typedef struct {
+  FMMSources   src;
+  FMMTargets   tgt;
+  FMMParams    par;
+  PetscInt     p_user;                /* the order set (0: from the tolerance) */
+  PetscBool    ct_set;                /* CT given by the user; else the device's default */
+  MatFMMDevice device, device_used;   /* requested; in use (after assembly) */
+  MatFMMDevice device_unbound;        /* the request before MatBindToCPU() */
+  PetscBool    setvectype;            /* MatCreateVecs() gives VECCUDA because the matrix is on the GPU (SetVecType) */
+  /* diagonal terms: y = scale*K x + diag .* x + shift*x */
+  PetscScalar  scale, shift;
+  Vec          diag; /* NULL when none (row layout) */
+  /* setup */
+  PetscBool    setup;
+  PetscSF      sf;                  /* allgather of the source data and densities */
+  PetscScalar *sigma;               /* [N] gathered densities (global order) */
+  PetscScalar *pot;                 /* [M] potentials, local target order */
+  FMMContext   ctx;                 /* what the backend in use gets */
+  FMMBackend   ops;                 /* the backend in use (after assembly) */
+  void        *bmat[FMM_NBACKENDS]; /* each backend's per-Mat state */
+} Mat_FMM;
+
+/* mat.c, api.c */
+PETSC_INTERN PetscErrorCode MatFMMInvalidate(Mat);
+PETSC_INTERN PetscErrorCode MatFMMComposeSetters(Mat, PetscBool);
+/* plan.c */
+PETSC_INTERN PetscErrorCode FMMPlanBuild(FMMContext *);
+PETSC_INTERN PetscErrorCode FMMHostPlanDestroy(FMMHostPlan **);
+PETSC_INTERN PetscErrorCode FMMChooseOrder(PetscReal, PetscReal, PetscInt *);
+/* points.c */
+PETSC_INTERN void           FMMCopyReals(PetscReal *, const PetscReal *, PetscInt);
+PETSC_INTERN PetscErrorCode FMMWaitForPETSc(PetscBool);
+PETSC_INTERN PetscErrorCode FMMArraysOnDevice(PetscInt, const PetscReal *const[], const char *const[], PetscBool *);
+PETSC_INTERN PetscErrorCode FMMSourcesSet(Mat_FMM *, PetscInt, const PetscReal[], const PetscReal[], const PetscReal[], PetscBool);
+PETSC_INTERN PetscErrorCode FMMSourcesFree(Mat_FMM *);
+PETSC_INTERN PetscErrorCode FMMTargetsSet(Mat_FMM *, PetscInt, const PetscReal[], PetscBool);
+PETSC_INTERN PetscErrorCode FMMTargetsFree(Mat_FMM *);
+PETSC_INTERN PetscErrorCode FMMPointsToHost(Mat_FMM *);
+PETSC_INTERN PetscErrorCode FMMPointsGather(Mat);
+PETSC_INTERN PetscErrorCode FMMPointsReleaseTargets(Mat_FMM *);
+PETSC_INTERN PetscErrorCode FMMPointsRelease(Mat_FMM *);
+PETSC_INTERN PetscErrorCode FMMPointsHost(Mat_FMM *, const PetscReal **, const PetscReal **, const PetscReal **, const PetscReal **, PetscReal **);

@@ -13,6 +13,7 @@
   the product, does not depend on how rows and columns are distributed.
 */
 #include "fmmimpl.h"
+#include "expansions.h"
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -106,13 +107,13 @@ static inline FMMBox BoxOf(const FMMPoint *pt, PetscInt n)
 /* Split pt[0..n) in two: reorders it so that the first k points, k returned,
    are the k smallest keys along the chosen direction.
 
-   median (the seed's rule): k = n/2 along the longer side of the bounding box.
+   median (Goude & Engblom's rule): k = n/2 along the longer side of the bounding box.
 
    compact (default): the cut of least cost among k = h - w .. h + w, h = n/2,
    w = n/FMM_SPLIT_WINDOW, along x or y (see fmmimpl.h): points 0..h-w-1 and
    h+w..n-1 are placed by selection, the 2w between them are sorted, and one
    pass each way over them gives the bounding boxes of every cut.  Ties go to
-   x, then to the smaller k, as in cuda/fmm/tree.cu.  Why: with medians along the
+   x, then to the smaller k, as in cuda/fmm/tree/compact.cuh.  Why: with medians along the
    longer side, a box where the curve turns back gives one child a few points
    of the far arm; they stay with points of the near arm down to a leaf whose
    radius is the distance between the arms, and such leaves and their boxes
@@ -175,7 +176,7 @@ PetscErrorCode FMMChooseOrder(PetscReal eps, PetscReal theta, PetscInt *p)
 {
   PetscFunctionBegin;
   *p = (PetscInt)PetscCeilReal(PetscLogReal(eps / 0.1) / PetscLogReal(theta));
-  *p = PetscMin(PetscMax(*p, 4), 64);
+  *p = PetscMin(PetscMax(*p, 4), FMM_P_MAX);
   PetscFunctionReturn(0);
 }
 
@@ -190,37 +191,35 @@ static inline PetscBool Separated(PetscReal rt, PetscReal rs, PetscReal d, Petsc
   return (R + theta * r <= theta * d) ? PETSC_TRUE : PETSC_FALSE;
 }
 
-PetscErrorCode FMMPlanBuild(Mat A)
+PetscErrorCode FMMPlanBuild(FMMContext *ctx)
 {
-  Mat_FMM   *fmm  = (Mat_FMM *)A->data;
-  FMMPlan   *P    = &fmm->plan;
-  PetscBool  same = fmm->ntgt < 0 ? PETSC_TRUE : PETSC_FALSE;
-  PetscInt   N = A->cmap->N, Mg = same ? 0 : A->rmap->N, U = N + Mg, M, L = 0, nleaves, nboxes;
-  PetscInt   t0, t1; /* this rank's targets: global indices [t0, t1) of the sources (same) or of the targets */
-  FMMPoint  *pt;     /* all points: sources i < N, targets N + global index */
-  PetscInt  *off, *noff, *scnt, *tcnt;
-  PetscReal *gtgt = fmm->gtgt, *bb, *rad, *work; /* all targets (gathered at assembly); box bounding boxes (xmin,ymin,-xmax,-ymax), radii */
-  PetscInt  *stroff, *str, *far, nfar;
-  PetscReal  twopi = 2.0 * PETSC_PI;
+  const FMMParams *par  = ctx->par;
+  FMMPlan         *P    = &ctx->plan;
+  FMMHostPlan     *H;
+  PetscBool        same = ctx->same;
+  PetscInt         N = ctx->N, Mg = ctx->Mg, U = N + Mg, M = P->M, L = 0, nleaves, nboxes;
+  PetscInt         t0 = ctx->t0, t1 = t0 + M; /* this rank's targets: global indices [t0, t1) of the sources (same) or of the targets */
+  FMMPoint        *pt;                        /* all points: sources i < N, targets N + global index */
+  PetscInt        *off, *noff, *scnt, *tcnt;
+  const PetscReal *gtgt = ctx->tgt;
+  PetscReal       *bb, *rad, *work; /* all targets (gathered at assembly); box bounding boxes (xmin,ymin,-xmax,-ymax), radii */
+  PetscInt        *stroff, *str, *far, nfar;
 
   PetscFunctionBegin;
-  PetscCall(FMMPlanDestroy(P));
-  M  = same ? fmm->nsrc : fmm->ntgt;
-  t0 = same ? A->cmap->rstart : A->rmap->rstart;
-  t1 = t0 + M;
+  PetscCall(FMMHostPlanDestroy(&ctx->host));
+  PetscCall(PetscNew(&ctx->host));
+  H = ctx->host;
   /* depth: leaves of about CT points; 4^14 leaves at most */
-  while (L < 14 && (PetscInt64)fmm->ct * ((PetscInt64)1 << (2 * L)) < U) L++;
+  while (L < 14 && (PetscInt64)par->ct * ((PetscInt64)1 << (2 * L)) < U) L++;
   nleaves    = (PetscInt)1 << (2 * L);
   nboxes     = FMMLevelStart(L + 1);
   P->L       = L;
   P->nleaves = nleaves;
   P->nboxes  = nboxes;
-  P->N       = N;
-  P->M       = M;
 
   PetscCall(PetscMalloc1(U, &pt));
   for (PetscInt i = 0; i < U; i++) {
-    const PetscReal *z = i < N ? &fmm->gsrc[2 * i] : &gtgt[2 * (i - N)];
+    const PetscReal *z = i < N ? &ctx->src[2 * i] : &gtgt[2 * (i - N)];
     pt[i].x            = z[0];
     pt[i].y            = z[1];
     pt[i].i            = i;
@@ -238,9 +237,9 @@ PetscErrorCode FMMPlanBuild(Mat A)
 #pragma omp parallel for schedule(dynamic, 1) if (nb > 8)
     for (PetscInt b = 0; b < nb; b++) {
       PetscInt u0 = off[b], n = off[b + 1] - u0, h, h0, h1;
-      h               = Split(pt + u0, n, fmm->split_median, work + u0);
-      h0              = Split(pt + u0, h, fmm->split_median, work + u0);
-      h1              = Split(pt + u0 + h, n - h, fmm->split_median, work + u0 + h);
+      h               = Split(pt + u0, n, par->split_median, work + u0);
+      h0              = Split(pt + u0, h, par->split_median, work + u0);
+      h1              = Split(pt + u0 + h, n - h, par->split_median, work + u0 + h);
       noff[4 * b]     = u0;
       noff[4 * b + 1] = u0 + h0;
       noff[4 * b + 2] = u0 + h;
@@ -266,30 +265,28 @@ PetscErrorCode FMMPlanBuild(Mat A)
     scnt[b + 1] += scnt[b];
     tcnt[b + 1] += tcnt[b];
   }
-  PetscCall(PetscMalloc4(N, &P->sperm, N, &P->sx, N, &P->sy, nleaves + 1, &P->sleaf));
-  PetscCall(PetscMalloc3(N, &P->cq, N, &P->cdx, N, &P->cdy));
-  PetscCall(PetscMalloc4(M, &P->tperm, M, &P->tx, M, &P->ty, nleaves + 1, &P->tleaf));
-  PetscCall(PetscArraycpy(P->sleaf, scnt, nleaves + 1));
-  PetscCall(PetscArraycpy(P->tleaf, tcnt, nleaves + 1));
+  PetscCall(PetscMalloc4(N, &H->sperm, N, &H->sx, N, &H->sy, nleaves + 1, &H->sleaf));
+  PetscCall(PetscMalloc3(N, &H->cq, N, &H->cdx, N, &H->cdy));
+  PetscCall(PetscMalloc4(M, &H->tperm, M, &H->tx, M, &H->ty, nleaves + 1, &H->tleaf));
+  PetscCall(PetscArraycpy(H->sleaf, scnt, nleaves + 1));
+  PetscCall(PetscArraycpy(H->tleaf, tcnt, nleaves + 1));
 #pragma omp parallel for schedule(static) if (U >= FMM_OMP_MIN_POINTS)
   for (PetscInt b = 0; b < nleaves; b++) {
-    PetscInt s = P->sleaf[b], t = P->tleaf[b];
+    PetscInt s = H->sleaf[b], t = H->tleaf[b];
     for (PetscInt k = off[b]; k < off[b + 1]; k++) {
       PetscInt i = pt[k].i, g = same ? i : i - N;
       if (i < N) {
-        PetscReal w = fmm->gwts ? fmm->gwts[i] : 1.0;
-        P->sperm[s] = i;
-        P->sx[s]    = pt[k].x;
-        P->sy[s]    = pt[k].y;
-        P->cq[s]    = -fmm->beta * w / twopi;
-        P->cdx[s]   = fmm->gnrm ? fmm->alpha * w * fmm->gnrm[2 * i] / twopi : 0.0;
-        P->cdy[s]   = fmm->gnrm ? fmm->alpha * w * fmm->gnrm[2 * i + 1] / twopi : 0.0;
+        PetscReal w = ctx->wts ? ctx->wts[i] : 1.0, cdn;
+        H->sperm[s] = i;
+        H->sx[s]    = pt[k].x;
+        H->sy[s]    = pt[k].y;
+        FMMSourceCoefficients(par->alpha, par->beta, w, ctx->nrm ? &ctx->nrm[2 * i] : NULL, &H->cq[s], &H->cdx[s], &H->cdy[s], &cdn);
         s++;
       }
       if ((same || i >= N) && g >= t0 && g < t1) {
-        P->tperm[t] = g - t0;
-        P->tx[t]    = pt[k].x;
-        P->ty[t]    = pt[k].y;
+        H->tperm[t] = g - t0;
+        H->tx[t]    = pt[k].x;
+        H->ty[t]    = pt[k].y;
         t++;
       }
     }
@@ -297,7 +294,7 @@ PetscErrorCode FMMPlanBuild(Mat A)
 
   /* box geometry: bounding boxes of the leaves' points, then upward */
   PetscCall(PetscMalloc2(4 * nboxes, &bb, nboxes, &rad));
-  PetscCall(PetscMalloc3(nboxes, &P->cx, nboxes, &P->cy, nboxes, &P->scale));
+  PetscCall(PetscMalloc3(nboxes, &H->cx, nboxes, &H->cy, nboxes, &H->scale));
   {
     PetscReal *leafbb = bb + 4 * FMMLevelStart(L);
 #pragma omp parallel for schedule(static) if (U >= FMM_OMP_MIN_POINTS)
@@ -322,25 +319,25 @@ PetscErrorCode FMMPlanBuild(Mat A)
     for (PetscInt b = 0; b < nboxes; b++) {
       PetscReal *q = bb + 4 * b;
       if (q[0] == PETSC_MAX_REAL) { /* no point in this box */
-        P->cx[b] = P->cy[b] = 0.0;
+        H->cx[b] = H->cy[b] = 0.0;
         rad[b]              = 0.0;
       } else {
-        P->cx[b] = 0.5 * (q[0] - q[2]);
-        P->cy[b] = 0.5 * (q[1] - q[3]);
+        H->cx[b] = 0.5 * (q[0] - q[2]);
+        H->cy[b] = 0.5 * (q[1] - q[3]);
         rad[b]   = 0.5 * PetscSqrtReal(PetscSqr(q[0] + q[2]) + PetscSqr(q[1] + q[3]));
       }
-      P->scale[b] = PetscMax(rad[b], floor_s);
+      H->scale[b] = PetscMax(rad[b], floor_s);
     }
   }
 
   /* interaction lists by the theta-criterion, level by level: children of the
      parent's strongly coupled boxes become far (M2L) when separated, else stay
      strongly coupled; strong pairs at the leaf level are the near field */
-  PetscCall(PetscMalloc1(nboxes + 1, &P->faroff));
+  PetscCall(PetscMalloc1(nboxes + 1, &H->faroff));
   PetscCall(PetscMalloc1(2, &stroff));
   PetscCall(PetscMalloc1(1, &str));
   PetscCall(PetscMalloc1(1, &far));
-  P->faroff[0] = P->faroff[1] = 0; /* the root has no far field */
+  H->faroff[0] = H->faroff[1] = 0; /* the root has no far field */
   stroff[0]                   = 0;
   stroff[1]                   = (N > 0 && M > 0) ? 1 : 0;
   str[0]                      = 0;
@@ -353,14 +350,14 @@ PetscErrorCode FMMPlanBuild(Mat A)
 #pragma omp parallel for schedule(dynamic, 64) if (U >= FMM_OMP_MIN_POINTS)
       for (PetscInt t = 0; t < nb; t++) {
         PetscInt tp = t / 4, ks = 0, kf = 0;
-        if (P->tleaf[(t + 1) * span] == P->tleaf[t * span]) continue; /* no target of this rank here */
+        if (H->tleaf[(t + 1) * span] == H->tleaf[t * span]) continue; /* no target of this rank here */
         for (PetscInt j = stroff[tp]; j < stroff[tp + 1]; j++) {
           for (int c = 0; c < 4; c++) {
             PetscInt  s = 4 * str[j] + c;
             PetscReal d;
-            if (P->sleaf[(s + 1) * span] == P->sleaf[s * span]) continue; /* no source there */
-            d = PetscSqrtReal(PetscSqr(P->cx[c0 + t] - P->cx[c0 + s]) + PetscSqr(P->cy[c0 + t] - P->cy[c0 + s]));
-            if (Separated(P->scale[c0 + t], P->scale[c0 + s], d, fmm->theta)) {
+            if (H->sleaf[(s + 1) * span] == H->sleaf[s * span]) continue; /* no source there */
+            d = PetscSqrtReal(PetscSqr(H->cx[c0 + t] - H->cx[c0 + s]) + PetscSqr(H->cy[c0 + t] - H->cy[c0 + s]));
+            if (Separated(H->scale[c0 + t], H->scale[c0 + s], d, par->theta)) {
               if (pass) far[nfar + cntf[t] + kf] = c0 + s;
               kf++;
             } else {
@@ -383,7 +380,7 @@ PetscErrorCode FMMPlanBuild(Mat A)
         PetscCall(PetscRealloc(sizeof(PetscInt) * (nfar + cntf[nb] + 1), &far));
       }
     }
-    for (PetscInt t = 0; t < nb; t++) P->faroff[c0 + t + 1] = nfar + cntf[t + 1];
+    for (PetscInt t = 0; t < nb; t++) H->faroff[c0 + t + 1] = nfar + cntf[t + 1];
     nfar += cntf[nb];
     PetscCall(PetscFree(stroff));
     PetscCall(PetscFree(str));
@@ -392,10 +389,10 @@ PetscErrorCode FMMPlanBuild(Mat A)
     str = nstr;
     PetscCall(PetscFree2(cnts, cntf));
   }
-  P->far     = far;
+  H->far     = far;
   P->nfar    = nfar;
-  P->nearoff = stroff;
-  P->near    = str;
+  H->nearoff = stroff;
+  H->near    = str;
 
   /* statistics */
   P->maxleafsrc = P->maxleaftgt = 0;
@@ -403,11 +400,11 @@ PetscErrorCode FMMPlanBuild(Mat A)
   P->p2ppairs                   = 0;
   for (PetscInt b = 0; b < nleaves; b++) {
     PetscInt ns = 0;
-    P->maxleafsrc = PetscMax(P->maxleafsrc, P->sleaf[b + 1] - P->sleaf[b]);
-    P->maxleaftgt = PetscMax(P->maxleaftgt, P->tleaf[b + 1] - P->tleaf[b]);
-    for (PetscInt j = P->nearoff[b]; j < P->nearoff[b + 1]; j++) ns += P->sleaf[P->near[j] + 1] - P->sleaf[P->near[j]];
+    P->maxleafsrc = PetscMax(P->maxleafsrc, H->sleaf[b + 1] - H->sleaf[b]);
+    P->maxleaftgt = PetscMax(P->maxleaftgt, H->tleaf[b + 1] - H->tleaf[b]);
+    for (PetscInt j = H->nearoff[b]; j < H->nearoff[b + 1]; j++) ns += H->sleaf[H->near[j] + 1] - H->sleaf[H->near[j]];
     P->nearsrc += ns;
-    P->p2ppairs += (PetscCount)ns * (P->tleaf[b + 1] - P->tleaf[b]);
+    P->p2ppairs += (PetscCount)ns * (H->tleaf[b + 1] - H->tleaf[b]);
   }
 
   PetscCall(PetscFree(off));
@@ -417,17 +414,20 @@ PetscErrorCode FMMPlanBuild(Mat A)
   PetscFunctionReturn(0);
 }
 
-PetscErrorCode FMMPlanDestroy(FMMPlan *P)
+PetscErrorCode FMMHostPlanDestroy(FMMHostPlan **host)
 {
+  FMMHostPlan *H = *host;
+
   PetscFunctionBegin;
-  PetscCall(PetscFree4(P->sperm, P->sx, P->sy, P->sleaf));
-  PetscCall(PetscFree3(P->cq, P->cdx, P->cdy));
-  PetscCall(PetscFree4(P->tperm, P->tx, P->ty, P->tleaf));
-  PetscCall(PetscFree3(P->cx, P->cy, P->scale));
-  PetscCall(PetscFree(P->faroff));
-  PetscCall(PetscFree(P->far));
-  PetscCall(PetscFree(P->nearoff));
-  PetscCall(PetscFree(P->near));
-  PetscCall(PetscMemzero(P, sizeof(*P)));
+  if (!H) PetscFunctionReturn(0);
+  PetscCall(PetscFree4(H->sperm, H->sx, H->sy, H->sleaf));
+  PetscCall(PetscFree3(H->cq, H->cdx, H->cdy));
+  PetscCall(PetscFree4(H->tperm, H->tx, H->ty, H->tleaf));
+  PetscCall(PetscFree3(H->cx, H->cy, H->scale));
+  PetscCall(PetscFree(H->faroff));
+  PetscCall(PetscFree(H->far));
+  PetscCall(PetscFree(H->nearoff));
+  PetscCall(PetscFree(H->near));
+  PetscCall(PetscFree(*host));
   PetscFunctionReturn(0);
 }

@@ -16,9 +16,6 @@ extern double log(double);
 #include "../fmmimpl.h"
 #include "../expansions.h"
 
-
-#define FMM_PMAX 64 /* largest expansion order (stack work arrays) */
-
 typedef struct {
   PetscInt   p, ne;          /* order, reals per expansion 2(p+1) */
   PetscReal *binom, *m2l;    /* tables, see expansions.h */
@@ -38,10 +35,9 @@ typedef struct {
   PetscInt   *chunk, nchunk; /* [nchunk+1] first leaf of each chunk */
 } FMM_CPU;
 
-static PetscErrorCode FMMCPUDestroy(Mat A)
+static PetscErrorCode FMMCPUReset(FMMContext *ctx)
 {
-  Mat_FMM *fmm = (Mat_FMM *)A->data;
-  FMM_CPU *c   = (FMM_CPU *)fmm->backend;
+  FMM_CPU *c = (FMM_CPU *)ctx->data;
 
   PetscFunctionBegin;
   if (!c) PetscFunctionReturn(0);
@@ -52,15 +48,15 @@ static PetscErrorCode FMMCPUDestroy(Mat A)
   PetscCall(PetscFree3(c->gq, c->gdx, c->gdy));
   PetscCall(PetscFree(c->rec));
   PetscCall(PetscFree3(c->recoff, c->nsrc, c->chunk));
-  PetscCall(PetscFree(fmm->backend));
+  PetscCall(PetscFree(ctx->data));
   PetscFunctionReturn(0);
 }
 
 /* sources in the near field of leaf b */
-static inline PetscInt NearSources(const FMMPlan *P, PetscInt b)
+static inline PetscInt NearSources(const FMMHostPlan *H, PetscInt b)
 {
   PetscInt ns = 0;
-  for (PetscInt j = P->nearoff[b]; j < P->nearoff[b + 1]; j++) ns += P->sleaf[P->near[j] + 1] - P->sleaf[P->near[j]];
+  for (PetscInt j = H->nearoff[b]; j < H->nearoff[b + 1]; j++) ns += H->sleaf[H->near[j] + 1] - H->sleaf[H->near[j]];
   return ns;
 }
 
@@ -70,54 +66,56 @@ static inline PetscInt RecordStride(const FMM_CPU *c)
   return 2 + (c->hasq ? 1 : 0) + (c->hasd ? 2 : 0);
 }
 
-static PetscErrorCode FMMCPUSetup(Mat A)
+static PetscErrorCode FMMCPUSetup(FMMContext *ctx)
 {
-  Mat_FMM *fmm = (Mat_FMM *)A->data;
-  FMMPlan *P   = &fmm->plan;
-  FMM_CPU *c;
+  const FMMParams   *par = ctx->par;
+  const FMMPlan     *P   = &ctx->plan;
+  const FMMHostPlan *H   = ctx->host;
+  FMM_CPU           *c;
 
   PetscFunctionBegin;
-  PetscCall(FMMCPUDestroy(A));
+  PetscCheck(H, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CPU: no plan in host memory");
+  PetscCall(FMMCPUReset(ctx));
   PetscCall(PetscNew(&c));
-  fmm->backend = c;
-  c->p         = fmm->p;
-  c->ne        = 2 * (fmm->p + 1);
-  c->hasq      = fmm->beta != 0.0 ? PETSC_TRUE : PETSC_FALSE;
-  c->hasd      = (fmm->alpha != 0.0 && fmm->gnrm) ? PETSC_TRUE : PETSC_FALSE;
-  c->par       = (P->N + P->M >= FMM_OMP_MIN_POINTS) ? PETSC_TRUE : PETSC_FALSE;
+  ctx->data = c;
+  c->p      = par->p;
+  c->ne     = 2 * (par->p + 1);
+  c->hasq   = par->beta != 0.0 ? PETSC_TRUE : PETSC_FALSE;
+  c->hasd   = (par->alpha != 0.0 && ctx->nrm) ? PETSC_TRUE : PETSC_FALSE;
+  c->par    = (P->N + P->M >= FMM_OMP_MIN_POINTS) ? PETSC_TRUE : PETSC_FALSE;
   PetscCall(PetscCalloc3((2 * c->p + 1) * (2 * c->p + 1), &c->binom, c->p * c->p, &c->m2l, c->p + 1, &c->inv));
   FMMTables((int)c->p, c->binom, c->m2l);
   FMMInverses((int)c->p, c->inv);
   PetscCall(PetscMalloc2(P->nboxes * c->ne, &c->mpole, P->nboxes * c->ne, &c->local));
   PetscCall(PetscMalloc4(P->N, &c->q, P->N, &c->dx, P->N, &c->dy, P->M, &c->pot));
-  if (fmm->layout == MATFMM_LAYOUT_INDEXING) {
+  if (par->layout == MATFMM_LAYOUT_INDEXING) {
     PetscInt k = 0;
     PetscCall(PetscMalloc2(P->nearsrc, &c->nbr, P->nleaves + 1, &c->nbroff));
     PetscCall(PetscMalloc3(P->N, &c->gq, P->N, &c->gdx, P->N, &c->gdy));
     for (PetscInt b = 0; b < P->nleaves; b++) {
       c->nbroff[b] = k;
-      for (PetscInt j = P->nearoff[b]; j < P->nearoff[b + 1]; j++)
-        for (PetscInt i = P->sleaf[P->near[j]]; i < P->sleaf[P->near[j] + 1]; i++) c->nbr[k++] = P->sperm[i];
+      for (PetscInt j = H->nearoff[b]; j < H->nearoff[b + 1]; j++)
+        for (PetscInt i = H->sleaf[H->near[j]]; i < H->sleaf[H->near[j] + 1]; i++) c->nbr[k++] = H->sperm[i];
     }
     c->nbroff[P->nleaves] = k;
-  } else if (fmm->layout == MATFMM_LAYOUT_REPETITION) {
+  } else if (par->layout == MATFMM_LAYOUT_REPETITION) {
     /* leaf-aligned chunks of records within the budget (one chunk when all fit);
        one leaf's records must fit alone */
-    PetscReal  budget = fmm->repetition_mb * 1048576.0 / sizeof(PetscReal), need = 0;
+    PetscReal  budget = par->repetition_mb * 1048576.0 / sizeof(PetscReal), need = 0;
     PetscInt   stride = RecordStride(c);
     PetscInt64 used = 0, maxused = 1;
     PetscCall(PetscMalloc3(P->nleaves, &c->recoff, P->nleaves, &c->nsrc, P->nleaves + 1, &c->chunk));
     for (PetscInt b = 0; b < P->nleaves; b++) {
-      c->nsrc[b] = NearSources(P, b);
-      need       = PetscMax(need, (PetscReal)(P->tleaf[b + 1] - P->tleaf[b]) * (2 + stride * (PetscReal)c->nsrc[b]));
+      c->nsrc[b] = NearSources(H, b);
+      need       = PetscMax(need, (PetscReal)(H->tleaf[b + 1] - H->tleaf[b]) * (2 + stride * (PetscReal)c->nsrc[b]));
     }
-    PetscCall(MPIU_Allreduce(MPI_IN_PLACE, &need, 1, MPIU_REAL, MPIU_MAX, PetscObjectComm((PetscObject)A)));
-    PetscCheck(need <= budget, PetscObjectComm((PetscObject)A), PETSC_ERR_MEM,
-               "-mat_fmm_layout repetition: one leaf box needs %.1f MB of records, more than -mat_fmm_repetition_mb %g; raise the budget, lower -mat_fmm_ct, or use -mat_fmm_layout tiled", (double)(need * sizeof(PetscReal) / 1048576.0), (double)fmm->repetition_mb);
+    PetscCall(MPIU_Allreduce(MPI_IN_PLACE, &need, 1, MPIU_REAL, MPIU_MAX, ctx->comm));
+    PetscCheck(need <= budget, ctx->comm, PETSC_ERR_MEM,
+               "-mat_fmm_layout repetition: one leaf box needs %.1f MB of records, more than -mat_fmm_repetition_mb %g; raise the budget, lower -mat_fmm_ct, or use -mat_fmm_layout tiled", (double)(need * sizeof(PetscReal) / 1048576.0), (double)par->repetition_mb);
     c->chunk[0] = 0;
     c->nchunk   = 0;
     for (PetscInt b = 0; b < P->nleaves; b++) {
-      PetscInt64 len = (PetscInt64)(P->tleaf[b + 1] - P->tleaf[b]) * (2 + stride * c->nsrc[b]);
+      PetscInt64 len = (PetscInt64)(H->tleaf[b + 1] - H->tleaf[b]) * (2 + stride * c->nsrc[b]);
       if (used + len > (PetscInt64)budget) {
         c->chunk[++c->nchunk] = b;
         used                  = 0;
@@ -133,18 +131,18 @@ static PetscErrorCode FMMCPUSetup(Mat A)
 }
 
 /* strengths of this product in tree order */
-static void Strengths(const FMMPlan *P, FMM_CPU *c, const PetscScalar *sigma)
+static void Strengths(const FMMPlan *P, const FMMHostPlan *H, FMM_CPU *c, const PetscScalar *sigma)
 {
 #pragma omp parallel for schedule(static) if (c->par)
   for (PetscInt i = 0; i < P->N; i++) {
-    PetscReal s = sigma[P->sperm[i]];
-    c->q[i]     = P->cq[i] * s;
-    c->dx[i]    = P->cdx[i] * s;
-    c->dy[i]    = P->cdy[i] * s;
+    PetscReal s = sigma[H->sperm[i]];
+    c->q[i]     = H->cq[i] * s;
+    c->dx[i]    = H->cdx[i] * s;
+    c->dy[i]    = H->cdy[i] * s;
   }
 }
 
-static PetscErrorCode Upward(const FMMPlan *P, FMM_CPU *c)
+static PetscErrorCode Upward(const FMMPlan *P, const FMMHostPlan *H, FMM_CPU *c)
 {
   const PetscInt p = c->p, ne = c->ne, L = P->L, l0 = FMMLevelStart(L);
 
@@ -152,31 +150,31 @@ static PetscErrorCode Upward(const FMMPlan *P, FMM_CPU *c)
   PetscCall(PetscLogEventBegin(MATFMM_P2M, 0, 0, 0, 0));
 #pragma omp parallel for schedule(dynamic, 16) if (c->par)
   for (PetscInt b = 0; b < P->nleaves; b++) {
-    PetscReal *A = c->mpole + (l0 + b) * ne, cx = P->cx[l0 + b], cy = P->cy[l0 + b], is = 1.0 / P->scale[l0 + b];
+    PetscReal *A = c->mpole + (l0 + b) * ne, cx = H->cx[l0 + b], cy = H->cy[l0 + b], is = 1.0 / H->scale[l0 + b];
     for (PetscInt k = 0; k < ne; k++) A[k] = 0.0;
-    for (PetscInt i = P->sleaf[b]; i < P->sleaf[b + 1]; i++) FMMP2MAdd((int)p, is, (P->sx[i] - cx) * is, (P->sy[i] - cy) * is, c->q[i], c->dx[i], c->dy[i], c->hasd, c->inv, A);
+    for (PetscInt i = H->sleaf[b]; i < H->sleaf[b + 1]; i++) FMMP2MAdd((int)p, is, (H->sx[i] - cx) * is, (H->sy[i] - cy) * is, c->q[i], c->dx[i], c->dy[i], c->hasd, c->inv, A);
   }
-  PetscCall(PetscLogFlops(20.0 * p * P->N));
+  PetscCall(PetscLogFlops(FMMFlops(FMM_PHASE_P2M, p, P)));
   PetscCall(PetscLogEventEnd(MATFMM_P2M, 0, 0, 0, 0));
   PetscCall(PetscLogEventBegin(MATFMM_M2M, 0, 0, 0, 0));
   for (PetscInt l = L - 1; l >= 0; l--) {
     PetscInt nb = (PetscInt)1 << (2 * l), pl = FMMLevelStart(l), cl = FMMLevelStart(l + 1), span = (PetscInt)1 << (2 * (L - l - 1));
 #pragma omp parallel for schedule(dynamic, 4) if (c->par)
     for (PetscInt b = 0; b < nb; b++) {
-      PetscReal work[4 * (FMM_PMAX + 1)], *B = c->mpole + (pl + b) * ne;
+      PetscReal work[4 * (FMM_P_MAX + 1)], *B = c->mpole + (pl + b) * ne;
       for (PetscInt k = 0; k < ne; k++) B[k] = 0.0;
       for (PetscInt ch = 4 * b; ch < 4 * b + 4; ch++) {
-        if (P->sleaf[(ch + 1) * span] == P->sleaf[ch * span]) continue; /* no sources */
-        FMMM2M((int)p, c->binom, (P->cx[cl + ch] - P->cx[pl + b]) / P->scale[pl + b], (P->cy[cl + ch] - P->cy[pl + b]) / P->scale[pl + b], P->scale[cl + ch] / P->scale[pl + b], c->mpole + (cl + ch) * ne, B, work);
+        if (H->sleaf[(ch + 1) * span] == H->sleaf[ch * span]) continue; /* no sources */
+        FMMM2M((int)p, c->binom, (H->cx[cl + ch] - H->cx[pl + b]) / H->scale[pl + b], (H->cy[cl + ch] - H->cy[pl + b]) / H->scale[pl + b], H->scale[cl + ch] / H->scale[pl + b], c->mpole + (cl + ch) * ne, B, work);
       }
     }
   }
-  PetscCall(PetscLogFlops(8.0 * p * p * (P->nboxes - 1)));
+  PetscCall(PetscLogFlops(FMMFlops(FMM_PHASE_M2M, p, P)));
   PetscCall(PetscLogEventEnd(MATFMM_M2M, 0, 0, 0, 0));
   PetscFunctionReturn(0);
 }
 
-static PetscErrorCode Downward(const FMMPlan *P, FMM_CPU *c)
+static PetscErrorCode Downward(const FMMPlan *P, const FMMHostPlan *H, FMM_CPU *c)
 {
   const PetscInt p = c->p, ne = c->ne, L = P->L;
 
@@ -184,64 +182,64 @@ static PetscErrorCode Downward(const FMMPlan *P, FMM_CPU *c)
   PetscCall(PetscLogEventBegin(MATFMM_M2L, 0, 0, 0, 0));
 #pragma omp parallel for schedule(dynamic, 16) if (c->par)
   for (PetscInt t = 0; t < P->nboxes; t++) {
-    PetscReal work[2 * FMM_PMAX], *B = c->local + t * ne;
+    PetscReal work[2 * FMM_P_MAX], *B = c->local + t * ne;
     for (PetscInt k = 0; k < ne; k++) B[k] = 0.0;
-    for (PetscInt j = P->faroff[t]; j < P->faroff[t + 1]; j++) {
-      PetscInt s = P->far[j];
-      FMMM2L((int)p, c->m2l, P->cx[s] - P->cx[t], P->cy[s] - P->cy[t], P->scale[s], P->scale[t], c->mpole + s * ne, B, work);
+    for (PetscInt j = H->faroff[t]; j < H->faroff[t + 1]; j++) {
+      PetscInt s = H->far[j];
+      FMMM2L((int)p, c->m2l, H->cx[s] - H->cx[t], H->cy[s] - H->cy[t], H->scale[s], H->scale[t], c->mpole + s * ne, B, work);
     }
   }
-  PetscCall(PetscLogFlops((4.0 * p * p + 20.0 * p) * P->faroff[P->nboxes])); /* as bench/bench.c counts: FMMM2L's two real p x p products, powers and scalings */
+  PetscCall(PetscLogFlops(FMMFlops(FMM_PHASE_M2L, p, P)));
   PetscCall(PetscLogEventEnd(MATFMM_M2L, 0, 0, 0, 0));
   PetscCall(PetscLogEventBegin(MATFMM_L2L, 0, 0, 0, 0));
   for (PetscInt l = 1; l <= L; l++) {
     PetscInt nb = (PetscInt)1 << (2 * l), pl = FMMLevelStart(l - 1), cl = FMMLevelStart(l), span = (PetscInt)1 << (2 * (L - l));
 #pragma omp parallel for schedule(dynamic, 16) if (c->par)
     for (PetscInt b = 0; b < nb; b++) {
-      PetscReal work[2 * (FMM_PMAX + 1)];
+      PetscReal work[2 * (FMM_P_MAX + 1)];
       PetscInt  par = b / 4;
-      if (P->tleaf[(b + 1) * span] == P->tleaf[b * span]) continue; /* no targets: local unused */
-      FMML2L((int)p, c->binom, (P->cx[cl + b] - P->cx[pl + par]) / P->scale[pl + par], (P->cy[cl + b] - P->cy[pl + par]) / P->scale[pl + par], P->scale[cl + b] / P->scale[pl + par], c->local + (pl + par) * ne, c->local + (cl + b) * ne, work);
+      if (H->tleaf[(b + 1) * span] == H->tleaf[b * span]) continue; /* no targets: local unused */
+      FMML2L((int)p, c->binom, (H->cx[cl + b] - H->cx[pl + par]) / H->scale[pl + par], (H->cy[cl + b] - H->cy[pl + par]) / H->scale[pl + par], H->scale[cl + b] / H->scale[pl + par], c->local + (pl + par) * ne, c->local + (cl + b) * ne, work);
     }
   }
-  PetscCall(PetscLogFlops(8.0 * p * p * (P->nboxes - 1)));
+  PetscCall(PetscLogFlops(FMMFlops(FMM_PHASE_L2L, p, P)));
   PetscCall(PetscLogEventEnd(MATFMM_L2L, 0, 0, 0, 0));
   PetscCall(PetscLogEventBegin(MATFMM_L2P, 0, 0, 0, 0));
   {
     PetscInt l0 = FMMLevelStart(L);
 #pragma omp parallel for schedule(dynamic, 16) if (c->par)
     for (PetscInt b = 0; b < P->nleaves; b++) {
-      const PetscReal *B = c->local + (l0 + b) * ne, cx = P->cx[l0 + b], cy = P->cy[l0 + b], s = P->scale[l0 + b];
-      for (PetscInt i = P->tleaf[b]; i < P->tleaf[b + 1]; i++) c->pot[i] = FMML2P((int)p, B, (P->tx[i] - cx) / s, (P->ty[i] - cy) / s);
+      const PetscReal *B = c->local + (l0 + b) * ne, cx = H->cx[l0 + b], cy = H->cy[l0 + b], s = H->scale[l0 + b];
+      for (PetscInt i = H->tleaf[b]; i < H->tleaf[b + 1]; i++) c->pot[i] = FMML2P((int)p, B, (H->tx[i] - cx) / s, (H->ty[i] - cy) / s);
     }
   }
-  PetscCall(PetscLogFlops(8.0 * p * P->M));
+  PetscCall(PetscLogFlops(FMMFlops(FMM_PHASE_L2P, p, P)));
   PetscCall(PetscLogEventEnd(MATFMM_L2P, 0, 0, 0, 0));
   PetscFunctionReturn(0);
 }
 
 /* P2P, tiled: each target leaf walks its neighbour leaves as contiguous blocks */
-static void P2PTiled(const FMMPlan *P, FMM_CPU *c)
+static void P2PTiled(const FMMPlan *P, const FMMHostPlan *H, FMM_CPU *c)
 {
 #pragma omp parallel for schedule(dynamic, 8) if (c->par)
   for (PetscInt b = 0; b < P->nleaves; b++) {
-    for (PetscInt i = P->tleaf[b]; i < P->tleaf[b + 1]; i++) {
-      PetscReal zx = P->tx[i], zy = P->ty[i], acc = 0.0;
-      for (PetscInt j = P->nearoff[b]; j < P->nearoff[b + 1]; j++) {
-        PetscInt s0 = P->sleaf[P->near[j]], s1 = P->sleaf[P->near[j] + 1];
+    for (PetscInt i = H->tleaf[b]; i < H->tleaf[b + 1]; i++) {
+      PetscReal zx = H->tx[i], zy = H->ty[i], acc = 0.0;
+      for (PetscInt j = H->nearoff[b]; j < H->nearoff[b + 1]; j++) {
+        PetscInt s0 = H->sleaf[H->near[j]], s1 = H->sleaf[H->near[j] + 1];
         /* omp simd: vector log (libmvec); the sum order is still fixed per build */
         if (!c->hasd) {
 #pragma omp simd reduction(+ : acc)
-          for (PetscInt k = s0; k < s1; k++) acc += FMMPairKernel(zx - P->sx[k], zy - P->sy[k], c->q[k], 0.0, 0.0);
+          for (PetscInt k = s0; k < s1; k++) acc += FMMPairKernel(zx - H->sx[k], zy - H->sy[k], c->q[k], 0.0, 0.0);
         } else if (!c->hasq) {
 #pragma omp simd reduction(+ : acc)
           for (PetscInt k = s0; k < s1; k++) {
-            PetscReal rx = zx - P->sx[k], ry = zy - P->sy[k], r2 = rx * rx + ry * ry;
+            PetscReal rx = zx - H->sx[k], ry = zy - H->sy[k], r2 = rx * rx + ry * ry;
             acc += r2 == 0.0 ? 0.0 : (c->dx[k] * rx + c->dy[k] * ry) / r2;
           }
         } else {
 #pragma omp simd reduction(+ : acc)
-          for (PetscInt k = s0; k < s1; k++) acc += FMMPairKernel(zx - P->sx[k], zy - P->sy[k], c->q[k], c->dx[k], c->dy[k]);
+          for (PetscInt k = s0; k < s1; k++) acc += FMMPairKernel(zx - H->sx[k], zy - H->sy[k], c->q[k], c->dx[k], c->dy[k]);
         }
       }
       c->pot[i] += acc;
@@ -249,25 +247,26 @@ static void P2PTiled(const FMMPlan *P, FMM_CPU *c)
   }
 }
 
-/* P2P, indexing (data-replication seed): per leaf the compact list of the
+/* P2P, indexing (the data-replication study's compact lists): per leaf the compact list of the
    global indices of all neighbour sources; sources read through it from the
    arrays in global order */
-static void P2PIndexing(Mat_FMM *fmm, FMM_CPU *c, const PetscScalar *sigma)
+static void P2PIndexing(const FMMContext *ctx, FMM_CPU *c, const PetscScalar *sigma)
 {
-  const FMMPlan   *P = &fmm->plan;
-  const PetscReal *g = fmm->gsrc;
+  const FMMPlan     *P = &ctx->plan;
+  const FMMHostPlan *H = ctx->host;
+  const PetscReal   *g = ctx->src;
 #pragma omp parallel for schedule(static) if (c->par)
   for (PetscInt i = 0; i < P->N; i++) {
-    PetscInt  t = P->sperm[i];
+    PetscInt  t = H->sperm[i];
     PetscReal s = sigma[t];
-    c->gq[t]    = P->cq[i] * s;
-    c->gdx[t]   = P->cdx[i] * s;
-    c->gdy[t]   = P->cdy[i] * s;
+    c->gq[t]    = H->cq[i] * s;
+    c->gdx[t]   = H->cdx[i] * s;
+    c->gdy[t]   = H->cdy[i] * s;
   }
 #pragma omp parallel for schedule(dynamic, 8) if (c->par)
   for (PetscInt b = 0; b < P->nleaves; b++) {
-    for (PetscInt i = P->tleaf[b]; i < P->tleaf[b + 1]; i++) {
-      PetscReal zx = P->tx[i], zy = P->ty[i], acc = 0.0;
+    for (PetscInt i = H->tleaf[b]; i < H->tleaf[b + 1]; i++) {
+      PetscReal zx = H->tx[i], zy = H->ty[i], acc = 0.0;
       for (PetscInt k = c->nbroff[b]; k < c->nbroff[b + 1]; k++) {
         PetscInt j = c->nbr[k];
         acc += FMMPairKernel(zx - g[2 * j], zy - g[2 * j + 1], c->gq[j], c->gdx[j], c->gdy[j]);
@@ -277,10 +276,10 @@ static void P2PIndexing(Mat_FMM *fmm, FMM_CPU *c, const PetscScalar *sigma)
   }
 }
 
-/* P2P, repetition (data-replication seed): for every target a contiguous
+/* P2P, repetition (the data-replication study's per-target copies): for every target a contiguous
    record [x, y, then per neighbour source x, y, (q), (dx, dy)], built for
    leaf-aligned chunks that fit the -mat_fmm_repetition_mb budget */
-static void P2PRepetition(const FMMPlan *P, FMM_CPU *c)
+static void P2PRepetition(const FMMPlan *P, const FMMHostPlan *H, FMM_CPU *c)
 {
   const PetscInt stride = RecordStride(c), hq = c->hasq, hd = c->hasd;
 
@@ -290,13 +289,13 @@ static void P2PRepetition(const FMMPlan *P, FMM_CPU *c)
 #pragma omp parallel for schedule(dynamic, 8) if (c->par)
     for (PetscInt b = b0; b < b1; b++) {
       PetscReal *r = c->rec + c->recoff[b];
-      for (PetscInt i = P->tleaf[b]; i < P->tleaf[b + 1]; i++) {
-        *r++ = P->tx[i];
-        *r++ = P->ty[i];
-        for (PetscInt j = P->nearoff[b]; j < P->nearoff[b + 1]; j++)
-          for (PetscInt k = P->sleaf[P->near[j]]; k < P->sleaf[P->near[j] + 1]; k++) {
-            *r++ = P->sx[k];
-            *r++ = P->sy[k];
+      for (PetscInt i = H->tleaf[b]; i < H->tleaf[b + 1]; i++) {
+        *r++ = H->tx[i];
+        *r++ = H->ty[i];
+        for (PetscInt j = H->nearoff[b]; j < H->nearoff[b + 1]; j++)
+          for (PetscInt k = H->sleaf[H->near[j]]; k < H->sleaf[H->near[j] + 1]; k++) {
+            *r++ = H->sx[k];
+            *r++ = H->sy[k];
             if (hq) *r++ = c->q[k];
             if (hd) {
               *r++ = c->dx[k];
@@ -309,8 +308,8 @@ static void P2PRepetition(const FMMPlan *P, FMM_CPU *c)
 #pragma omp parallel for schedule(dynamic, 8) if (c->par)
     for (PetscInt b = b0; b < b1; b++) {
       PetscInt ns = c->nsrc[b];
-      for (PetscInt i = P->tleaf[b]; i < P->tleaf[b + 1]; i++) {
-        const PetscReal *r  = c->rec + c->recoff[b] + (PetscInt64)(i - P->tleaf[b]) * (2 + stride * ns);
+      for (PetscInt i = H->tleaf[b]; i < H->tleaf[b + 1]; i++) {
+        const PetscReal *r  = c->rec + c->recoff[b] + (PetscInt64)(i - H->tleaf[b]) * (2 + stride * ns);
         PetscReal        zx = r[0], zy = r[1], acc = 0.0;
         r += 2;
         for (PetscInt k = 0; k < ns; k++, r += stride) acc += FMMPairKernel(zx - r[0], zy - r[1], hq ? r[2] : 0.0, hd ? r[2 + hq] : 0.0, hd ? r[3 + hq] : 0.0);
@@ -320,53 +319,62 @@ static void P2PRepetition(const FMMPlan *P, FMM_CPU *c)
   }
 }
 
-static PetscErrorCode FMMCPUMult(Mat A, const PetscScalar *sigma, PetscScalar *y)
+static PetscErrorCode FMMCPUMult(FMMContext *ctx, const PetscScalar *sigma, PetscScalar *y)
 {
-  Mat_FMM *fmm = (Mat_FMM *)A->data;
-  FMMPlan *P   = &fmm->plan;
-  FMM_CPU *c   = (FMM_CPU *)fmm->backend;
+  const FMMPlan     *P = &ctx->plan;
+  const FMMHostPlan *H = ctx->host;
+  FMM_CPU           *c = (FMM_CPU *)ctx->data;
 
   PetscFunctionBegin;
-  Strengths(P, c, sigma);
-  PetscCall(Upward(P, c));
-  PetscCall(Downward(P, c));
+  Strengths(P, H, c, sigma);
+  PetscCall(Upward(P, H, c));
+  PetscCall(Downward(P, H, c));
   PetscCall(PetscLogEventBegin(MATFMM_P2P, 0, 0, 0, 0));
-  switch (fmm->layout) {
+  switch (ctx->par->layout) {
   case MATFMM_LAYOUT_TILED:
-    P2PTiled(P, c);
+    P2PTiled(P, H, c);
     break;
   case MATFMM_LAYOUT_INDEXING:
-    P2PIndexing(fmm, c, sigma);
+    P2PIndexing(ctx, c, sigma);
     break;
   case MATFMM_LAYOUT_REPETITION:
-    P2PRepetition(P, c);
+    P2PRepetition(P, H, c);
     break;
   }
-  PetscCall(PetscLogFlops(12.0 * (PetscLogDouble)P->p2ppairs));
+  PetscCall(PetscLogFlops(FMMFlops(FMM_PHASE_P2P, c->p, P)));
   PetscCall(PetscLogEventEnd(MATFMM_P2P, 0, 0, 0, 0));
-  for (PetscInt i = 0; i < P->M; i++) y[P->tperm[i]] = c->pot[i];
+  for (PetscInt i = 0; i < P->M; i++) y[H->tperm[i]] = c->pot[i];
   PetscFunctionReturn(0);
 }
 
 /* exact O(N M) sum of the same operator (the accuracy reference) */
-static PetscErrorCode FMMCPUDirect(Mat A, const PetscScalar *sigma, PetscScalar *y)
+static PetscErrorCode FMMCPUDirect(FMMContext *ctx, const PetscScalar *sigma, PetscScalar *y)
 {
-  Mat_FMM *fmm = (Mat_FMM *)A->data;
-  FMMPlan *P   = &fmm->plan;
-  FMM_CPU *c   = (FMM_CPU *)fmm->backend;
+  const FMMPlan     *P = &ctx->plan;
+  const FMMHostPlan *H = ctx->host;
+  FMM_CPU           *c = (FMM_CPU *)ctx->data;
 
   PetscFunctionBegin;
   PetscCall(PetscLogEventBegin(MATFMM_Direct, 0, 0, 0, 0));
-  Strengths(P, c, sigma);
+  Strengths(P, H, c, sigma);
 #pragma omp parallel for schedule(static) if ((PetscLogDouble)P->N * P->M > 1e6)
   for (PetscInt i = 0; i < P->M; i++) {
-    PetscReal zx = P->tx[i], zy = P->ty[i], acc = 0.0;
-    for (PetscInt k = 0; k < P->N; k++) acc += FMMPairKernel(zx - P->sx[k], zy - P->sy[k], c->q[k], c->dx[k], c->dy[k]);
-    y[P->tperm[i]] = acc;
+    PetscReal zx = H->tx[i], zy = H->ty[i], acc = 0.0;
+    for (PetscInt k = 0; k < P->N; k++) acc += FMMPairKernel(zx - H->sx[k], zy - H->sy[k], c->q[k], c->dx[k], c->dy[k]);
+    y[H->tperm[i]] = acc;
   }
-  PetscCall(PetscLogFlops(12.0 * (PetscLogDouble)P->N * P->M));
+  PetscCall(PetscLogFlops(FMMFlops(FMM_PHASE_DIRECT, c->p, P)));
   PetscCall(PetscLogEventEnd(MATFMM_Direct, 0, 0, 0, 0));
   PetscFunctionReturn(0);
 }
 
-struct _FMMBackendOps FMMBackendCPU = {"cpu", NULL, FMMCPUSetup, FMMCPUMult, FMMCPUDirect, NULL, FMMCPUDestroy, NULL};
+/* the CPU backend: the plan built on the host (src/fmm/plan.c), no options, no device memory */
+struct _FMMBackendOps FMMBackendCPU = {
+  .name   = "cpu",
+  .device = MATFMM_DEVICE_CPU,
+  .ct     = 32,
+  .setup  = FMMCPUSetup,
+  .mult   = FMMCPUMult,
+  .direct = FMMCPUDirect,
+  .reset  = FMMCPUReset,
+};
