@@ -40,7 +40,7 @@ CUDA_ARCH ?= sm_90
 CUDA_TOP  := $(if $(filter 1,$(CUDA)),$(shell $(NVCC) -dryrun -x cu /dev/null 2>&1 | sed -n 's/^#\$$ TOP=//p'))
 CUDA_LIBDIR := $(patsubst %/,%,$(dir $(firstword $(wildcard $(CUDA_TOP)/lib64/libcudart_static.a $(CUDA_TOP)/targets/*/lib/libcudart_static.a $(abspath $(dir $(NVCC))/..)/lib64/libcudart_static.a))))
 
-BUILD      := build/$(or $(PETSC_ARCH),default)$(if $(filter 1,$(CUDA)),,-nocuda)
+BUILD      := build/$(or $(PETSC_ARCH),$(notdir $(realpath $(PETSC_DIR))),default)$(if $(filter 1,$(CUDA)),,-nocuda)
 OPTFLAGS   ?= -O3 -march=native -fno-math-errno -fno-trapping-math
 WARNFLAGS  := -Wall -Wno-unknown-pragmas $(if $(filter 1,$(WERROR)),-Werror)
 CFLAGS_FMM := $(OPTFLAGS) -fPIC -fopenmp $(WARNFLAGS) -Iinclude -Isrc $(PETSC_CC_INCLUDES)
