@@ -2,23 +2,23 @@
   The CUDA backend of MATSWEEP: the whole sweep on the GPU, for all octants,
   angles and groups, the moments accumulated on the device.
 
-  Organisation (the "line march"): a thread owns one line of cells along x
-  for one (octant, group, angle) and marches along it, the x-face flux in a
-  register; the y- and z-face fluxes it needs were left in global memory by
-  the lines upstream of it.  Lines are launched by diagonals of the y-z
-  plane (j' + k' = s in the octant's direction of flight): one launch per
-  diagonal, all octants that may run together (all 8 with vacuum faces) and
-  all groups in it.  A block holds K lines x nang angles; every C cells its
-  threads leave their psi in shared memory and the block sums each cell's
-  moments over the angles in a fixed order (one thread per cell and moment),
-  into that octant's partial moments; a last kernel adds the octants in the
-  order of SweepOctantOrder().  So every sum has a fixed order and repeated
-  products are bitwise identical.
-
-  Per cell and angle the sweep reads and writes the y and z faces (32 bytes);
-  the source moments and sigma_t are read once per cell and group (the
-  angles of a block share them).  The cell equations are those of the CPU
-  backend (src/sweep/cpu/backend.c).
+  Organisation (the "line march"): a thread owns J adjacent lines of cells
+  along x (-mat_sweep_cuda_lines, default 2) for one (octant, group, angle)
+  and marches along them, the x faces in registers and the y face passed
+  from one line to the next in a register; the faces crossing between
+  threads were left in global memory by the line groups upstream.  By
+  default line groups are launched by diagonals of the y-z plane (jb + k' =
+  s in the octant's direction of flight): one launch per diagonal, all
+  octants that may run together (all 8 with vacuum faces) and all groups in
+  it; each thread copies its next cells' faces into shared memory ahead of
+  its arithmetic (cp.async).  -mat_sweep_cuda_schedule pipelined instead
+  runs one launch per octant batch whose line groups wait on their upstream
+  chunks.  Every SWEEP_C cells a block leaves its psi in shared memory and
+  sums each cell's moments over the angles in a fixed order, into that
+  octant's partial moments; a last kernel adds the octants in the order of
+  SweepOctantOrder().  So every sum has a fixed order and repeated products
+  are bitwise identical.  The cell equations are those of the CPU backend
+  (src/sweep/cpu/backend.c).
 */
 #include <cuda_runtime.h>
 #include <cuda_pipeline.h>
@@ -616,21 +616,12 @@ static PetscErrorCode SweepCUDASetup(Mat A)
     PetscCall(PetscFree(lines));
   }
   { /* octant batches: the octants of one level of SweepOctantOrder() run together */
-    PetscInt lev[8];
-    for (PetscInt oct = 0; oct < 8; oct++) { /* the level of each octant, as SweepOctantOrder() counts it */
-      lev[oct] = 0;
-      for (PetscInt ax = 0; ax < 3; ax++) {
-        const PetscBool down = (oct >> ax) & 1 ? PETSC_TRUE : PETSC_FALSE;
-        const bool rlo = P->bc[2 * ax] == MATSWEEP_BOUNDARY_REFLECTIVE, rhi = P->bc[2 * ax + 1] == MATSWEEP_BOUNDARY_REFLECTIVE;
-        if ((rlo && rhi && down) || (rlo && !rhi && !down) || (!rlo && rhi && down)) lev[oct]++;
-      }
-    }
     c->nbatch = 0;
     for (PetscInt l = 0; l <= 3; l++) {
       OctBatch b;
       b.n = 0;
       for (PetscInt o = 0; o < 8; o++)
-        if (lev[P->octorder[o]] == l) b.oct[b.n++] = (int)P->octorder[o];
+        if (P->octlevel[P->octorder[o]] == l) b.oct[b.n++] = (int)P->octorder[o];
       if (b.n) c->batch[c->nbatch++] = b;
     }
     c->order.n = 8;

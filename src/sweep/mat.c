@@ -115,7 +115,7 @@ static PetscErrorCode BuildProblem(Mat A)
   PetscCheck(!sw->matmap || sw->map_n == n, comm, PETSC_ERR_ARG_SIZ, "MATSWEEP: the material map has %" PetscInt_FMT " cells, the grid %" PetscInt_FMT, sw->map_n, n);
   PetscCheck(!sw->csigt || (sw->csigt_n == n && sw->csigt_ng == ng), comm, PETSC_ERR_ARG_SIZ, "MATSWEEP: sigma_t per cell was given for %" PetscInt_FMT " cells and %" PetscInt_FMT " groups, the matrix has %" PetscInt_FMT " and %" PetscInt_FMT, sw->csigt_n, sw->csigt_ng, n, ng);
   PetscCheck(!sw->q || (sw->q_n == n && sw->q_ng == ng), comm, PETSC_ERR_ARG_SIZ, "MATSWEEP: the source was given for %" PetscInt_FMT " cells and %" PetscInt_FMT " groups, the matrix has %" PetscInt_FMT " and %" PetscInt_FMT, sw->q_n, sw->q_ng, n, ng);
-  PetscCall(SweepQuadratureCreate(sw->qtype, sw->qorder, nm, sw->expansion, P->twod, &P->Q));
+  PetscCall(SweepQuadratureCreate(sw->qtype, sw->qorder, nm, sw->expansion, &P->Q));
   PetscCheck(!sw->qang || (sw->qang_n == n && sw->qang_ng == ng && sw->qang_dir == P->Q.ndir), comm, PETSC_ERR_ARG_SIZ, "MATSWEEP: the angular source was given for %" PetscInt_FMT " cells, %" PetscInt_FMT " directions and %" PetscInt_FMT " groups, the matrix has %" PetscInt_FMT ", %" PetscInt_FMT " and %" PetscInt_FMT, sw->qang_n, sw->qang_dir, sw->qang_ng, n, P->Q.ndir, ng);
   /* cross sections per cell */
   PetscCall(PetscMalloc2(n * ng, &P->sigt, n, &P->mat));
@@ -137,7 +137,7 @@ static PetscErrorCode BuildProblem(Mat A)
   P->qang = sw->qang;
   /* boundaries, octant order, carried unknowns */
   for (int f = 0; f < 6; f++) P->bc[f] = (P->twod && f >= 4) ? MATSWEEP_BOUNDARY_VACUUM : sw->bc[f];
-  PetscCall(SweepOctantOrder(P->bc, P->octorder));
+  PetscCall(SweepOctantOrder(P->bc, P->octorder, P->octlevel));
   P->nphi = n * ng * P->Q.cmom;
   P->nb   = 0;
   for (PetscInt ax = 0; ax < 3; ax++) {

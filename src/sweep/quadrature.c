@@ -147,13 +147,11 @@ static void SnapExpansion(PetscInt nmom, PetscReal mu, PetscReal eta, PetscReal 
 /*
   SweepQuadratureCreate - the directions and weights of type t and order n
   (nang for SNAP's, N for S_N), with the moment functions of nmom Legendre
-  orders.  twod: a 2D problem (the functions are the same; the 2D problem
-  only drops the z streaming, see SweepProblem).
+  orders (the same in 2D, where the problem only drops the z streaming).
 */
-PetscErrorCode SweepQuadratureCreate(MatSweepQuadrature t, PetscInt n, PetscInt nmom, MatSweepExpansion e, PetscBool twod, SweepQuadrature *Q)
+PetscErrorCode SweepQuadratureCreate(MatSweepQuadrature t, PetscInt n, PetscInt nmom, MatSweepExpansion e, SweepQuadrature *Q)
 {
   PetscFunctionBegin;
-  (void)twod;
   PetscCall(PetscMemzero(Q, sizeof(*Q)));
   if (t == MATSWEEP_QUADRATURE_SNAP) {
     Q->nang = n;
@@ -196,11 +194,12 @@ PetscErrorCode SweepQuadratureDestroy(SweepQuadrature *Q)
   the low face is a carried unknown (an input of the product), so the
   octants moving down wait for those moving up (whose flux they meet at the
   high face).  An octant's number of such waits is its level; octants in
-  increasing level (then number) satisfy every wait.
+  increasing level (then number) satisfy every wait, and those of one level
+  may run together.
 */
-PetscErrorCode SweepOctantOrder(const MatSweepBoundary bc[6], PetscInt order[8])
+PetscErrorCode SweepOctantOrder(const MatSweepBoundary bc[6], PetscInt order[8], PetscInt lev[8])
 {
-  PetscInt lev[8], n = 0;
+  PetscInt n = 0;
 
   PetscFunctionBegin;
   for (PetscInt oct = 0; oct < 8; oct++) {

@@ -68,8 +68,9 @@ typedef struct {
   PetscReal *qang;        /* [ncells*ndir*ng] angular: qang[(c*ndir + d)*ng + g], or NULL */
   /* boundaries: face f = 2*axis + (0 low, 1 high) */
   MatSweepBoundary bc[6];
-  /* octant order of a sweep (reflective faces make some octants wait for others) */
-  PetscInt  octorder[8];
+  /* octant order of a sweep (reflective faces make some octants wait for others):
+     octants of one level wait on none of the same level */
+  PetscInt  octorder[8], octlevel[8];
   /* carried boundary unknowns: for an axis with both faces reflective, the
      angular flux entering through its low face (the 4 octants moving up that
      axis), per face cell, group and angle.  ncarry[axis] entries each, at
@@ -132,10 +133,10 @@ typedef struct {
   PetscLogDouble     last_device_s; /* its kernels' time on the GPU (CUDA backend; 0 on the CPU) */
 } Mat_Sweep;
 
-PETSC_INTERN PetscErrorCode SweepQuadratureCreate(MatSweepQuadrature, PetscInt, PetscInt, MatSweepExpansion, PetscBool, SweepQuadrature *);
+PETSC_INTERN PetscErrorCode SweepQuadratureCreate(MatSweepQuadrature, PetscInt, PetscInt, MatSweepExpansion, SweepQuadrature *);
 PETSC_INTERN PetscErrorCode SweepQuadratureDestroy(SweepQuadrature *);
 PETSC_INTERN PetscErrorCode SweepLevelSymmetric(PetscInt, PetscInt *, PetscReal **, PetscReal **, PetscReal **, PetscReal **);
-PETSC_INTERN PetscErrorCode SweepOctantOrder(const MatSweepBoundary[6], PetscInt[8]);
+PETSC_INTERN PetscErrorCode SweepOctantOrder(const MatSweepBoundary[6], PetscInt[8], PetscInt[8]);
 
 PETSC_INTERN struct _SweepBackendOps SweepBackendCPU;
 #if defined(PETSCFMM_HAVE_CUDA)
