@@ -247,6 +247,7 @@ PETSC_EXTERN PetscErrorCode MatSweepSetBoundary(Mat, const MatSweepBoundary[]);
 PETSC_EXTERN PetscErrorCode MatSweepSetScheme(Mat, MatSweepScheme, PetscBool);
 PETSC_EXTERN PetscErrorCode MatSweepSetLayout(Mat, MatSweepLayout);
 PETSC_EXTERN PetscErrorCode MatSweepSetDevice(Mat, MatSweepDevice);
+PETSC_EXTERN PetscErrorCode MatSweepSetChunk(Mat, PetscInt);
 PETSC_EXTERN PetscErrorCode MatSweepGetDevice(Mat, MatSweepDevice *);
 PETSC_EXTERN PetscErrorCode MatSweepGetQuadrature(Mat, PetscInt *, const PetscReal *[], const PetscReal *[], const PetscReal *[], const PetscReal *[]);
 PETSC_EXTERN PetscErrorCode MatSweepGetSizes(Mat, PetscInt *, PetscInt *, PetscInt *, PetscInt *);

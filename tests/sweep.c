@@ -1,5 +1,7 @@
 static char help[] = "Checks MATSWEEP against exact solutions computed here, independently of the sweep.\n\
-  -case <infinite,slab,mirror,angular,mms,repeat,compare>  which check (default infinite)\n\
+  -case <infinite,slab,mirror,angular,mms,repeat,compare,ranks>  which check (default infinite)\n\
+  -py <n>, -pz <n>, -ly <a,b,..>, -lz <a,b,..>         ranks: the decomposition of y and z (cells per rank)\n\
+  -bc <vacuum,...>                                      ranks: the six faces (default all vacuum)\n\
   -nmom <L+1>, -groups <ng>                        for infinite (defaults 1 and 1)\n\
 Every -mat_sweep_ option applies (quadrature, scheme, layout, device, ...).\n\n";
 
@@ -30,6 +32,10 @@ Every -mat_sweep_ option applies (quadrature, scheme, layout, device, ...).\n\n"
     the error of phi at the cell centres must fall like h^2 (DD, orders
     within 0.1) or h (step: within 0.25, still pre-asymptotic) over three grids.
   repeat: two products of the same input are bitwise equal.
+  ranks: the problem of compare on the ranks (a DMDA split in y and z as
+    -py, -pz, -ly, -lz say: the KBA sweep) against the same problem on rank 0
+    alone: every moment within 1e-13 of the largest, and the same GMRES
+    iteration count.
   compare: the CUDA backend against the CPU backend on one problem (two
     materials, three groups, up- and downscatter, scattering order 2,
     carried and in-sweep reflective faces, isotropic and angular sources):
@@ -39,8 +45,8 @@ Every -mat_sweep_ option applies (quadrature, scheme, layout, device, ...).\n\n"
 #include <petscfmm.h>
 #include <petscksp.h>
 
-typedef enum { CASE_INFINITE, CASE_SLAB, CASE_MIRROR, CASE_ANGULAR, CASE_MMS, CASE_REPEAT, CASE_COMPARE } Case;
-static const char *const Cases[] = {"infinite", "slab", "mirror", "angular", "mms", "repeat", "compare", "Case", "CASE_", NULL};
+typedef enum { CASE_INFINITE, CASE_SLAB, CASE_MIRROR, CASE_ANGULAR, CASE_MMS, CASE_REPEAT, CASE_COMPARE, CASE_RANKS } Case;
+static const char *const Cases[] = {"infinite", "slab", "mirror", "angular", "mms", "repeat", "compare", "ranks", "Case", "CASE_", NULL};
 
 static PetscInt nfail = 0;
 
@@ -72,7 +78,7 @@ static PetscErrorCode Solve(Mat A, Vec *phi, PetscReal rtol, PetscInt *its)
   PetscFunctionBeginUser;
   PetscCall(MatCreateVecs(A, phi, &b));
   PetscCall(MatSweepComputeRHS(A, b));
-  PetscCall(KSPCreate(PETSC_COMM_WORLD, &ksp));
+  PetscCall(KSPCreate(PetscObjectComm((PetscObject)A), &ksp));
   PetscCall(KSPSetOperators(ksp, A, A));
   PetscCall(KSPSetType(ksp, KSPGMRES));
   {
@@ -706,6 +712,96 @@ static PetscErrorCode CaseCompare(void)
   PetscFunctionReturn(0);
 }
 
+/* the ranks case's problem on comm, y and z split over py x pz ranks with ly, lz cells each (NULL: even):
+   solved by GMRES; its moments in the grid's natural order gathered on rank 0 of comm (in *nat) */
+static PetscErrorCode RanksSolve(MPI_Comm comm, PetscInt py, PetscInt pz, const PetscInt *ly, const PetscInt *lz, const MatSweepBoundary bc[6], Vec *nat, PetscInt *its)
+{
+  const PetscInt   nx = 6, ny = 7, nz = 5, ng = 2;
+  const PetscReal  sigt[4] = {1.0, 1.3, 2.0, 2.6}, sigs[2 * 2 * 4] = {0.5, 0.1, 0.2, 0.7, 0.1, 0.0, 0.05, 0.2, 1.0, 0.3, 0.4, 1.5, 0.2, 0.1, 0.1, 0.3};
+  DM               da, dphi;
+  Mat              A;
+  Vec              phi, f, fn;
+  PetscInt        *mat;
+  PetscReal       *q;
+  DMDALocalInfo    info;
+  VecScatter       sc;
+
+  PetscFunctionBeginUser;
+  PetscCall(DMDACreate3d(comm, DM_BOUNDARY_NONE, DM_BOUNDARY_NONE, DM_BOUNDARY_NONE, DMDA_STENCIL_STAR, nx, ny, nz, 1, py, pz, 1, 1, NULL, ly, lz, &da));
+  PetscCall(DMSetUp(da));
+  PetscCall(DMDAGetLocalInfo(da, &info));
+  PetscCall(MatCreateSweep(da, &A));
+  PetscCall(MatSweepSetGroups(A, ng));
+  PetscCall(MatSweepSetScatteringOrder(A, 1, MATSWEEP_EXPANSION_HARMONICS));
+  PetscCall(MatSweepSetMaterials(A, 2, sigt, sigs));
+  PetscCall(MatSweepSetDomain(A, 3.0, 3.5, 2.0));
+  PetscCall(MatSweepSetBoundary(A, bc));
+  PetscCall(PetscMalloc2(info.xm * info.ym * info.zm, &mat, info.xm * info.ym * info.zm * ng, &q));
+  for (PetscInt k = 0, c = 0; k < info.zm; k++)
+    for (PetscInt j = 0; j < info.ym; j++)
+      for (PetscInt i = 0; i < info.xm; i++, c++) { /* from the global indices, so every decomposition has the same problem */
+        const PetscInt gi = info.xs + i, gj = info.ys + j, gk = info.zs + k;
+        mat[c] = (gi + 2 * gj + 3 * gk) % 5 < 2;
+        for (PetscInt g = 0; g < ng; g++) q[c * ng + g] = (gi == 2 && gj >= 3) ? 1.0 + g : 0.1 * g;
+      }
+  PetscCall(MatSweepSetMaterialMap(A, mat));
+  PetscCall(MatSweepSetSource(A, q));
+  PetscCall(Assemble(A));
+  PetscCall(Solve(A, &phi, 1e-13, its));
+  PetscCall(MatSweepGetFluxVector(A, phi, &f));
+  PetscCall(MatSweepGetDM(A, &dphi));
+  PetscCall(DMDACreateNaturalVector(dphi, &fn));
+  PetscCall(DMDAGlobalToNaturalBegin(dphi, f, INSERT_VALUES, fn));
+  PetscCall(DMDAGlobalToNaturalEnd(dphi, f, INSERT_VALUES, fn));
+  PetscCall(VecScatterCreateToZero(fn, &sc, nat));
+  PetscCall(VecScatterBegin(sc, fn, *nat, INSERT_VALUES, SCATTER_FORWARD));
+  PetscCall(VecScatterEnd(sc, fn, *nat, INSERT_VALUES, SCATTER_FORWARD));
+  PetscCall(VecScatterDestroy(&sc));
+  PetscCall(VecDestroy(&fn));
+  PetscCall(MatSweepRestoreFluxVector(A, phi, &f));
+  PetscCall(VecDestroy(&phi));
+  PetscCall(MatDestroy(&A));
+  PetscCall(DMDestroy(&da));
+  PetscCall(PetscFree2(mat, q));
+  PetscFunctionReturn(0);
+}
+
+static PetscErrorCode CaseRanks(void)
+{
+  PetscInt         py = PETSC_DECIDE, pz = PETSC_DECIDE, ly[16], lz[16], nly = 16, nlz = 16, itp, its = 0, n = 6;
+  PetscBool        sly, slz;
+  PetscEnum        e[6];
+  MatSweepBoundary bc[6];
+  Vec              vp, vs;
+  PetscMPIInt      rank, size;
+
+  PetscFunctionBeginUser;
+  PetscCallMPI(MPI_Comm_rank(PETSC_COMM_WORLD, &rank));
+  PetscCallMPI(MPI_Comm_size(PETSC_COMM_WORLD, &size));
+  PetscCall(PetscOptionsGetInt(NULL, NULL, "-py", &py, NULL));
+  PetscCall(PetscOptionsGetInt(NULL, NULL, "-pz", &pz, NULL));
+  PetscCall(PetscOptionsGetIntArray(NULL, NULL, "-ly", ly, &nly, &sly));
+  PetscCall(PetscOptionsGetIntArray(NULL, NULL, "-lz", lz, &nlz, &slz));
+  for (int f = 0; f < 6; f++) e[f] = (PetscEnum)MATSWEEP_BOUNDARY_VACUUM;
+  PetscCall(PetscOptionsGetEnumArray(NULL, NULL, "-bc", MatSweepBoundaries, e, &n, NULL));
+  for (int f = 0; f < 6; f++) bc[f] = (MatSweepBoundary)e[f];
+  PetscCall(RanksSolve(PETSC_COMM_WORLD, py, pz, sly ? ly : NULL, slz ? lz : NULL, bc, &vp, &itp));
+  if (rank == 0) PetscCall(RanksSolve(PETSC_COMM_SELF, 1, 1, NULL, NULL, bc, &vs, &its));
+  PetscCallMPI(MPI_Bcast(&its, 1, MPIU_INT, 0, PETSC_COMM_WORLD));
+  if (rank == 0) {
+    PetscReal d, m;
+    PetscCall(VecNorm(vs, NORM_INFINITY, &m));
+    PetscCall(VecAXPY(vs, -1.0, vp));
+    PetscCall(VecNorm(vs, NORM_INFINITY, &d));
+    PetscCall(PetscPrintf(PETSC_COMM_SELF, "%d ranks: GMRES iterations %s those of one rank\n", (int)size, itp == its ? "equal to" : "differ from"));
+    if (itp != its) nfail++;
+    PetscCall(Check("moments on the ranks = moments on one rank", d / m, 1e-13));
+    PetscCall(VecDestroy(&vs));
+  }
+  PetscCall(VecDestroy(&vp));
+  PetscFunctionReturn(0);
+}
+
 int main(int argc, char **argv)
 {
   Case c = CASE_INFINITE;
@@ -734,6 +830,9 @@ int main(int argc, char **argv)
     break;
   case CASE_COMPARE:
     PetscCall(CaseCompare());
+    break;
+  case CASE_RANKS:
+    PetscCall(CaseRanks());
     break;
   }
   PetscCall(PetscFinalize());
@@ -772,21 +871,136 @@ int main(int argc, char **argv)
     suffix: repeat
     args: -case repeat -mat_sweep_nang 4
   test:
+    suffix: ranks_1
+    args: -case ranks -mat_sweep_nang 3
+  test:
+    suffix: ranks_2
+    nsize: 2
+    args: -case ranks -mat_sweep_nang 3 -malloc_dump
+  test:
+    suffix: ranks_2z
+    nsize: 2
+    args: -case ranks -mat_sweep_nang 2 -py 1 -pz 2 -mat_sweep_chunk 1 -bc reflective,reflective,vacuum,vacuum,reflective,vacuum
+  test:
+    suffix: ranks_3
+    nsize: 3
+    args: -case ranks -mat_sweep_nang 3 -py 3 -pz 1 -ly 1,3,3 -mat_sweep_chunk 100 -bc vacuum,vacuum,reflective,reflective,vacuum,vacuum
+  test:
+    suffix: ranks_4
+    nsize: 4
+    args: -case ranks -mat_sweep_sn 4 -py 2 -pz 2 -ly 2,5 -lz 4,1 -mat_sweep_chunk 4 -bc reflective,vacuum,reflective,reflective,reflective,reflective -malloc_dump
+  test:
+    suffix: ranks_4_fixup
+    nsize: 4
+    args: -case ranks -mat_sweep_nang 2 -py 4 -pz 1 -ly 2,1,3,1 -mat_sweep_chunk 2 -mat_sweep_layout DGZ
+  test:
     suffix: cuda_compare
     args: -case compare -mat_sweep_sn 4
     requires: cuda
+  test:
+    suffix: ranks_1
+    args: -case ranks -mat_sweep_nang 3
+  test:
+    suffix: ranks_2
+    nsize: 2
+    args: -case ranks -mat_sweep_nang 3 -malloc_dump
+  test:
+    suffix: ranks_2z
+    nsize: 2
+    args: -case ranks -mat_sweep_nang 2 -py 1 -pz 2 -mat_sweep_chunk 1 -bc reflective,reflective,vacuum,vacuum,reflective,vacuum
+  test:
+    suffix: ranks_3
+    nsize: 3
+    args: -case ranks -mat_sweep_nang 3 -py 3 -pz 1 -ly 1,3,3 -mat_sweep_chunk 100 -bc vacuum,vacuum,reflective,reflective,vacuum,vacuum
+  test:
+    suffix: ranks_4
+    nsize: 4
+    args: -case ranks -mat_sweep_sn 4 -py 2 -pz 2 -ly 2,5 -lz 4,1 -mat_sweep_chunk 4 -bc reflective,vacuum,reflective,reflective,reflective,reflective -malloc_dump
+  test:
+    suffix: ranks_4_fixup
+    nsize: 4
+    args: -case ranks -mat_sweep_nang 2 -py 4 -pz 1 -ly 2,1,3,1 -mat_sweep_chunk 2 -mat_sweep_layout DGZ
   test:
     suffix: cuda_compare_fixup
     args: -case compare -mat_sweep_nang 5 -mat_sweep_fixup -mat_sweep_layout DGZ
     requires: cuda
   test:
+    suffix: ranks_1
+    args: -case ranks -mat_sweep_nang 3
+  test:
+    suffix: ranks_2
+    nsize: 2
+    args: -case ranks -mat_sweep_nang 3 -malloc_dump
+  test:
+    suffix: ranks_2z
+    nsize: 2
+    args: -case ranks -mat_sweep_nang 2 -py 1 -pz 2 -mat_sweep_chunk 1 -bc reflective,reflective,vacuum,vacuum,reflective,vacuum
+  test:
+    suffix: ranks_3
+    nsize: 3
+    args: -case ranks -mat_sweep_nang 3 -py 3 -pz 1 -ly 1,3,3 -mat_sweep_chunk 100 -bc vacuum,vacuum,reflective,reflective,vacuum,vacuum
+  test:
+    suffix: ranks_4
+    nsize: 4
+    args: -case ranks -mat_sweep_sn 4 -py 2 -pz 2 -ly 2,5 -lz 4,1 -mat_sweep_chunk 4 -bc reflective,vacuum,reflective,reflective,reflective,reflective -malloc_dump
+  test:
+    suffix: ranks_4_fixup
+    nsize: 4
+    args: -case ranks -mat_sweep_nang 2 -py 4 -pz 1 -ly 2,1,3,1 -mat_sweep_chunk 2 -mat_sweep_layout DGZ
+  test:
     suffix: cuda_compare_step
     args: -case compare -mat_sweep_nang 2 -mat_sweep_scheme step -mat_sweep_layout ZDG
     requires: cuda
   test:
+    suffix: ranks_1
+    args: -case ranks -mat_sweep_nang 3
+  test:
+    suffix: ranks_2
+    nsize: 2
+    args: -case ranks -mat_sweep_nang 3 -malloc_dump
+  test:
+    suffix: ranks_2z
+    nsize: 2
+    args: -case ranks -mat_sweep_nang 2 -py 1 -pz 2 -mat_sweep_chunk 1 -bc reflective,reflective,vacuum,vacuum,reflective,vacuum
+  test:
+    suffix: ranks_3
+    nsize: 3
+    args: -case ranks -mat_sweep_nang 3 -py 3 -pz 1 -ly 1,3,3 -mat_sweep_chunk 100 -bc vacuum,vacuum,reflective,reflective,vacuum,vacuum
+  test:
+    suffix: ranks_4
+    nsize: 4
+    args: -case ranks -mat_sweep_sn 4 -py 2 -pz 2 -ly 2,5 -lz 4,1 -mat_sweep_chunk 4 -bc reflective,vacuum,reflective,reflective,reflective,reflective -malloc_dump
+  test:
+    suffix: ranks_4_fixup
+    nsize: 4
+    args: -case ranks -mat_sweep_nang 2 -py 4 -pz 1 -ly 2,1,3,1 -mat_sweep_chunk 2 -mat_sweep_layout DGZ
+  test:
     suffix: cuda_compare_diagonal
     args: -case compare -mat_sweep_nang 3 -mat_sweep_cuda_schedule diagonal -mat_sweep_cuda_lines 1
     requires: cuda
+  test:
+    suffix: ranks_1
+    args: -case ranks -mat_sweep_nang 3
+  test:
+    suffix: ranks_2
+    nsize: 2
+    args: -case ranks -mat_sweep_nang 3 -malloc_dump
+  test:
+    suffix: ranks_2z
+    nsize: 2
+    args: -case ranks -mat_sweep_nang 2 -py 1 -pz 2 -mat_sweep_chunk 1 -bc reflective,reflective,vacuum,vacuum,reflective,vacuum
+  test:
+    suffix: ranks_3
+    nsize: 3
+    args: -case ranks -mat_sweep_nang 3 -py 3 -pz 1 -ly 1,3,3 -mat_sweep_chunk 100 -bc vacuum,vacuum,reflective,reflective,vacuum,vacuum
+  test:
+    suffix: ranks_4
+    nsize: 4
+    args: -case ranks -mat_sweep_sn 4 -py 2 -pz 2 -ly 2,5 -lz 4,1 -mat_sweep_chunk 4 -bc reflective,vacuum,reflective,reflective,reflective,reflective -malloc_dump
+  test:
+    suffix: ranks_4_fixup
+    nsize: 4
+    args: -case ranks -mat_sweep_nang 2 -py 4 -pz 1 -ly 2,1,3,1 -mat_sweep_chunk 2 -mat_sweep_layout DGZ
   test:
     suffix: cuda_compare_lines4
     args: -case compare -mat_sweep_nang 4 -mat_sweep_cuda_lines 4 -mat_sweep_fixup

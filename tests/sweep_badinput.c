@@ -248,10 +248,19 @@ static PetscErrorCode BadBoundary(DM da, Mat A)
   (void)da;
   return MatSweepSetBoundary(A, bc);
 }
-static PetscErrorCode TwoRanks(DM da, Mat A)
+static PetscErrorCode SplitX(DM da, Mat A)
 {
+  DM             dx;
+  PetscErrorCode e;
+  PetscMPIInt    size;
   (void)da;
-  return MatSweepSetDM(A, da);
+  PetscCallMPI(MPI_Comm_size(PETSC_COMM_WORLD, &size));
+  PetscCall(DMDACreate3d(PETSC_COMM_WORLD, DM_BOUNDARY_NONE, DM_BOUNDARY_NONE, DM_BOUNDARY_NONE, DMDA_STENCIL_STAR, 4 * size, 3, 2, size, 1, 1, 1, 1, NULL, NULL, NULL, &dx));
+  PetscCall(DMSetUp(dx));
+  PetscCall(MatSweepSetDM(A, dx));
+  PetscCall(DMDestroy(&dx));
+  e = Assemble(A);
+  return e;
 }
 
 int main(int argc, char **argv)
@@ -262,7 +271,7 @@ int main(int argc, char **argv)
   PetscCall(PetscFMMInitializePackage());
   PetscCallMPI(MPI_Comm_size(PETSC_COMM_WORLD, &size));
   if (size > 1) {
-    PetscCall(Run("a DMDA on several ranks", PETSC_ERR_SUP, TwoRanks));
+    PetscCall(Run("a DMDA that splits x over the ranks", PETSC_ERR_SUP, SplitX));
   } else {
     PetscCall(Run("assembly without a grid", PETSC_ERR_ARG_WRONGSTATE, NoDM));
     PetscCall(Run("a 1D DMDA", PETSC_ERR_ARG_WRONG, WrongDim));

@@ -3,6 +3,7 @@ with KSP and a MATSWEEP: GMRES is Krylov-accelerated source iteration,\n\
 -ksp_type richardson is source iteration itself.\n\
   -nx <n>, -ny <n>, -nz <n>  cells (default 16 16 16; -nz 1 -twod: the 2D x-y problem)\n\
   -twod                      a 2D grid (no streaming along z)\n\
+  (on several ranks the grid is split in y and z only: -da_processors_x 1; the sweep is KBA)\n\
   -c <c>                     scattering ratio of every group and material, 0 <= c <= 1 (default 0.9)\n\
   -box <bool>                a box of the second material (twice as dense) in the low corner (default true)\n\
   -vtk <file.vts>            write the scalar flux of every group (and all moments) for VTK\n\
@@ -164,6 +165,9 @@ int main(int argc, char **argv)
       PetscCall(VecRestoreArrayRead(f, &fa));
     }
     PetscCall(MatSweepRestoreFluxVector(A, phi, &f));
+    PetscCall(MPIU_Allreduce(MPI_IN_PLACE, &tot, 1, MPIU_REAL, MPIU_SUM, PETSC_COMM_WORLD));
+    PetscCall(MPIU_Allreduce(MPI_IN_PLACE, &mx, 1, MPIU_REAL, MPIU_MAX, PETSC_COMM_WORLD));
+    PetscCall(MPIU_Allreduce(MPI_IN_PLACE, &nc, 1, MPIU_INT, MPI_SUM, PETSC_COMM_WORLD));
     PetscCall(PetscPrintf(PETSC_COMM_WORLD, "group 0 scalar flux: mean %.6e, peak %.6e\n", (double)(tot / nc), (double)mx));
   }
   PetscCall(PetscPrintf(PETSC_COMM_WORLD, "summary: cells=%" PetscInt_FMT " angles=%" PetscInt_FMT " groups=%" PetscInt_FMT " moments=%" PetscInt_FMT " ksp=%s its=%" PetscInt_FMT " sweeps=%" PetscInt_FMT " residual=%.2e grind_ns=%.4g solve_s=%.4g\n", nc, ndir, ng, cm, ktype, its, nsweeps, (double)(rnorm / bnorm), (double)grind, t1 - t0));
@@ -192,6 +196,11 @@ int main(int argc, char **argv)
   test:
     suffix: levelsym
     args: -nx 6 -ny 5 -nz 4 -mat_sweep_sn 6 -mat_sweep_groups 3 -mat_sweep_nmom 3 -c 0.99 -mat_sweep_bc reflective,vacuum,reflective,vacuum,reflective,vacuum
+    filter: sed -e 's/ grind_ns=.*$//'
+  test:
+    suffix: gmres_ranks
+    nsize: 2
+    args: -nx 8 -ny 8 -nz 8 -mat_sweep_nang 3 -mat_sweep_groups 2 -c 0.9 -da_processors_x 1 -malloc_dump
     filter: sed -e 's/ grind_ns=.*$//'
   test:
     suffix: twod

@@ -61,13 +61,17 @@ static PetscErrorCode LocalCells(Mat A, Mat_Sweep *sw, const char *fn, PetscInt 
    Notes:
    The matrix keeps a reference to da.  Its cells are numbered as the `DMDA`
    numbers its points, x fastest: cell c = (k ny + j) nx + i of this rank's part.
+   On several ranks the sweep is SNAP's KBA: the `DMDA` must split y and z
+   only (one rank along x: m = 1 in `DMDACreate3d()`, or `-da_processors_x 1`),
+   and each octant's wavefront is pipelined through the ranks in chunks of x
+   cells (`MatSweepSetChunk()`).
    The cell widths are the domain lengths (`MatSweepSetDomain()`) over the
    cell counts.  The flux-moment vectors of `MatCreateVecs()` live on a
    `DMDA` like da with ng * (L+1)^2 dof per cell (`MatSweepGetDM()`).
 
    Errors:
 +  `PETSC_ERR_ARG_WRONG` - da is not a `DMDA`, or not of dimension 2 or 3
--  `PETSC_ERR_SUP` - da is distributed over more than one rank (the sweep across ranks is not in this version)
+-  at assembly, `PETSC_ERR_SUP` - da splits x over several ranks
 
    Level: beginner
 
@@ -75,10 +79,9 @@ static PetscErrorCode LocalCells(Mat A, Mat_Sweep *sw, const char *fn, PetscInt 
 @*/
 PetscErrorCode MatSweepSetDM(Mat A, DM da)
 {
-  Mat_Sweep  *sw;
-  PetscBool   isda;
-  PetscInt    dim;
-  PetscMPIInt size;
+  Mat_Sweep *sw;
+  PetscBool  isda;
+  PetscInt   dim;
 
   PetscFunctionBegin;
   PetscCall(SweepGet(A, PETSC_TRUE, &sw));
@@ -87,8 +90,6 @@ PetscErrorCode MatSweepSetDM(Mat A, DM da)
   PetscCheck(isda, PetscObjectComm((PetscObject)A), PETSC_ERR_ARG_WRONG, "MATSWEEP: the grid must be a DMDA, got a DM of type %s", ((PetscObject)da)->type_name);
   PetscCall(DMGetDimension(da, &dim));
   PetscCheck(dim == 2 || dim == 3, PetscObjectComm((PetscObject)A), PETSC_ERR_ARG_WRONG, "MATSWEEP: the DMDA has dimension %" PetscInt_FMT ", expected 3 (or 2 for an x-y problem)", dim);
-  PetscCallMPI(MPI_Comm_size(PetscObjectComm((PetscObject)da), &size));
-  PetscCheck(size == 1, PetscObjectComm((PetscObject)A), PETSC_ERR_SUP, "MATSWEEP: the DMDA is distributed over %d ranks, but this version sweeps on one rank only (the KBA sweep across ranks is not implemented yet)", (int)size);
   PetscCall(PetscObjectReference((PetscObject)da));
   PetscCall(DMDestroy(&sw->da));
   sw->da = da;
@@ -781,5 +782,45 @@ PetscErrorCode MatSweepGetStatistics(Mat A, PetscInt *nsweeps, PetscReal *grind_
   if (nsweeps) *nsweeps = sw->nsweeps;
   if (grind_ns) *grind_ns = work > 0 ? 1e9 * sw->last_sweep_s / work : 0.0;
   if (device_ns) *device_ns = work > 0 ? 1e9 * sw->last_device_s / work : 0.0;
+  PetscFunctionReturn(0);
+}
+
+/*@
+   MatSweepSetChunk - Sets how many x cells the KBA pipeline carries in one message between ranks.
+
+   Logically collective
+
+   Input Parameters:
++  A     - the `MATSWEEP`
+-  chunk - cells along x per chunk, >= 1, or 0 for the default (SNAP's ichunk)
+
+   Options Database Key:
+.  -mat_sweep_chunk <chunk> - the chunk
+
+   Notes:
+   Koch, Baker & Alcouffe's sweep: each rank owns a block of y and z and all
+   of x; per octant it receives the faces entering its block for one chunk of
+   x cells from the ranks upstream in y and z, sweeps the chunk, and sends
+   the faces leaving it downstream, receiving the next chunk's faces while it
+   sweeps.  Small chunks start the ranks downstream sooner (a shorter pipeline
+   fill), large ones send fewer messages.  The default is 4 x cells where
+   there are ranks to send to, the whole line on one rank.  A chunk larger
+   than the grid is the whole line.
+
+   Errors:
+.  `PETSC_ERR_ARG_OUTOFRANGE` - chunk < 0
+
+   Level: advanced
+
+.seealso: `MATSWEEP`, `MatSweepSetDM()`
+@*/
+PetscErrorCode MatSweepSetChunk(Mat A, PetscInt chunk)
+{
+  Mat_Sweep *sw;
+
+  PetscFunctionBegin;
+  PetscCall(SweepGet(A, PETSC_TRUE, &sw));
+  PetscCheck(chunk >= 0, PetscObjectComm((PetscObject)A), PETSC_ERR_ARG_OUTOFRANGE, "MATSWEEP: chunk of %" PetscInt_FMT " x cells, expected >= 1 (or 0: the default)", chunk);
+  sw->chunk = chunk;
   PetscFunctionReturn(0);
 }

@@ -83,6 +83,8 @@ static PetscErrorCode MatSetFromOptions_Sweep(Mat A, PetscOptionItems PetscOptio
   if (set) PetscCall(MatSweepSetLayout(A, (MatSweepLayout)e));
   PetscCall(PetscOptionsEnum("-mat_sweep_device", "Where to sweep", "MatSweepSetDevice", MatSweepDevices, (PetscEnum)sw->device, &e, &set));
   if (set) PetscCall(MatSweepSetDevice(A, (MatSweepDevice)e));
+  PetscCall(PetscOptionsInt("-mat_sweep_chunk", "x cells the KBA pipeline sends at once between ranks (0: default)", "MatSweepSetChunk", sw->chunk, &ival, &set));
+  if (set) PetscCall(MatSweepSetChunk(A, ival));
   PetscOptionsHeadEnd();
   PetscFunctionReturn(0);
 }
@@ -93,20 +95,45 @@ static PetscErrorCode BuildProblem(Mat A)
   Mat_Sweep    *sw   = (Mat_Sweep *)A->data;
   SweepProblem *P    = &sw->P;
   MPI_Comm      comm = PetscObjectComm((PetscObject)A);
-  PetscInt      dim, M, N, K, ng = sw->ng, nm = sw->nmom, n;
+  PetscInt      dim, M, N, K, pm, pn, pp, ng = sw->ng, nm = sw->nmom, n;
+  DMDALocalInfo info;
+  PetscMPIInt   rank;
 
   PetscFunctionBegin;
   PetscCheck(sw->da, comm, PETSC_ERR_ARG_WRONGSTATE, "MATSWEEP: set the grid (MatSweepSetDM() or MatCreateSweep()) before assembly");
-  PetscCall(DMDAGetInfo(sw->da, &dim, &M, &N, &K, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL));
+  PetscCall(DMDAGetInfo(sw->da, &dim, &M, &N, &K, &pm, &pn, &pp, NULL, NULL, NULL, NULL, NULL, NULL));
+  PetscCall(DMDAGetLocalInfo(sw->da, &info));
+  PetscCheck(pm == 1, comm, PETSC_ERR_SUP, "MATSWEEP: the sweep across ranks (KBA) splits y and z only, but the DMDA splits x over %" PetscInt_FMT " ranks; create it with one rank along x (m = 1 in DMDACreate3d(), or -da_processors_x 1)", pm);
+  PetscCallMPI(MPI_Comm_rank(PetscObjectComm((PetscObject)sw->da), &rank));
+  P->comm   = PetscObjectComm((PetscObject)sw->da);
   P->nx     = M;
-  P->ny     = N;
-  P->nz     = dim == 3 ? K : 1;
+  P->ny     = info.ym;
+  P->nz     = dim == 3 ? info.zm : 1;
+  P->gny    = N;
+  P->gnz    = dim == 3 ? K : 1;
+  P->ys     = info.ys;
+  P->zs     = dim == 3 ? info.zs : 0;
   P->twod   = dim == 2 ? PETSC_TRUE : PETSC_FALSE;
   P->ncells = P->nx * P->ny * P->nz;
   n         = P->ncells;
-  P->dx     = sw->len[0] / P->nx;
-  P->dy     = sw->len[1] / P->ny;
-  P->dz     = sw->len[2] / P->nz;
+  P->dx     = sw->len[0] / M;
+  P->dy     = sw->len[1] / N;
+  P->dz     = sw->len[2] / P->gnz;
+  { /* DMDA ranks go x fastest: with one rank along x, rank = y index + pn z index */
+    const PetscMPIInt yi = rank % pn, zi = rank / pn;
+    P->nbr[0] = P->nbr[1] = -1;
+    P->nbr[2]             = yi > 0 ? rank - 1 : -1;
+    P->nbr[3]             = yi < pn - 1 ? rank + 1 : -1;
+    P->nbr[4]             = (dim == 3 && zi > 0) ? rank - (PetscMPIInt)pn : -1;
+    P->nbr[5]             = (dim == 3 && zi < pp - 1) ? rank + (PetscMPIInt)pn : -1;
+    P->py                 = pn;
+    P->pz                 = dim == 3 ? pp : 1;
+  }
+  {
+    PetscBool split = PETSC_FALSE;
+    for (int f = 2; f < 6; f++) split = split || P->nbr[f] >= 0 ? PETSC_TRUE : PETSC_FALSE;
+    P->chunk = sw->chunk ? PetscMin(sw->chunk, M) : (split ? PetscMin(4, M) : M);
+  }
   P->ng     = ng;
   P->scheme = sw->scheme;
   P->fixup  = sw->scheme == MATSWEEP_SCHEME_DD ? sw->fixup : PETSC_FALSE;
@@ -141,11 +168,12 @@ static PetscErrorCode BuildProblem(Mat A)
   P->nphi = n * ng * P->Q.cmom;
   P->nb   = 0;
   for (PetscInt ax = 0; ax < 3; ax++) {
-    const PetscBool both = (P->bc[2 * ax] == MATSWEEP_BOUNDARY_REFLECTIVE && P->bc[2 * ax + 1] == MATSWEEP_BOUNDARY_REFLECTIVE) ? PETSC_TRUE : PETSC_FALSE;
+    const PetscBool both = (P->bc[2 * ax] == MATSWEEP_BOUNDARY_REFLECTIVE && P->bc[2 * ax + 1] == MATSWEEP_BOUNDARY_REFLECTIVE && P->nbr[2 * ax] < 0) ? PETSC_TRUE : PETSC_FALSE; /* on the ranks holding part of the low face */
     P->ncarry[ax]        = both ? 4 * SweepFaceCells(P, ax) * ng * P->Q.nang : 0;
     P->carryoff[ax]      = P->nb;
     P->nb += P->ncarry[ax];
   }
+  PetscCall(MPIU_Allreduce(&P->nb, &P->nbglobal, 1, MPIU_INT, MPI_SUM, comm));
   PetscFunctionReturn(0);
 }
 
@@ -210,6 +238,12 @@ static PetscErrorCode MatAssemblyEnd_Sweep(Mat A, MatAssemblyType type)
 #if defined(PETSC_HAVE_DEVICE)
     if (A->boundtocpu) ndev = 0; /* MatBindToCPU() */
 #endif
+    {
+      PetscMPIInt size;
+      PetscCallMPI(MPI_Comm_size(PetscObjectComm((PetscObject)A), &size));
+      PetscCheck(size == 1 || sw->device != MATSWEEP_DEVICE_CUDA, PetscObjectComm((PetscObject)A), PETSC_ERR_SUP, "MATSWEEP: -mat_sweep_device cuda on %d ranks, but the CUDA backend sweeps on one rank in this version; use -mat_sweep_device cpu (the KBA sweep across ranks)", (int)size);
+      if (size > 1) ndev = 0;
+    }
     sw->device_used = (sw->device != MATSWEEP_DEVICE_CPU && ndev > 0) ? MATSWEEP_DEVICE_CUDA : MATSWEEP_DEVICE_CPU;
 #if defined(PETSCFMM_HAVE_CUDA)
     sw->ops = sw->device_used == MATSWEEP_DEVICE_CUDA ? &SweepBackendCUDA : &SweepBackendCPU;
@@ -385,7 +419,7 @@ static PetscErrorCode MatCreateVecs_Sweep(Mat A, Vec *right, Vec *left)
   PetscCheck(sw->setup, PetscObjectComm((PetscObject)A), PETSC_ERR_ARG_WRONGSTATE, "MATSWEEP: assemble the matrix before MatCreateVecs(): the vectors' size depends on the groups, moments and boundaries");
   for (int k = 0; k < 2; k++) {
     if (!v[k]) continue;
-    if (!sw->P.nb) PetscCall(DMCreateGlobalVector(sw->daphi, v[k]));
+    if (!sw->P.nbglobal) PetscCall(DMCreateGlobalVector(sw->daphi, v[k]));
     else {
       PetscCall(VecCreate(PetscObjectComm((PetscObject)A), v[k]));
       PetscCall(VecSetLayout(*v[k], k ? A->rmap : A->cmap));
@@ -435,7 +469,7 @@ PetscErrorCode MatSweepGetFluxVector(Mat A, Vec x, Vec *phi)
   sw = (Mat_Sweep *)A->data;
   PetscCall(VecGetLocalSize(x, &n));
   PetscCheck(n == A->rmap->n, PETSC_COMM_SELF, PETSC_ERR_ARG_SIZ, "MATSWEEP: the vector has %" PetscInt_FMT " local entries, the matrix %" PetscInt_FMT, n, A->rmap->n);
-  if (!sw->P.nb) {
+  if (!sw->P.nbglobal) {
     PetscCall(PetscObjectReference((PetscObject)x));
     *phi = x;
     PetscFunctionReturn(0);
@@ -500,7 +534,20 @@ static PetscErrorCode MatView_Sweep(Mat A, PetscViewer viewer)
     PetscCall(PetscViewerASCIIPrintf(viewer, "  groups %" PetscInt_FMT ", scattering order L = %" PetscInt_FMT " (%" PetscInt_FMT " moments, %s), materials %" PetscInt_FMT "%s\n", P->ng, P->Q.nmom - 1, P->Q.cmom, MatSweepExpansions[sw->expansion], P->nmat, sw->csigt ? ", sigma_t per cell" : ""));
     PetscCall(PetscViewerASCIIPrintf(viewer, "  scheme %s%s, boundaries (x-,x+,y-,y+,z-,z+) %s\n", P->scheme == MATSWEEP_SCHEME_DD ? "diamond difference" : "step", P->fixup ? " with negative-flux fixup" : "", bcs));
     PetscCall(PetscViewerASCIIPrintf(viewer, "  octant order %" PetscInt_FMT " %" PetscInt_FMT " %" PetscInt_FMT " %" PetscInt_FMT " %" PetscInt_FMT " %" PetscInt_FMT " %" PetscInt_FMT " %" PetscInt_FMT "; unknowns: %" PetscInt_FMT " moments + %" PetscInt_FMT " carried boundary fluxes\n", P->octorder[0], P->octorder[1], P->octorder[2], P->octorder[3], P->octorder[4], P->octorder[5], P->octorder[6], P->octorder[7], P->nphi, P->nb));
+    if (P->nbglobal != P->nb) PetscCall(PetscViewerASCIIPrintf(viewer, "  (on the first rank; %" PetscInt_FMT " carried boundary fluxes on all ranks)\n", P->nbglobal));
     PetscCall(PetscViewerASCIIPrintf(viewer, "  layout %s, device %s\n", MatSweepLayouts[sw->layout], MatSweepDevices[sw->device_used]));
+    {
+      PetscMPIInt size;
+      PetscCallMPI(MPI_Comm_size(P->comm, &size));
+      if (size > 1) {
+        /* Koch, Baker & Alcouffe's pipeline model: an octant's wavefront reaches the last rank after py + pz - 2
+           chunk steps and each rank sweeps nch chunks, so with the octants one after another a rank works
+           nch of the nch + py + pz - 2 steps of each octant (fill and drain idle the rest) */
+        const PetscInt nch = (P->nx + P->chunk - 1) / P->chunk, steps = nch + P->py + P->pz - 2;
+        PetscCall(PetscViewerASCIIPrintf(viewer, "  KBA sweep over %d ranks, %" PetscInt_FMT " x %" PetscInt_FMT " in y and z (%" PetscInt_FMT " x %" PetscInt_FMT " cells of y and z on the first), chunks of %" PetscInt_FMT " x cells\n", (int)size, P->py, P->pz, P->ny, P->nz, P->chunk));
+        PetscCall(PetscViewerASCIIPrintf(viewer, "  KBA model: %" PetscInt_FMT " chunks in %" PetscInt_FMT " pipeline steps an octant, predicted parallel efficiency %.3f (equal chunks, no messages' cost)\n", nch, steps, (double)nch / (double)steps));
+      }
+    }
     if (sw->ops && sw->ops->view) PetscCall((*sw->ops->view)(A, viewer));
     PetscCall(MatSweepGetStatistics(A, NULL, &grind, NULL));
     if (sw->nsweeps) PetscCall(PetscViewerASCIIPrintf(viewer, "  sweeps %" PetscInt_FMT ", the last %.4g s: grind time %.4g ns per cell, direction and group\n", sw->nsweeps, (double)sw->last_sweep_s, (double)grind));

@@ -50,8 +50,13 @@ typedef struct {
   boundary unknowns (see below) follow the moments in the same vector.
 */
 typedef struct {
-  PetscInt  nx, ny, nz;   /* cells (one rank: the whole grid) */
+  PetscInt  nx, ny, nz;   /* this rank's cells (x is never split: nx is the grid's) */
   PetscInt  ncells;
+  PetscInt  gny, gnz, ys, zs; /* the grid's cells along y and z, and this rank's first */
+  PetscMPIInt nbr[6];     /* the rank across each face of this rank's block, -1 at the grid's boundary */
+  PetscInt  py, pz;       /* ranks along y and z (KBA's process grid) */
+  PetscInt  chunk;        /* x cells a message between ranks carries (KBA pipelining) */
+  MPI_Comm  comm;
   PetscReal dx, dy, dz;   /* cell widths */
   PetscBool twod;         /* a 2D DMDA: no streaming along z (the x-y problem) */
   PetscInt  ng;           /* energy groups */
@@ -73,13 +78,15 @@ typedef struct {
   PetscInt  octorder[8], octlevel[8];
   /* carried boundary unknowns: for an axis with both faces reflective, the
      angular flux entering through its low face (the 4 octants moving up that
-     axis), per face cell, group and angle.  ncarry[axis] entries each, at
-     offset carryoff[axis] after the moments; layout [oct4][facecell][g][a] */
-  PetscInt  ncarry[3], carryoff[3], nb; /* nb: total */
+     axis), per face cell, group and angle, on the ranks that hold part of that
+     face.  ncarry[axis] entries each, at offset carryoff[axis] after the
+     moments; layout [oct4][facecell][g][a] */
+  PetscInt  ncarry[3], carryoff[3], nb; /* nb: this rank's total */
+  PetscInt  nbglobal;                   /* all ranks' (the vectors are a DMDA's where it is 0) */
   PetscInt  nphi;                       /* ncells*ng*cmom */
 } SweepProblem;
 
-/* the number of cells of the face normal to axis (0 x, 1 y, 2 z) */
+/* the number of cells of this rank's face normal to axis (0 x, 1 y, 2 z) */
 static inline PetscInt SweepFaceCells(const SweepProblem *P, PetscInt axis)
 {
   return axis == 0 ? P->ny * P->nz : (axis == 1 ? P->nx * P->nz : P->nx * P->ny);
@@ -123,6 +130,7 @@ typedef struct {
   PetscInt           mat_ng, mat_nm, map_n, csigt_ng, csigt_n, q_ng, q_n, qang_ng, qang_dir, qang_n;
   MatSweepLayout     layout;
   MatSweepDevice     device, device_used;
+  PetscInt           chunk;         /* KBA chunk (-mat_sweep_chunk); 0: the default */
   /* state */
   PetscBool          setup;
   SweepProblem       P;
