@@ -612,6 +612,7 @@ static PetscErrorCode MatDestroy_Sweep(Mat A)
 .  -mat_sweep_bc <vacuum,reflective,...> - the faces x-, x+, y-, y+, z-, z+ (default all vacuum)
 .  -mat_sweep_domain <lx,ly,lz> - the box (default 1,1,1)
 .  -mat_sweep_layout <DGZ,DZG,GDZ,GZD,ZDG,ZGD> - memory layout of the angular working arrays (default GZD)
+.  -mat_sweep_chunk <n> - x cells the KBA pipeline sends at once between ranks (default 4)
 -  -mat_sweep_device <auto,cpu,cuda> - where to sweep (default auto)
 
    Usage:
@@ -634,8 +635,10 @@ static PetscErrorCode MatDestroy_Sweep(Mat A)
    bitwise the same output on each backend (fixed orders of every sum).
    `-mat_view` prints the grid, quadrature, groups, moments, boundaries,
    layout, device and the last sweep's grind time; `-log_view` shows the
-   events SweepSetup, SweepSource (S phi) and Sweep.  One rank in this
-   version.
+   events SweepSetup, SweepSource (S phi) and Sweep.  On several ranks the
+   grid must be split in y and z only (`-da_processors_x 1`) and the CPU
+   backend sweeps as SNAP does (KBA, `MatSweepSetChunk()`); the CUDA backend
+   runs on one rank in this version.
 
    Level: beginner
 
