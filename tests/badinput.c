@@ -447,6 +447,13 @@ static PetscErrorCode ErrorCases(void)
     PetscCall(MatDestroy(&A));
   }
 
+  /* an eps that theta cannot reach with the largest order: refused at assembly, naming the theta that can */
+  PetscCall(NewFMM(n, n, &A));
+  PetscCall(MatFMMSetTheta(A, 0.9));
+  TRY(ierr, SetupAssemble(A, NPT, PETSC_FALSE, PETSC_FALSE, MATFMM_KERNEL_SINGLE, 0, 0));
+  PetscCall(Expect("eps 1e-10 with theta 0.9 (order 211 needed)", ierr, PETSC_ERR_ARG_OUTOFRANGE));
+  PetscCall(MatDestroy(&A));
+
   /* parameters out of range: setters */
   PetscCall(SetterCase("MatFMMSetExpansionOrder(0)", SET_P, 0, PETSC_ERR_ARG_OUTOFRANGE));
   PetscCall(SetterCase("MatFMMSetExpansionOrder(65)", SET_P, 65, PETSC_ERR_ARG_OUTOFRANGE));

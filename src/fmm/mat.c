@@ -430,6 +430,7 @@ static PetscErrorCode MatView_FMM(Mat A, PetscViewer viewer)
     PetscInt p;
     PetscCall(MatFMMGetExpansionOrder(A, &p));
     PetscCall(PetscViewerASCIIPrintf(viewer, "  clustering threshold %" PetscInt_FMT ", expansion order %" PetscInt_FMT "%s, eps %g, theta %g\n", fmm->par.ct, p, fmm->p_user > 0 ? " (set)" : " (from eps)", (double)fmm->par.eps, (double)fmm->par.theta));
+    PetscCall(PetscViewerASCIIPrintf(viewer, "  relative error bound of the order rule 0.1 theta^p = %.2g\n", (double)(0.1 * PetscPowRealInt(fmm->par.theta, p))));
   }
   if (fmm->scale != 1.0 || fmm->shift != 0.0 || fmm->diag) PetscCall(PetscViewerASCIIPrintf(viewer, "  operator: %g K + %g I%s\n", (double)fmm->scale, (double)fmm->shift, fmm->diag ? " + diag(d)" : ""));
   if (fmm->setup) {

@@ -170,13 +170,18 @@ static PetscInt Split(FMMPoint *pt, PetscInt n, PetscBool median, PetscReal *wor
   tests/kernels.c), are K theta^p with K at most about 0.6/p: 0.007 to 0.09 for
   p = 6..52 and theta = 0.35..0.7 (K = 0.02 at p = 27, theta = 0.5, N = 3000,
   where the former rule 1e-2 theta^p = eps missed eps = 1e-10).  So p solves
-  0.1 theta^p = eps: a margin of 2 at p ~ 6, above 5 for p >= 20.
+  0.1 theta^p = eps: a margin of 2 at p ~ 6, above 5 for p >= 20.  An eps
+  that needs more than FMM_P_MAX is refused, with the theta (or the eps)
+  that the largest order reaches, rather than missed without a word.
 */
 PetscErrorCode FMMChooseOrder(PetscReal eps, PetscReal theta, PetscInt *p)
 {
+  const PetscReal need = PetscLogReal(eps / 0.1) / PetscLogReal(theta);
+
   PetscFunctionBegin;
-  *p = (PetscInt)PetscCeilReal(PetscLogReal(eps / 0.1) / PetscLogReal(theta));
-  *p = PetscMin(PetscMax(*p, 4), FMM_P_MAX);
+  PetscCheck(need <= FMM_P_MAX, PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE, "MATFMM: eps %g with theta %g needs expansion order %d, above the largest, %d; use theta <= %.4g for this eps (-mat_fmm_theta), or eps >= %.3g for this theta", (double)eps, (double)theta, (int)PetscCeilReal(need), FMM_P_MAX, (double)PetscPowReal(eps / 0.1, 1.0 / FMM_P_MAX), (double)(0.1 * PetscPowReal(theta, FMM_P_MAX)));
+  *p = (PetscInt)PetscCeilReal(need);
+  *p = PetscMax(*p, 4);
   PetscFunctionReturn(0);
 }
 
