@@ -519,7 +519,7 @@ static PetscErrorCode ErrorCases(void)
   PetscCall(PetscOptionsSetValue(NULL, "-rep_mat_fmm_layout", "repetition"));
   PetscCall(PetscOptionsSetValue(NULL, "-rep_mat_fmm_repetition_mb", "0.001"));
   TRY(ierr, SetupAssemble(A, NPT, PETSC_FALSE, PETSC_FALSE, MATFMM_KERNEL_SINGLE, 0, 0));
-  PetscCall(Expect("repetition budget smaller than one leaf", ierr, PETSC_ERR_MEM));
+  PetscCall(Expect("repetition budget smaller than one leaf", ierr, PETSC_ERR_ARG_OUTOFRANGE));
   PetscCall(MatDestroy(&A));
   PetscCall(PetscOptionsClearValue(NULL, "-rep_mat_fmm_layout"));
   PetscCall(PetscOptionsClearValue(NULL, "-rep_mat_fmm_repetition_mb"));

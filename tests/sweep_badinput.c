@@ -230,6 +230,20 @@ static PetscErrorCode Unassembled(DM da, Mat A)
   PetscCall(VecDestroy(&b));
   return e;
 }
+static PetscErrorCode SetterThenMult(DM da, Mat A)
+{
+  Vec            x, y;
+  PetscErrorCode e;
+  PetscCall(MatSweepSetDM(A, da));
+  PetscCall(Assemble(A));
+  PetscCall(MatCreateVecs(A, &x, &y));
+  PetscCall(VecSet(x, 1.0));
+  PetscCall(MatSweepSetScheme(A, MATSWEEP_SCHEME_STEP, PETSC_FALSE)); /* a new operator: assemble again */
+  e = MatMult(A, x, y);
+  PetscCall(VecDestroy(&x));
+  PetscCall(VecDestroy(&y));
+  return e;
+}
 static PetscErrorCode NotSweep(DM da, Mat A)
 {
   Mat            B;
@@ -296,6 +310,7 @@ int main(int argc, char **argv)
     PetscCall(Run("right-hand side of the wrong layout", PETSC_ERR_ARG_SIZ, WrongRHS));
     PetscCall(Run("right-hand side before assembly", PETSC_ERR_ARG_WRONGSTATE, Unassembled));
     PetscCall(Run("MatSweep function on an AIJ matrix", PETSC_ERR_ARG_WRONG, NotSweep));
+    PetscCall(Run("MatMult after a setter, not assembled again", PETSC_ERR_ARG_WRONGSTATE, SetterThenMult));
     PetscCall(Run("unknown boundary condition", PETSC_ERR_ARG_OUTOFRANGE, BadBoundary));
   }
   PetscCall(PetscPrintf(PETSC_COMM_WORLD, "%s\n", nfail ? "SOME CASES FAILED" : "all cases behaved as expected"));

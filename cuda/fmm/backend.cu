@@ -165,7 +165,7 @@ static PetscErrorCode SetupNearLists(FMMContext *ctx, FMM_CUDA *c, const FMMPlan
     for (PetscInt b = 0; b < P->nleaves; b++) need = PetscMax(need, (PetscReal)(tleaf[b + 1] - tleaf[b]) * (2 + S * (PetscReal)(nbroff[b + 1] - nbroff[b])));
     PetscCall(MPIU_Allreduce(MPI_IN_PLACE, &need, 1, MPIU_REAL, MPIU_MAX, ctx->comm));
     if (need > budget) PetscCall(PetscFree2(nbroff, tleaf));
-    PetscCheck(need <= budget, ctx->comm, PETSC_ERR_MEM, "-mat_fmm_layout repetition: one leaf box needs %.1f MB of records, more than -mat_fmm_repetition_mb %g; raise the budget, lower -mat_fmm_ct, or use -mat_fmm_layout tiled", (double)(need * sizeof(PetscReal) / 1048576.0), (double)par->repetition_mb);
+    PetscCall(FMMRepetitionBudget(ctx, need));
     /* leaf-aligned chunks that fit the budget */
     PetscCall(PetscMalloc1(P->nleaves, &recoff));
     PetscCall(PetscMalloc1(P->nleaves + 1, &c->repleaf));

@@ -313,6 +313,7 @@ PETSC_INTERN PetscErrorCode MatFMMComposeSetters(Mat, PetscBool);
 PETSC_INTERN PetscErrorCode FMMPlanBuild(FMMContext *);
 PETSC_INTERN PetscErrorCode FMMHostPlanDestroy(FMMHostPlan **);
 PETSC_INTERN PetscErrorCode FMMChooseOrder(PetscReal, PetscReal, PetscInt *);
+PETSC_INTERN PetscErrorCode FMMRepetitionBudget(const FMMContext *, PetscReal);
 /* points.c */
 PETSC_INTERN void           FMMCopyReals(PetscReal *, const PetscReal *, PetscInt);
 PETSC_INTERN PetscErrorCode FMMWaitForPETSc(PetscBool);

@@ -15,7 +15,10 @@ const FMMBackend FMMBackends[FMM_NBACKENDS] = {&FMMBackendCPU,
 #endif
 };
 
-/* the plan and everything built from it go: the next assembly builds them again */
+/* the plan and everything built from it go: the next assembly builds them
+   again.  A matrix assembled before stays marked so for PETSc, so that its
+   products reach MATFMM's own message (assemble after setting the sources)
+   instead of PETSc's generic one */
 PetscErrorCode MatFMMInvalidate(Mat A)
 {
   Mat_FMM *fmm = (Mat_FMM *)A->data;
@@ -28,8 +31,7 @@ PetscErrorCode MatFMMInvalidate(Mat A)
   PetscCall(PetscSFDestroy(&fmm->sf));
   PetscCall(FMMPointsRelease(fmm));
   PetscCall(PetscFree2(fmm->sigma, fmm->pot));
-  fmm->setup   = PETSC_FALSE;
-  A->assembled = PETSC_FALSE;
+  fmm->setup = PETSC_FALSE;
   PetscFunctionReturn(0);
 }
 

@@ -185,6 +185,18 @@ PetscErrorCode FMMChooseOrder(PetscReal eps, PetscReal theta, PetscInt *p)
   PetscFunctionReturn(0);
 }
 
+/* the repetition layout: the records of the largest leaf (need reals) must fit
+   -mat_fmm_repetition_mb (the other leaves go in chunks); the error says by how
+   much to raise it (an option out of range, not PETSc's out-of-memory) */
+PetscErrorCode FMMRepetitionBudget(const FMMContext *ctx, PetscReal need)
+{
+  const PetscReal mb = need * sizeof(PetscReal) / 1048576.0;
+
+  PetscFunctionBegin;
+  PetscCheck(mb <= ctx->par->repetition_mb, ctx->comm, PETSC_ERR_ARG_OUTOFRANGE, "-mat_fmm_layout repetition: one leaf box needs %.3g MB of records, more than -mat_fmm_repetition_mb %g: raise it to at least %.3g (%.3g MB more), lower -mat_fmm_ct, or use -mat_fmm_layout tiled", (double)mb, (double)ctx->par->repetition_mb, (double)mb, (double)(mb - ctx->par->repetition_mb));
+  PetscFunctionReturn(0);
+}
+
 /* strong/far list construction for the children of one level.  The radii are
    the expansion scales (the box radii, floored for boxes of coincident points):
    with the bare radii, two one-point boxes at the same place (a target on a

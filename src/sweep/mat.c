@@ -28,8 +28,7 @@ static PetscErrorCode Invalidate(Mat A)
   sw->ops = NULL;
   PetscCall(FreeProblem(sw));
   PetscCall(DMDestroy(&sw->daphi));
-  sw->setup    = PETSC_FALSE;
-  A->assembled = PETSC_FALSE;
+  sw->setup = PETSC_FALSE;
   PetscFunctionReturn(0);
 }
 

@@ -110,8 +110,7 @@ static PetscErrorCode FMMCPUSetup(FMMContext *ctx)
       need       = PetscMax(need, (PetscReal)(H->tleaf[b + 1] - H->tleaf[b]) * (2 + stride * (PetscReal)c->nsrc[b]));
     }
     PetscCall(MPIU_Allreduce(MPI_IN_PLACE, &need, 1, MPIU_REAL, MPIU_MAX, ctx->comm));
-    PetscCheck(need <= budget, ctx->comm, PETSC_ERR_MEM,
-               "-mat_fmm_layout repetition: one leaf box needs %.1f MB of records, more than -mat_fmm_repetition_mb %g; raise the budget, lower -mat_fmm_ct, or use -mat_fmm_layout tiled", (double)(need * sizeof(PetscReal) / 1048576.0), (double)par->repetition_mb);
+    PetscCall(FMMRepetitionBudget(ctx, need));
     c->chunk[0] = 0;
     c->nchunk   = 0;
     for (PetscInt b = 0; b < P->nleaves; b++) {
