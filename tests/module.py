@@ -166,7 +166,7 @@ case("layout_name", lambda: fmm.setLayout(A, "tiles"), ValueError)
 case("device_name", lambda: fmm.setDevice(A, "gpu"), ValueError)
 case("ct_negative", lambda: fmm.setClusteringThreshold(A, -3), PETSc.Error)
 case("ct_float", lambda: fmm.setClusteringThreshold(A, 2.5), TypeError)
-case("ct_huge", lambda: fmm.setClusteringThreshold(A, 2 ** 40), ValueError)
+case("ct_huge", lambda: fmm.setClusteringThreshold(A, 2 ** 70), ValueError)  # beyond 32- and 64-bit PetscInt
 case("p_large", lambda: fmm.setExpansionOrder(A, 65), PETSc.Error)
 case("eps_above_1", lambda: fmm.setTolerance(A, 2.0), PETSc.Error)
 case("not_a_mat", lambda: fmm.setSources(V, xy[mine]), TypeError)

@@ -70,7 +70,7 @@ def integer(name, v, inttype, lo=None):
         raise TypeError("%s must be an integer, got %r" % (name, v))
     info = np.iinfo(inttype)
     if v < info.min or v > info.max:
-        raise ValueError("%s = %d does not fit PETSc's integers (%s)" % (name, v, np.dtype(inttype)))
+        raise ValueError("%s = %d does not fit PETSc's integers (PetscInt)" % (name, v))
     if lo is not None and v < lo:
         raise ValueError("%s must be >= %d, got %d" % (name, lo, v))
     return int(v)
