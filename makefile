@@ -4,11 +4,13 @@
 #   make run        build and run the main tutorial
 #   make test       build and run the test suite (and build bench/); ends with "N passed, N failed"
 #   make bench      build the benchmarks (bench/)
-#   make install PREFIX=/usr/local   install the library, the header and petscfmm.pc
+#   make install PREFIX=/usr/local   install the library, the header, petscfmm.pc and the Python package
 #
 # Variables: PETSC_DIR (default /usr/lib/petsc, Debian's petsc-dev), PETSC_ARCH
 # (default empty), CUDA=0 to build without CUDA, NVCC, CUDA_ARCH (default sm_90),
-# MPIEXEC, OMP_NUM_THREADS, WERROR=1 (warnings are errors, as in CI), PREFIX.
+# MPIEXEC, OMP_NUM_THREADS, WERROR=1 (warnings are errors, as in CI), PREFIX, PYTHON
+# (an interpreter with petsc4py: default the first of /usr/bin/python3, python3
+# that imports it), PYTHONDIR (where make install puts the package petscfmm).
 #
 # Objects and the library go to build/<PETSC_ARCH or "default">/ (with "-nocuda"
 # appended for CUDA=0, so that both builds can live side by side); lib/libpetscfmm.so
@@ -63,6 +65,7 @@ endif
 
 LIB       := $(BUILD)/lib/libpetscfmm.so
 TESTS     := $(patsubst %.c,%,$(wildcard tests/*.c))
+PYTESTS   := $(wildcard tests/*.py tutorials/*.py)
 TUTORIALS := $(patsubst %.c,%,$(wildcard tutorials/*.c))
 BENCHES   := $(patsubst %.c,%,$(wildcard bench/*.c))
 
@@ -100,21 +103,32 @@ run: $(MAIN)
 # PETSc configured with CUDA (device vectors, VECCUDA)
 PETSC_CUDA := $(if $(shell grep -s 'define PETSC_HAVE_CUDA 1' $(PETSC_DIR)/$(PETSC_ARCH)/include/petscconf.h),1,0)
 
+# the PETSc version, which petsc4py must share for the Python cases
+PETSC_VERSION = $(shell awk 'NF == 3 && $$2 ~ /^PETSC_VERSION_(MAJOR|MINOR|SUBMINOR)$$/ {v[$$2] = $$3} END {print v["PETSC_VERSION_MAJOR"] "." v["PETSC_VERSION_MINOR"] "." v["PETSC_VERSION_SUBMINOR"]}' $(PETSC_DIR)/include/petscversion.h)
+
+# the C cases, then the Python ones (tests/*.py, tutorials/*.py: skipped where no python3 has petsc4py)
 test: lib/libpetscfmm.so $(TESTS) $(TUTORIALS) $(BENCHES)
-	@MPIEXEC="$(MPIEXEC)" CUDA_BUILT=$(CUDA) PETSC_CUDA=$(PETSC_CUDA) ./bin/runtests $(TESTS:=.c) $(TUTORIALS:=.c)
+	@MPIEXEC="$(MPIEXEC)" CUDA_BUILT=$(CUDA) PETSC_CUDA=$(PETSC_CUDA) PETSC_VERSION=$(PETSC_VERSION) $(if $(PYTHON),PYTHON=$(PYTHON)) ./bin/runtests $(TESTS:=.c) $(TUTORIALS:=.c) $(PYTESTS)
 
 test-gpu: lib/libpetscfmm.so $(TESTS) $(TUTORIALS)
 	@MPIEXEC="$(MPIEXEC)" CUDA_BUILT=$(CUDA) PETSC_CUDA=$(PETSC_CUDA) ./bin/runtests --gpu $(TESTS:=.c) $(TUTORIALS:=.c)
 
 bench: $(BENCHES)
 
-# make install PREFIX=...: the library, the header, and a pkg-config file
+# make install PREFIX=...: the library, the header, a pkg-config file, and the Python package
+# (in PYTHONDIR: the interpreter's dist-packages or site-packages under PREFIX; its _config.py
+# names the installed library)
 PREFIX ?= /usr/local
+PYTHON ?= $(firstword $(foreach p,/usr/bin/python3 python3,$(shell $(p) -c 'import petsc4py' >/dev/null 2>&1 && command -v $(p))))
+PYTHONDIR ?= $(or $(shell $(or $(PYTHON),python3) -c 'import os, sys; print(os.path.join("$(PREFIX)", "lib", "python%d.%d" % sys.version_info[:2], "dist-packages" if os.path.isdir("/usr/lib/python3/dist-packages") else "site-packages"))' 2>/dev/null),$(PREFIX)/lib/python3/dist-packages)
 install: $(LIB)
-	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include
+	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PYTHONDIR)/petscfmm
 	install -m 755 $(LIB) $(DESTDIR)$(PREFIX)/lib/libpetscfmm.so
 	install -m 644 include/petscfmm.h $(DESTDIR)$(PREFIX)/include/petscfmm.h
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@PETSC_LIB_DIR@|$(PETSC_LIB_DIR)|g' -e 's|@PETSC_INCLUDES@|$(PETSC_CC_INCLUDES)|g' -e 's|@PETSC_LIB_BASIC@|$(PETSC_LIB_BASIC)|g' bin/petscfmm.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/petscfmm.pc
+	install -m 644 python/petscfmm/*.py $(DESTDIR)$(PYTHONDIR)/petscfmm/
+	printf '# written by make install\nLIBRARY = "%s"\n' '$(PREFIX)/lib/libpetscfmm.so' > $(DESTDIR)$(PYTHONDIR)/petscfmm/_config.py
+	@echo "petscfmm: Python package in $(PYTHONDIR) (if not on the interpreter's path: PYTHONPATH=$(PYTHONDIR))"
 
 clean:
 	rm -rf $(BUILD) lib $(TESTS) $(TUTORIALS) $(BENCHES) tests/results

@@ -5,6 +5,8 @@ and trapezoid weights), or in tight clusters; targets are the sources.\n\
   -geometry <square,curve,clusters>  point distribution (default curve)\n\
   -check <bool>                      compare with -mat_fmm_method direct (default true)\n\
   -tol <tol>                         fail unless relerr <= tol (default: no test)\n\
+  -tree_file <file>                  write the tree's leaves (the points of each leaf box) for a picture:\n\
+                                     tutorials/plot_tree.py <file> tree.png\n\
 Every -mat_fmm_ option applies (see -help).\n\n";
 
 /*
@@ -12,6 +14,10 @@ Every -mat_fmm_ option applies (see -help).\n\n";
   options database tune it, assemble (builds the tree), multiply.
   Output ends with one line
     summary: N=<N> M=<M> p=<p> ct=<CT> levels=<L> setup_s=<t> mult_s=<t> relerr=<e>
+
+  -tree_file <file> writes the leaf boxes of the tree (MatFMMGetTreeLeaves()):
+  a header line, then one line "leaf x y" per point in tree order, for
+  tutorials/plot_tree.py, which draws each leaf's bounding box over its points.
 */
 #include <petscfmm.h>
 
@@ -75,11 +81,33 @@ static PetscErrorCode CreateOperator(MPI_Comm comm, PetscInt n, const PetscReal 
   PetscFunctionReturn(0);
 }
 
+/* the tree's leaves, for a picture: "leaf x y" per source in tree order (rank 0 writes: every rank holds all sources) */
+static PetscErrorCode WriteTree(Mat A, const char *file, Geometry g, const PetscReal *xy)
+{
+  PetscInt        nleaves, L, p, ct;
+  const PetscInt *off, *src;
+  PetscViewer     v;
+
+  PetscFunctionBegin;
+  PetscCall(MatFMMGetTreeLeaves(A, &nleaves, &off, &src, NULL, NULL));
+  PetscCall(MatFMMGetTreeInfo(A, &L, NULL, NULL, NULL));
+  PetscCall(MatFMMGetExpansionOrder(A, &p));
+  PetscCall(MatFMMGetClusteringThreshold(A, &ct));
+  PetscCall(PetscViewerASCIIOpen(PETSC_COMM_WORLD, file, &v));
+  PetscCall(PetscViewerASCIIPrintf(v, "# petscfmm tree: geometry=%s N=%" PetscInt_FMT " ct=%" PetscInt_FMT " p=%" PetscInt_FMT " levels=%" PetscInt_FMT " leaves=%" PetscInt_FMT "\n", Geometries[g], off[nleaves], ct, p, L, nleaves));
+  for (PetscInt b = 0; b < nleaves; b++)
+    for (PetscInt k = off[b]; k < off[b + 1]; k++) PetscCall(PetscViewerASCIIPrintf(v, "%" PetscInt_FMT " %.10g %.10g\n", b, (double)xy[2 * src[k]], (double)xy[2 * src[k] + 1]));
+  PetscCall(PetscViewerDestroy(&v));
+  PetscCall(PetscPrintf(PETSC_COMM_WORLD, "tree: %" PetscInt_FMT " leaves on %" PetscInt_FMT " levels written to %s\n", nleaves, L, file));
+  PetscFunctionReturn(0);
+}
+
 int main(int argc, char **argv)
 {
   PetscInt       N = 10000, n, rstart, p, L;
   Geometry       g     = GEOM_CURVE;
   PetscBool      check = PETSC_TRUE;
+  char           treefile[PETSC_MAX_PATH_LEN] = "";
   PetscReal     *xy, *nrm, *w, relerr = -1, nrm2, tol = -1;
   PetscLogDouble t0, t1, t2, tsetup;
   Mat            A, B;
@@ -95,6 +123,7 @@ int main(int argc, char **argv)
   PetscCall(PetscOptionsEnum("-geometry", "Point distribution", NULL, Geometries, (PetscEnum)g, (PetscEnum *)&g, NULL));
   PetscCall(PetscOptionsBool("-check", "Compare with exact summation", NULL, check, &check, NULL));
   PetscCall(PetscOptionsReal("-tol", "Fail unless the relative error is at most this", NULL, tol, &tol, NULL));
+  PetscCall(PetscOptionsString("-tree_file", "Write the tree's leaf boxes to this file (tutorials/plot_tree.py draws them)", NULL, treefile, treefile, sizeof(treefile), NULL));
   PetscOptionsEnd();
   PetscCheck(N >= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-n %" PetscInt_FMT " must be >= 1", N);
 
@@ -109,6 +138,7 @@ int main(int argc, char **argv)
   PetscCall(CreateOperator(PETSC_COMM_WORLD, n, xy + 2 * rstart, nrm + 2 * rstart, w + rstart, MATFMM_METHOD_FMM, &A));
   PetscCall(PetscTime(&t1));
   tsetup = t1 - t0;
+  if (treefile[0]) PetscCall(WriteTree(A, treefile, g, xy));
 
   PetscCall(MatCreateVecs(A, &x, &y));
   PetscCall(PetscRandomCreate(PETSC_COMM_WORLD, &rnd));
@@ -155,6 +185,11 @@ int main(int argc, char **argv)
     suffix: curve
     args: -n 4000 -geometry curve -mat_fmm_eps 1e-10 -tol 1e-10
     filter: grep -v summary
+  test:
+    suffix: tree
+    nsize: 2
+    args: -n 2000 -geometry curve -check 0 -mat_fmm_device cpu -tree_file tests/results/ex2_tree.txt
+    filter: grep -v summary; head -n 1 tests/results/ex2_tree.txt; wc -l < tests/results/ex2_tree.txt
   test:
     suffix: view
     nsize: 2

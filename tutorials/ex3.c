@@ -6,7 +6,8 @@ with KSP and a MATSWEEP: GMRES is Krylov-accelerated source iteration,\n\
   (on several ranks the grid is split in y and z only: -da_processors_x 1; the sweep is KBA)\n\
   -c <c>                     scattering ratio of every group and material, 0 <= c <= 1 (default 0.9)\n\
   -box <bool>                a box of the second material (twice as dense) in the low corner (default true)\n\
-  -vtk <file.vts>            write the scalar flux of every group (and all moments) for VTK\n\
+  -vtk <file.vts>            write the scalar flux of every group (and all moments) for VTK, at the cell\n\
+                             centres (tutorials/plot_flux.py <file.vts> -o flux.png draws slices)\n\
   -mat_sweep_domain <lx,ly,lz>  the box (default 10,10,10: ten mean free paths of group 0)\n\
   -mat_sweep_nang, -mat_sweep_sn, -mat_sweep_groups, -mat_sweep_nmom, -mat_sweep_bc, -mat_sweep_device, ...\n\
   -ksp_type, -ksp_rtol, ...  the Krylov solver (default GMRES(50), rtol 1e-8, no preconditioner)\n\n";
@@ -41,7 +42,7 @@ int main(int argc, char **argv)
   PetscInt       nx = 16, ny = 16, nz = 16, ng, cm, nc, nb, ndir, its, nsweeps;
   PetscReal      c = 0.9, *sigt, *sigs, *q, len[3] = {10, 10, 10}, rnorm, bnorm, grind;
   PetscInt      *mat;
-  PetscBool      twod = PETSC_FALSE, box = PETSC_TRUE, set;
+  PetscBool      twod = PETSC_FALSE, box = PETSC_TRUE;
   char           vtk[PETSC_MAX_PATH_LEN] = "";
   DM             da;
   Mat            A;
@@ -51,7 +52,7 @@ int main(int argc, char **argv)
   PetscLogDouble t0, t1;
   KSPType        ktype;
   DMDALocalInfo  info;
-  PetscInt       nmom = 1, n = 3;
+  PetscInt       L, nmom, n = 3;
 
   PetscCall(PetscInitialize(&argc, &argv, NULL, help));
   PetscCall(PetscFMMInitializePackage());
@@ -77,9 +78,9 @@ int main(int argc, char **argv)
   PetscCall(PetscOptionsGetRealArray(NULL, NULL, "-mat_sweep_domain", len, &n, NULL));
   PetscCall(MatSweepSetDomain(A, len[0], len[1], len[2]));
   PetscCall(MatSetFromOptions(A));
-  ng = 1;
-  PetscCall(PetscOptionsGetInt(NULL, NULL, "-mat_sweep_groups", &ng, NULL));
-  PetscCall(PetscOptionsGetInt(NULL, NULL, "-mat_sweep_nmom", &nmom, &set));
+  PetscCall(MatSweepGetGroups(A, &ng));
+  PetscCall(MatSweepGetScatteringOrder(A, &L, NULL));
+  nmom = L + 1; /* Legendre orders of the scattering tables */
 
   /* two materials: sigma_t per group, scattering 80% in group, 15% down, 5% up, sigma_s,l = 0.5^l sigma_s,0 */
   PetscCall(PetscMalloc2(2 * ng, &sigt, 2 * nmom * ng * ng, &sigs));
@@ -141,10 +142,13 @@ int main(int argc, char **argv)
   PetscCall(VecNorm(b, NORM_2, &bnorm));
   PetscCall(MatSweepGetSizes(A, &nc, &ndir, &cm, &nb));
 
-  if (vtk[0]) { /* the moments, named phi_g<g>_m<m>, on the grid */
+  if (vtk[0]) { /* the moments, named phi_g<g>_m<m>, on the grid (at the cell centres) */
     PetscViewer v;
     Vec         f;
+    DM          dm;
     PetscCall(MatSweepGetFluxVector(A, phi, &f));
+    PetscCall(VecGetDM(f, &dm));
+    PetscCall(DMDASetUniformCoordinates(dm, 0.5 * len[0] / nx, len[0] - 0.5 * len[0] / nx, 0.5 * len[1] / ny, len[1] - 0.5 * len[1] / ny, 0.5 * len[2] / nz, len[2] - 0.5 * len[2] / nz));
     PetscCall(PetscViewerVTKOpen(PETSC_COMM_WORLD, vtk, FILE_MODE_WRITE, &v));
     PetscCall(VecView(f, v));
     PetscCall(PetscViewerDestroy(&v));

@@ -11,6 +11,20 @@ const char *const MatFMMLayouts[] = {"tiled", "indexing", "repetition", "MatFMML
 const char *const MatFMMMethods[] = {"fmm", "direct", "MatFMMMethod", "MATFMM_METHOD_", NULL};
 const char *const MatFMMDevices[] = {"auto", "cpu", "cuda", "MatFMMDevice", "MATFMM_DEVICE_", NULL};
 
+/* the MATFMM data of A for the getters, after checking its type (PetscCheckTypeName() checks nothing in an optimized PETSc) */
+static PetscErrorCode FMMGet(Mat A, Mat_FMM **fmm)
+{
+  PetscBool is;
+
+  PetscFunctionBegin;
+  *fmm = NULL;
+  PetscValidHeaderSpecific(A, MAT_CLASSID, 1);
+  PetscCall(PetscObjectTypeCompare((PetscObject)A, MATFMM, &is));
+  PetscCheck(is, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONG, "Matrix of type %s, expected %s", ((PetscObject)A)->type_name ? ((PetscObject)A)->type_name : "(not set)", MATFMM);
+  *fmm = (Mat_FMM *)A->data;
+  PetscFunctionReturn(0);
+}
+
 static PetscErrorCode MatFMMSetSources_FMM(Mat A, PetscInt n, const PetscReal xy[], const PetscReal nrm[], const PetscReal w[])
 {
   Mat_FMM  *fmm = (Mat_FMM *)A->data;
@@ -515,10 +529,8 @@ PetscErrorCode MatFMMGetExpansionOrder(Mat A, PetscInt *p)
   Mat_FMM *fmm;
 
   PetscFunctionBegin;
-  PetscValidHeaderSpecific(A, MAT_CLASSID, 1);
+  PetscCall(FMMGet(A, &fmm));
   PetscAssertPointer(p, 2);
-  PetscCheckTypeName(A, MATFMM);
-  fmm = (Mat_FMM *)A->data;
   if (fmm->p_user > 0) *p = fmm->p_user;
   else PetscCall(FMMChooseOrder(fmm->par.eps, fmm->par.theta, p));
   PetscFunctionReturn(0);
@@ -542,11 +554,12 @@ PetscErrorCode MatFMMGetExpansionOrder(Mat A, PetscInt *p)
 @*/
 PetscErrorCode MatFMMGetClusteringThreshold(Mat A, PetscInt *ct)
 {
+  Mat_FMM *fmm;
+
   PetscFunctionBegin;
-  PetscValidHeaderSpecific(A, MAT_CLASSID, 1);
+  PetscCall(FMMGet(A, &fmm));
   PetscAssertPointer(ct, 2);
-  PetscCheckTypeName(A, MATFMM);
-  *ct = ((Mat_FMM *)A->data)->par.ct;
+  *ct = fmm->par.ct;
   PetscFunctionReturn(0);
 }
 
@@ -576,14 +589,68 @@ PetscErrorCode MatFMMGetTreeInfo(Mat A, PetscInt *levels, PetscInt *leaves, Pets
   Mat_FMM *fmm;
 
   PetscFunctionBegin;
-  PetscValidHeaderSpecific(A, MAT_CLASSID, 1);
-  PetscCheckTypeName(A, MATFMM);
-  fmm = (Mat_FMM *)A->data;
+  PetscCall(FMMGet(A, &fmm));
   PetscCheck(fmm->setup, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONGSTATE, "Assemble the MATFMM first (MatAssemblyBegin/End)");
   if (levels) *levels = fmm->ctx.plan.L;
   if (leaves) *leaves = fmm->ctx.plan.nleaves;
   if (m2l) *m2l = fmm->ctx.plan.nfar;
   if (p2p) *p2p = fmm->ctx.plan.p2ppairs;
+  PetscFunctionReturn(0);
+}
+
+/*@C
+   MatFMMGetTreeLeaves - Gets the leaf boxes of the tree of an assembled
+   `MATFMM`: which sources and which of this rank's targets each leaf holds.
+
+   Not collective (this rank's plan)
+
+   Input Parameter:
+.  A - the assembled `MATFMM`
+
+   Output Parameters (each may be NULL):
++  nleaves - number of leaf boxes, 4^L
+.  srcoff  - nleaves + 1 offsets into src: leaf b holds the sources src[srcoff[b]] .. src[srcoff[b+1] - 1]
+.  src     - the N sources (all ranks') in tree order, as global source indices (columns of A)
+.  tgtoff  - nleaves + 1 offsets into tgt
+-  tgt     - this rank's targets in tree order, as local target indices (local rows of A)
+
+   Notes:
+   The arrays belong to A and stay valid until the next assembly that builds
+   the tree again, or `MatDestroy()`.  Leaves are numbered as the tree numbers
+   them: the four children of box b of a level are boxes 4b .. 4b+3 of the
+   next, so leaves 4^(L-l) c .. 4^(L-l) (c+1) - 1 descend from box c of level
+   l.  A leaf box is the bounding box of its points (sources and, when the
+   targets are not the sources, targets of all ranks); a leaf may be empty.
+   Every rank holds the whole tree of the sources.  tutorials/ex2.c (-tree_file)
+   writes it for a picture.
+
+   The arrays are in host memory where the plan was built there: on the CPU,
+   or by the CUDA backend with -mat_fmm_cuda_tree cpu (the same tree as the
+   GPU builds, which tests/gpu.c checks).
+
+   Errors:
++  `PETSC_ERR_ARG_WRONG` - A is not a `MATFMM`
+.  `PETSC_ERR_ARG_WRONGSTATE` - A not assembled
+-  `PETSC_ERR_SUP` - the tree was built on the GPU, whose plan is not kept in host memory (assemble with
+   -mat_fmm_cuda_tree cpu, or -mat_fmm_device cpu)
+
+   Level: intermediate
+
+.seealso: `MATFMM`, `MatFMMGetTreeInfo()`, `MatFMMSetClusteringThreshold()`
+@*/
+PetscErrorCode MatFMMGetTreeLeaves(Mat A, PetscInt *nleaves, const PetscInt *srcoff[], const PetscInt *src[], const PetscInt *tgtoff[], const PetscInt *tgt[])
+{
+  Mat_FMM *fmm;
+
+  PetscFunctionBegin;
+  PetscCall(FMMGet(A, &fmm));
+  PetscCheck(fmm->setup, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONGSTATE, "Assemble the MATFMM first (MatAssemblyBegin/End)");
+  PetscCheck(fmm->ctx.host, PETSC_COMM_SELF, PETSC_ERR_SUP, "MATFMM: the tree was built on the GPU and is not kept in host memory; assemble with -mat_fmm_cuda_tree cpu (the same tree) or -mat_fmm_device cpu");
+  if (nleaves) *nleaves = fmm->ctx.plan.nleaves;
+  if (srcoff) *srcoff = fmm->ctx.host->sleaf;
+  if (src) *src = fmm->ctx.host->sperm;
+  if (tgtoff) *tgtoff = fmm->ctx.host->tleaf;
+  if (tgt) *tgt = fmm->ctx.host->tperm;
   PetscFunctionReturn(0);
 }
 
@@ -608,9 +675,8 @@ PetscErrorCode MatFMMGetDevice(Mat A, MatFMMDevice *device)
   Mat_FMM *fmm;
 
   PetscFunctionBegin;
-  PetscValidHeaderSpecific(A, MAT_CLASSID, 1);
-  PetscCheckTypeName(A, MATFMM);
-  fmm     = (Mat_FMM *)A->data;
+  PetscCall(FMMGet(A, &fmm));
+  PetscAssertPointer(device, 2);
   *device = fmm->setup ? fmm->device_used : fmm->device;
   PetscFunctionReturn(0);
 }

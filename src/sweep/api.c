@@ -679,6 +679,100 @@ PetscErrorCode MatSweepGetDevice(Mat A, MatSweepDevice *device)
   PetscFunctionReturn(0);
 }
 
+/*@
+   MatSweepGetGroups - Gets the number of energy groups of a `MATSWEEP` (set by `MatSweepSetGroups()` or -mat_sweep_groups).
+
+   Not collective
+
+   Input Parameter:
+.  A - the `MATSWEEP`
+
+   Output Parameter:
+.  ng - the number of groups
+
+   Notes:
+   Valid before assembly: the lengths of the tables and sources set next
+   (`MatSweepSetMaterials()`, `MatSweepSetSource()`, ...) depend on it.
+
+   Level: intermediate
+
+.seealso: `MATSWEEP`, `MatSweepSetGroups()`
+@*/
+PetscErrorCode MatSweepGetGroups(Mat A, PetscInt *ng)
+{
+  Mat_Sweep *sw;
+
+  PetscFunctionBegin;
+  PetscCall(SweepGet(A, PETSC_FALSE, &sw));
+  PetscAssertPointer(ng, 2);
+  *ng = sw->ng;
+  PetscFunctionReturn(0);
+}
+
+/*@
+   MatSweepGetScatteringOrder - Gets the Legendre order L of the scattering of a `MATSWEEP` and the angular functions of its moments.
+
+   Not collective
+
+   Input Parameter:
+.  A - the `MATSWEEP`
+
+   Output Parameters (either may be NULL):
++  L - the order (SNAP's nmom = L + 1); the material table has L + 1 scattering orders and the
+       flux has (L+1)^2 moments per cell and group
+-  e - the expansion
+
+   Notes:
+   Valid before assembly (set by `MatSweepSetScatteringOrder()`, -mat_sweep_nmom, -mat_sweep_expansion).
+
+   Level: intermediate
+
+.seealso: `MATSWEEP`, `MatSweepSetScatteringOrder()`
+@*/
+PetscErrorCode MatSweepGetScatteringOrder(Mat A, PetscInt *L, MatSweepExpansion *e)
+{
+  Mat_Sweep *sw;
+
+  PetscFunctionBegin;
+  PetscCall(SweepGet(A, PETSC_FALSE, &sw));
+  if (L) *L = sw->nmom - 1;
+  if (e) *e = sw->expansion;
+  PetscFunctionReturn(0);
+}
+
+/*@
+   MatSweepGetQuadratureType - Gets the kind and size of the angular quadrature of a `MATSWEEP`, as set.
+
+   Not collective
+
+   Input Parameter:
+.  A - the `MATSWEEP`
+
+   Output Parameters (any may be NULL):
++  q    - `MATSWEEP_QUADRATURE_SNAP` or `MATSWEEP_QUADRATURE_LEVELSYM`
+.  n    - nang (SNAP's) or the order N (S_N), as given to `MatSweepSetQuadrature()`
+-  ndir - the directions of all octants: 8 nang, or N(N+2) for S_N
+
+   Notes:
+   Valid before assembly (the length of `MatSweepSetAngularSource()`'s array
+   depends on ndir); `MatSweepGetQuadrature()` gives the directions after it.
+
+   Level: intermediate
+
+.seealso: `MATSWEEP`, `MatSweepSetQuadrature()`, `MatSweepGetQuadrature()`
+@*/
+PetscErrorCode MatSweepGetQuadratureType(Mat A, MatSweepQuadrature *q, PetscInt *n, PetscInt *ndir)
+{
+  Mat_Sweep *sw;
+
+  PetscFunctionBegin;
+  PetscCall(SweepGet(A, PETSC_FALSE, &sw));
+  if (q) *q = sw->qtype;
+  if (n) *n = sw->qorder;
+  if (ndir) *ndir = sw->qtype == MATSWEEP_QUADRATURE_SNAP ? 8 * sw->qorder : sw->qorder * (sw->qorder + 2);
+  PetscFunctionReturn(0);
+}
+
 /*@C
    MatSweepGetQuadrature - Gets the directions and weights of an assembled `MATSWEEP`.
 
