@@ -8,9 +8,9 @@ Each check prints "ok <what>"; each bad call prints
 PETSc.Error with PETSc's code and the last line of its message), and a bad
 call that raises nothing, or something else, prints FAILED.  The program
 exits with status 1 if anything failed.  MATFMM runs on every rank of
-PETSC_COMM_WORLD (sources and targets split between ranks); MATSWEEP, which
-sweeps on one rank, on PETSC_COMM_SELF of each rank, and on two ranks its
-refusal of a distributed grid is a case.
+PETSC_COMM_WORLD (sources and targets split between ranks); MATSWEEP on
+PETSC_COMM_SELF of each rank, and on two ranks its refusal of a grid split
+along x (the sweep across ranks splits y and z only) is a case.
 """
 
 import sys
@@ -298,8 +298,8 @@ case("options_change_groups", lambda: petscfmm.createSweep(da2, prefix="sw_", **
 PETSc.Options().delValue("sw_mat_sweep_groups")
 A.destroy()
 if SIZE > 1:
-    dw = PETSc.DMDA().create([4, 4, 4 * SIZE], dof=1, stencil_width=1, comm=COMM)
-    case("grid_on_%d_ranks" % SIZE, lambda: petscfmm.createSweep(dw), PETSc.Error)
+    dw = PETSc.DMDA().create([4 * SIZE, 4, 4], dof=1, stencil_width=1, proc_sizes=(SIZE, 1, 1), comm=COMM)
+    case("grid_split_in_x_on_%d_ranks" % SIZE, lambda: petscfmm.createSweep(dw), PETSc.Error)
     dw.destroy()
 b1, phi1 = solve(S1, 1e-10)
 check("sweep after the errors: a solve", phi1.norm() > 0)

@@ -22,7 +22,7 @@ groups, scattering order and quadrature before the tables, whose shapes depend
 on them.  Errors: ``TypeError``/``ValueError`` before any C call (array types,
 shapes, NaN/Inf), ``petsc4py.PETSc.Error`` with PETSc's message for what the
 library refuses (negative cross sections, a scattering ratio above 1 at
-assembly, more than one rank, ...).
+assembly, a grid split along x over several ranks, ...).
 """
 
 import collections
@@ -121,8 +121,8 @@ def setDM(A, da):
     """Set the grid: a DMDA with one point per cell, 3D (nx x ny x nz cells) or 2D (an x-y problem): MatSweepSetDM().
 
     Raises ``TypeError`` if da is not a PETSc.DM; ``PETSc.Error`` if it is not
-    a DMDA of dimension 2 or 3, or is distributed over more than one rank
-    (one rank in this version)."""
+    a DMDA of dimension 2 or 3 (and at assembly if it splits x over several
+    ranks: the sweep across ranks splits y and z only)."""
     h = _mat(A)
     PETSc = _lib._petsc()
     if not isinstance(da, PETSc.DM):
@@ -434,7 +434,7 @@ def create(da, *, groups=None, scattering_order=None, expansion="harmonics", qua
     Parameters
     ----------
     da : PETSc.DMDA
-        3D (or 2D) with one point per cell, on one rank.
+        3D (or 2D) with one point per cell; on several ranks split in y and z only.
     groups : int, optional
         energy groups (default 1).
     scattering_order : int, optional
