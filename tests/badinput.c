@@ -513,6 +513,35 @@ static PetscErrorCode ErrorCases(void)
     PetscCall(PetscFree(same));
   }
 
+  /* coordinates at the ends of the double range: what cannot be represented is refused */
+  {
+    PetscReal *big, *bw, far[2 * NPT];
+    PetscCall(PetscMalloc2(2 * NPT, &big, NPT, &bw));
+    for (PetscInt i = 0; i < 2 * NPT; i++) far[i] = gtgt[i];
+    far[2 * NPT - 1] = 1e200; /* the last target: 1e200 from sources in the unit square */
+    PetscCall(NewFMM(n, n, &A));
+    PetscCall(MatFMMSetTargets(A, n, far + 2 * s0)); /* the far one on the last rank: refused on all */
+    TRY(ierr, SetupAssemble(A, NPT, PETSC_FALSE, PETSC_FALSE, MATFMM_KERNEL_SINGLE, 0, 0));
+    PetscCall(Expect("a target 1e200 from sources of extent 1", ierr, PETSC_ERR_ARG_OUTOFRANGE));
+    PetscCall(MatDestroy(&A));
+    for (PetscInt i = 0; i < 2 * NPT; i++) big[i] = 1e-300 * gxy[i];
+    PetscCall(NewFMM(n, n, &A));
+    PetscCall(MatFMMSetSources(A, n, big + 2 * s0, gnrm + 2 * s0, NULL));
+    PetscCall(MatFMMSetKernel(A, MATFMM_KERNEL_COMBINED, 1e10, 1.0));
+    TRY(ierr, Assemble(A));
+    PetscCall(Expect("double layer alpha 1e10 on sources of extent 1e-300 (values overflow)", ierr, PETSC_ERR_ARG_OUTOFRANGE));
+    PetscCall(MatDestroy(&A));
+    for (PetscInt i = 0; i < 2 * NPT; i++) big[i] = 1e300 * gxy[i];
+    for (PetscInt i = 0; i < NPT; i++) bw[i] = 1e306 * gw[i];
+    PetscCall(NewFMM(n, n, &A));
+    PetscCall(MatFMMSetSources(A, n, big + 2 * s0, NULL, bw + s0));
+    PetscCall(Assemble(A));
+    TRY(ierr, Multiply(A));
+    PetscCall(Expect("single layer with weights 1e306 on sources of extent 1e300 (the product overflows)", ierr, PETSC_ERR_FP));
+    PetscCall(MatDestroy(&A));
+    PetscCall(PetscFree2(big, bw));
+  }
+
   /* repetition layout with a budget smaller than one leaf's records */
   PetscCall(NewFMM(n, n, &A));
   PetscCall(MatSetOptionsPrefix(A, "rep_"));

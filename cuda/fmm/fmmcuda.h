@@ -146,7 +146,6 @@ static inline void FMMLaunch(void (*k)(P...), dim3 grid, dim3 block, size_t smem
    FMM_LOGCOPY times in shared memory */
 #define FMM_LOGBITS 8
 #define FMM_LOGTAB  (1 << FMM_LOGBITS)
-#define FMM_LN2     0.69314718055994530942
 #define FMM_LN2_HI  6.93147180369123816490e-01 /* log 2 split so that e log2_hi is exact (fdlibm) */
 #define FMM_LN2_LO  1.90821492927058770002e-10
 #define FMM_LOGCOPY 8
@@ -275,7 +274,7 @@ PETSC_INTERN PetscErrorCode FMMCUDATableKeep(int, const char *, PetscInt, const 
 PETSC_INTERN PetscErrorCode FMMCUDAIsDeviceMemory(const void *, PetscBool *);
 PETSC_INTERN PetscErrorCode FMMCUDAPointsAlloc(size_t, PetscReal **);
 PETSC_INTERN PetscErrorCode FMMCUDAPointsFree(PetscReal *);
-PETSC_INTERN PetscErrorCode FMMCUDACopyChecked(PetscInt, PetscReal *const[], const PetscReal *const[], const PetscInt[], PetscInt[], PetscReal[], PetscInt *);
+PETSC_INTERN PetscErrorCode FMMCUDACopyChecked(PetscInt, PetscReal *const[], const PetscReal *const[], const PetscInt[], PetscInt[], PetscReal[], PetscInt *, PetscReal[4]);
 PETSC_INTERN PetscErrorCode FMMCUDAPointsToHost(PetscReal *, const PetscReal *, size_t);
 PETSC_INTERN PetscErrorCode FMMCUDAPointsLoad(void);
 PETSC_INTERN PetscErrorCode FMMCUDAMirrorBegin(FMMCUDAMirror *, size_t, PetscBool *);

@@ -99,15 +99,33 @@ typedef struct {
   const double *s[4];
   double       *d[4];
   PetscInt64    n[4];
-  int           na, distinct;
+  int           na, distinct, range;
 } CopyArrays;
+
+/* a finite double as an unsigned key of the same order (negative numbers
+   reversed below the positive ones), and back: min and max by atomicMin */
+__device__ static unsigned long long OrderKey(double v)
+{
+  const unsigned long long u = (unsigned long long)__double_as_longlong(v);
+  return (u >> 63) ? ~u : (u | 0x8000000000000000ull);
+}
+
+static double FromOrderKey(unsigned long long k)
+{
+  const unsigned long long u = (k >> 63) ? (k & 0x7fffffffffffffffull) : ~k;
+  double                   v;
+  memcpy(&v, &u, sizeof(v));
+  return v;
+}
 
 /* d[k] = s[k] for every array k < na, with r[k] the first index of a
    NaN/Inf in array k and, with distinct, r[4] the first point of array 0
    (interleaved x, y) not at the place of its point 0 (point p is at another
    place where s[0][2p] or s[0][2p+1] differs from that coordinate of point
-   0); r[k] unchanged where there is none.  One launch for all the arrays and
-   both checks (four launches before: on an idle GPU each cost its wake-up) */
+   0); r[k] unchanged where there is none.  With range, r[5..8] the order
+   keys of array 0's xmin, ymin and the complements of its xmax, ymax.  One
+   launch for all the arrays and the checks (four launches before: on an idle
+   GPU each cost its wake-up) */
 __global__ static void CopyCheckKernel(CopyArrays a, unsigned long long *r)
 {
   const PetscInt64 stride = (PetscInt64)gridDim.x * blockDim.x;
@@ -115,15 +133,26 @@ __global__ static void CopyCheckKernel(CopyArrays a, unsigned long long *r)
   for (int k = 0; k < a.na; k++) {
     const double *__restrict__ s = a.s[k];
     double *__restrict__ d       = a.d[k];
-    unsigned long long first = ~0ull, other = ~0ull;
+    unsigned long long first = ~0ull, other = ~0ull, lo[2] = {~0ull, ~0ull}, hi[2] = {~0ull, ~0ull};
     for (PetscInt64 i = blockIdx.x * (PetscInt64)blockDim.x + threadIdx.x; i < a.n[k]; i += stride) {
       const double v = s[i];
       d[i]           = v;
-      if (!(fabs(v) <= DBL_MAX) && (unsigned long long)i < first) first = (unsigned long long)i;
+      if (!(fabs(v) <= DBL_MAX)) {
+        if ((unsigned long long)i < first) first = (unsigned long long)i;
+      } else if (k == 0 && a.range) { /* stride is even: a thread sees only x or only y */
+        const unsigned long long key = OrderKey(v);
+        lo[i & 1]                    = key < lo[i & 1] ? key : lo[i & 1];
+        hi[i & 1]                    = ~key < hi[i & 1] ? ~key : hi[i & 1];
+      }
       if (k == 0 && a.distinct && v != p0[i & 1] && (unsigned long long)(i / 2) < other) other = (unsigned long long)(i / 2);
     }
     WarpMinAtomic(first, r + k);
     if (k == 0 && a.distinct) WarpMinAtomic(other, r + 4);
+    if (k == 0 && a.range)
+      for (int c = 0; c < 2; c++) {
+        WarpMinAtomic(lo[c], r + 5 + c);
+        WarpMinAtomic(hi[c], r + 7 + c);
+      }
   }
 }
 
@@ -132,13 +161,14 @@ __global__ static void CopyCheckKernel(CopyArrays a, unsigned long long *r)
   arrays, the caller's and the matrix's), with bad[k] the index of the first
   NaN/Inf of array k (-1: none) and badv[k] its value; with distinct not
   NULL, *distinct the first point of array 0 (interleaved x, y) at another
-  place than its point 0 (-1: all at one place).  Reads the caller's arrays
-  after the work queued on the legacy default stream, and returns when they
-  may be changed.
+  place than its point 0 (-1: all at one place); with range not NULL, the
+  xmin, xmax, ymin, ymax of array 0's finite points (n[0] = 0: +inf, -inf).
+  Reads the caller's arrays after the work queued on the legacy default
+  stream, and returns when they may be changed.
 */
-PetscErrorCode FMMCUDACopyChecked(PetscInt na, PetscReal *const dst[], const PetscReal *const src[], const PetscInt n[], PetscInt bad[], PetscReal badv[], PetscInt *distinct)
+PetscErrorCode FMMCUDACopyChecked(PetscInt na, PetscReal *const dst[], const PetscReal *const src[], const PetscInt n[], PetscInt bad[], PetscReal badv[], PetscInt *distinct, PetscReal range[4])
 {
-  unsigned long long *r, h[8];
+  unsigned long long *r, h[10];
   int                 sms = 1, dev = 0;
   cudaStream_t        s;
 
@@ -158,6 +188,7 @@ PetscErrorCode FMMCUDACopyChecked(PetscInt na, PetscReal *const dst[], const Pet
     PetscCall(PetscMemzero(&a, sizeof(a)));
     a.na       = (int)na;
     a.distinct = (distinct && n[0] > 2) ? 1 : 0;
+    a.range    = range ? 1 : 0;
     for (PetscInt k = 0; k < na; k++) {
       a.s[k] = src[k];
       a.d[k] = dst[k];
@@ -174,6 +205,11 @@ PetscErrorCode FMMCUDACopyChecked(PetscInt na, PetscReal *const dst[], const Pet
     if (bad[k] >= 0) FMMCallCUDA(cudaMemcpy(&badv[k], dst[k] + bad[k], sizeof(PetscReal), cudaMemcpyDeviceToHost));
   }
   if (distinct) *distinct = (n[0] > 2 && h[4] != ~0ull) ? (PetscInt)h[4] : -1;
+  if (range)
+    for (int c = 0; c < 2; c++) { /* no finite point: keys at their initial value */
+      range[2 * c]     = h[5 + c] == ~0ull ? PETSC_INFINITY : FromOrderKey(h[5 + c]);
+      range[2 * c + 1] = h[7 + c] == ~0ull ? PETSC_NINFINITY : FromOrderKey(~h[7 + c]);
+    }
   PetscCall(FMMCUDAFree(s, r));
   PetscFunctionReturn(0);
 }

@@ -67,6 +67,18 @@ static PetscErrorCode MatFMMSetSources_FMM(Mat A, PetscInt n, const PetscReal xy
    integral equation, or coincident points).  On the GPU, in the tiled layout
    with the table log (the defaults), a pair whose squared distance underflows
    to a subnormal number (distance below 1.5e-154) counts as coincident too.
+
+   Coordinates may be of any size the double range holds.  Where the
+   sources' extent (the larger side of their bounding box) is outside
+   [2^-400, 2^400], the matrix builds its tree and runs its kernels on the
+   points times 2^-k, a power of two that brings the extent to [1, 2) (an
+   exact operation), and adds k log 2 times the single layer's charges on
+   the host: log|r| = log|2^-k r| + k log 2.  The result is then what the
+   unscaled sum gives, to the tolerance, for every configuration whose
+   values are representable (pairs closer than 1.5e-154 times 2^k count as
+   coincident on the GPU, as above, and their squared distance in the
+   scaled units decides the CPU's zero test).  Inside the window nothing
+   is scaled.  `-mat_view` says when the points are scaled.
    Calling this again replaces the geometry; assemble the matrix again before
    using it (arrays of the same sizes are refilled in place).  A time-stepping
    code that refills them before every assembly gets faster assemblies on the
@@ -95,7 +107,9 @@ static PetscErrorCode MatFMMSetSources_FMM(Mat A, PetscInt n, const PetscReal xy
 .  `PETSC_ERR_ARG_NULL` - xy is NULL with n > 0
 .  `PETSC_ERR_ARG_WRONG` - some arrays in device memory and others in host memory (nothing is changed)
 .  `PETSC_ERR_MEM` - no GPU memory for the copy of arrays given in device memory
--  at `MatAssemblyEnd()` - NaN/Inf in any array, all sources coincident, or no normals for a double layer
+.  at `MatAssemblyEnd()` - NaN/Inf in any array, all sources coincident, or no normals for a double layer
+.  at `MatAssemblyEnd()`, `PETSC_ERR_ARG_OUTOFRANGE` - a target or source coordinate above 2^500 (about 3e150) in magnitude, in the scaled units where the points are scaled (its squared distance to the sources could overflow: give coordinates relative to a point near the sources), or the double layer's alpha times 2^k not a normal double
+-  at `MatMult()`, `PETSC_ERR_FP` - with scaled points, a product that is not finite for finite densities (its true value overflows)
 
    Level: beginner
 

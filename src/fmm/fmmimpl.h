@@ -175,6 +175,7 @@ typedef struct {
   PetscInt   distinct;       /* dev: the first local source not at source 0's place (-1: none) */
   PetscInt   bad[3];         /* first NaN/Inf entry of the points, normals, weights, -1: none (found while copying) */
   PetscReal  badv[3];        /* their values */
+  PetscReal  range[4];       /* xmin, xmax, ymin, ymax of the points (found while copying; n = 0: +inf, -inf) */
 } FMMSources;
 
 /* and of this rank's targets */
@@ -184,6 +185,7 @@ typedef struct {
   PetscBool  dev;
   PetscInt   bad;  /* first NaN/Inf entry, -1: none */
   PetscReal  badv;
+  PetscReal  range[4]; /* as the sources' */
 } FMMTargets;
 
 /* reals in the block of n sources (MatFMMSetSources): points, then normals, then weights */
@@ -230,9 +232,10 @@ typedef struct {
   PetscErrorCode (*alloc)(size_t, PetscReal **);                         /* n reals */
   PetscErrorCode (*free)(PetscReal *);
   PetscErrorCode (*tohost)(PetscReal *, const PetscReal *, size_t);      /* h = d, n reals */
-  /* dst[k] = src[k] (n[k] reals, k < na) with the first NaN/Inf of each (bad, badv; -1: none) and
-     the first point of array 0 not at the place of its point 0 (*distinct, if not NULL; -1: none) */
-  PetscErrorCode (*copychecked)(PetscInt, PetscReal *const[], const PetscReal *const[], const PetscInt[], PetscInt[], PetscReal[], PetscInt *);
+  /* dst[k] = src[k] (n[k] reals, k < na) with the first NaN/Inf of each (bad, badv; -1: none),
+     the first point of array 0 not at the place of its point 0 (*distinct, if not NULL; -1: none)
+     and the range of array 0's points (range: xmin, xmax, ymin, ymax; n[0] = 0: +inf, -inf) */
+  PetscErrorCode (*copychecked)(PetscInt, PetscReal *const[], const PetscReal *const[], const PetscInt[], PetscInt[], PetscReal[], PetscInt *, PetscReal[4]);
 } FMMDeviceMemory;
 
 /* A backend evaluates the plan.  mult() gets the N densities in global source
@@ -304,7 +307,21 @@ typedef struct {
   FMMContext   ctx;                 /* what the backend in use gets */
   FMMBackend   ops;                 /* the backend in use (after assembly) */
   void        *bmat[FMM_NBACKENDS]; /* each backend's per-Mat state */
+  /* scale-free coordinates (FMMPointsScale): where the sources' extent is
+     outside [2^-FMM_XEXP_MAX, 2^FMM_XEXP_MAX], the plan and the backends get
+     the points times 2^-xexp (exact: a power of two) and the operator's
+     coefficients in those units (parx); the product adds what the scaling
+     takes out of the logarithm, log 2^xexp times the charges of the pairs
+     the kernel counts: all but the sources at each target's place (coff,
+     cidx: CSR, this rank's targets) */
+  PetscInt  xexp;
+  FMMParams parx;
+  PetscInt *coff, *cidx;
 } Mat_FMM;
+
+/* the window of extents (powers of two) in which the points are used as given */
+#define FMM_XEXP_MAX 400
+#define FMM_LN2      0.693147180559945309417232121458
 
 /* mat.c, api.c */
 PETSC_INTERN PetscErrorCode MatFMMInvalidate(Mat);
@@ -326,4 +343,6 @@ PETSC_INTERN PetscErrorCode FMMPointsToHost(Mat_FMM *);
 PETSC_INTERN PetscErrorCode FMMPointsGather(Mat);
 PETSC_INTERN PetscErrorCode FMMPointsReleaseTargets(Mat_FMM *);
 PETSC_INTERN PetscErrorCode FMMPointsRelease(Mat_FMM *);
+PETSC_INTERN PetscErrorCode FMMPointsExtent(Mat);
+PETSC_INTERN PetscErrorCode FMMPointsScale(Mat);
 PETSC_INTERN PetscErrorCode FMMPointsHost(Mat_FMM *, const PetscReal **, const PetscReal **, const PetscReal **, const PetscReal **, PetscReal **);

@@ -204,8 +204,11 @@ static PetscErrorCode MatAssemblyEnd_FMM(Mat A, MatAssemblyType type)
   ctx->plan.M  = M;
   /* points given in device memory stay there for a plan the backend builds itself on one rank; the other paths read them on the host */
   if (fmm->ops->buildsplan) PetscCall((*fmm->ops->buildsplan)(ctx->bmat, &bplan));
-  if (!(size == 1 && bplan)) PetscCall(FMMPointsToHost(fmm));
+  PetscCall(FMMPointsExtent(A));
+  if (!(size == 1 && bplan) || fmm->xexp) PetscCall(FMMPointsToHost(fmm)); /* scaled points are made on the host */
   PetscCall(FMMPointsGather(A));
+  PetscCall(FMMPointsScale(A));
+  if (fmm->xexp) ctx->par = &fmm->parx;
   PetscCall(PetscMalloc2(N, &fmm->sigma, M, &fmm->pot));
 
   /* the plan: by the backend where it builds it itself (CUDA, on the GPU), else on the host */
@@ -218,6 +221,35 @@ static PetscErrorCode MatAssemblyEnd_FMM(Mat A, MatAssemblyType type)
   fmm->setup   = PETSC_TRUE;
   A->assembled = PETSC_TRUE;
   PetscCall(PetscLogEventEnd(MATFMM_Setup, A, 0, 0, 0));
+  PetscFunctionReturn(0);
+}
+
+/* Points scaled by 2^-xexp (FMMPointsScale): the potentials get xexp log 2
+   times the charges of the pairs that the kernel counts, all N sources but
+   those at the target's place (coff, cidx), sum_j cq_j sigma_j with
+   cq_j = -beta w_j/(2 pi) (FMMSourceCoefficients); then the check that
+   the product is finite where the densities are */
+static PetscErrorCode ScaledPotentials(Mat A, const PetscScalar *sigma)
+{
+  Mat_FMM         *fmm = (Mat_FMM *)A->data;
+  const PetscReal *w   = fmm->ctx.wts;
+  const PetscInt   N = fmm->ctx.N, M = A->rmap->n;
+  PetscBool        finite = PETSC_TRUE;
+
+  PetscFunctionBegin;
+  if (fmm->par.beta != 0.0) {
+    const PetscReal c   = fmm->xexp * FMM_LN2 * (-fmm->par.beta / (2 * PETSC_PI));
+    PetscScalar     all = 0;
+    for (PetscInt j = 0; j < N; j++) all += (w ? w[j] : 1.0) * sigma[j];
+    for (PetscInt i = 0; i < M; i++) {
+      PetscScalar here = 0;
+      for (PetscInt k = fmm->coff[i]; k < fmm->coff[i + 1]; k++) here += (w ? w[fmm->cidx[k]] : 1.0) * sigma[fmm->cidx[k]];
+      fmm->pot[i] += c * (all - here);
+    }
+  }
+  for (PetscInt j = 0; j < N && finite; j++) finite = PetscIsInfOrNanScalar(sigma[j]) ? PETSC_FALSE : PETSC_TRUE;
+  for (PetscInt i = 0; i < M && finite; i++)
+    PetscCheck(!PetscIsInfOrNanScalar(fmm->pot[i]), PETSC_COMM_SELF, PETSC_ERR_FP, "MATFMM: the product at target %" PetscInt_FMT " (local) is not finite (%g) for finite densities: its true value overflows the double range (the sources' extent is 2^%" PetscInt_FMT " units, and the double layer grows as 1/distance)", i, (double)PetscRealPart(fmm->pot[i]), fmm->xexp);
   PetscFunctionReturn(0);
 }
 
@@ -241,7 +273,7 @@ static PetscErrorCode MatApply_FMM(Mat A, Vec x, Vec y, PetscBool add)
   PetscFunctionBegin;
   PetscCheck(fmm->setup, PetscObjectComm((PetscObject)A), PETSC_ERR_ARG_WRONGSTATE, "MATFMM: assemble the matrix (MatAssemblyBegin/End) after setting its sources");
   PetscCallMPI(MPI_Comm_size(PetscObjectComm((PetscObject)A), &size));
-  plain   = (!add && fmm->scale == 1.0 && fmm->shift == 0.0 && !fmm->diag) ? PETSC_TRUE : PETSC_FALSE;
+  plain   = (!add && fmm->scale == 1.0 && fmm->shift == 0.0 && !fmm->diag && !fmm->xexp) ? PETSC_TRUE : PETSC_FALSE; /* scaled points: the terms of ScaledPotentials on the host */
   memtype = (size == 1 && fmm->ops->mem) ? PETSC_TRUE : PETSC_FALSE; /* a backend with device memory reads the arrays where they live */
   if (memtype) PetscCall(VecGetArrayReadAndMemType(x, &xa, &mx));
   else PetscCall(VecGetArrayRead(x, &xa));
@@ -249,7 +281,7 @@ static PetscErrorCode MatApply_FMM(Mat A, Vec x, Vec y, PetscBool add)
     if (add) PetscCall(VecGetArrayAndMemType(y, &ya, &my));
     else PetscCall(VecGetArrayWriteAndMemType(y, &ya, &my));
     if (fmm->diag) PetscCall(VecGetArrayReadAndMemType(fmm->diag, &da, &md));
-    ondev = (PetscMemTypeDevice(my) && (!fmm->diag || PetscMemTypeDevice(md))) ? PETSC_TRUE : PETSC_FALSE;
+    ondev = (PetscMemTypeDevice(my) && (!fmm->diag || PetscMemTypeDevice(md)) && !fmm->xexp) ? PETSC_TRUE : PETSC_FALSE;
     if (!ondev) { /* some on the host: all on the host */
       if (fmm->diag) PetscCall(VecRestoreArrayReadAndMemType(fmm->diag, &da));
       if (add) PetscCall(VecRestoreArrayAndMemType(y, &ya));
@@ -280,6 +312,7 @@ static PetscErrorCode MatApply_FMM(Mat A, Vec x, Vec y, PetscBool add)
     if (add) PetscCall(VecRestoreArrayAndMemType(y, &ya));
     else PetscCall(VecRestoreArrayWriteAndMemType(y, &ya));
   } else if (!plain) {
+    if (fmm->xexp) PetscCall(ScaledPotentials(A, sigma));
     if (add) PetscCall(VecGetArray(y, &ya));
     else PetscCall(VecGetArrayWrite(y, &ya));
     if (fmm->diag) PetscCall(VecGetArrayRead(fmm->diag, &da));
@@ -351,16 +384,17 @@ static PetscErrorCode KernelDiagonal(Mat A, PetscScalar *kd)
 
   PetscFunctionBegin;
   PetscCheck(fmm->setup, PetscObjectComm((PetscObject)A), PETSC_ERR_ARG_WRONGSTATE, "MATFMM: assemble the matrix before asking for its diagonal");
-  PetscCall(FMMPointsHost(fmm, &src, &nrm, &wts, &tgt, &copy));
+  PetscCall(FMMPointsHost(fmm, &src, &nrm, &wts, &tgt, &copy)); /* src in the plan's units, tgt as given */
   for (PetscInt i = 0; i < A->rmap->n; i++) {
-    PetscInt        j = r0 + i;
-    const PetscReal *z = fmm->tgt.m < 0 ? &src[2 * j] : &tgt[2 * i];
-    PetscReal        rx = z[0] - src[2 * j], ry = z[1] - src[2 * j + 1], r2 = rx * rx + ry * ry;
+    PetscInt         j  = r0 + i;
+    const int        e  = -(int)fmm->xexp;
+    const PetscReal  zx = fmm->tgt.m < 0 ? src[2 * j] : ldexp(tgt[2 * i], e), zy = fmm->tgt.m < 0 ? src[2 * j + 1] : ldexp(tgt[2 * i + 1], e);
+    PetscReal        rx = zx - src[2 * j], ry = zy - src[2 * j + 1], r2 = rx * rx + ry * ry;
     PetscReal        w = wts ? wts[j] : 1.0, k = 0.0;
     if (r2 > 0.0) {
       PetscReal cq, cdx, cdy, cdn;
-      FMMSourceCoefficients(fmm->par.alpha, fmm->par.beta, w, NULL, &cq, &cdx, &cdy, &cdn);
-      k = cq * 0.5 * PetscLogReal(r2);
+      FMMSourceCoefficients(fmm->ctx.par->alpha, fmm->ctx.par->beta, w, NULL, &cq, &cdx, &cdy, &cdn);
+      k = fmm->xexp ? cq * (0.5 * PetscLogReal(r2) + fmm->xexp * FMM_LN2) : cq * 0.5 * PetscLogReal(r2);
       if (nrm) k += cdn * (nrm[2 * j] * rx + nrm[2 * j + 1] * ry) / r2;
     }
     kd[i] = fmm->scale * k;
@@ -449,6 +483,7 @@ static PetscErrorCode MatView_FMM(Mat A, PetscViewer viewer)
     PetscCall(PetscViewerASCIIPrintf(viewer, "  tree: %" PetscInt_FMT " sources, %" PetscInt64_FMT " targets, %" PetscInt_FMT " levels below the root, %" PetscInt_FMT " leaves, %" PetscInt_FMT " boxes (%s splits)\n", P->N, sum[0], P->L, P->nleaves, P->nboxes, fmm->par.split_median ? "median" : "compact"));
     PetscCall(PetscViewerASCIIPrintf(viewer, "  leaf boxes: at most %" PetscInt_FMT " sources, %" PetscInt64_FMT " targets (mean %.1f sources)\n", P->maxleafsrc, mx[3], (double)P->N / (double)P->nleaves));
     PetscCall(PetscViewerASCIIPrintf(viewer, "  interactions per product: %" PetscInt64_FMT " M2L, %" PetscInt64_FMT " P2P pairs (%.1f per target)\n", sum[1], sum[2], sum[0] ? (double)sum[2] / (double)sum[0] : 0.0));
+    if (fmm->xexp) PetscCall(PetscViewerASCIIPrintf(viewer, "  coordinates: the sources' extent is outside [2^-%d, 2^%d]; the tree and the kernels use the points times 2^%d (exact), the product adds the logarithm's %" PetscInt_FMT " log 2 on the host\n", FMM_XEXP_MAX, FMM_XEXP_MAX, (int)-fmm->xexp, fmm->xexp));
     if (size > 1) PetscCall(PetscViewerASCIIPrintf(viewer, "  MPI: all %" PetscInt_FMT " sources replicated on each of %d ranks; each rank evaluates its own targets\n", P->N, (int)size));
     if (fmm->ops && fmm->ops->view) PetscCall((*fmm->ops->view)(&fmm->ctx, viewer));
   } else PetscCall(PetscViewerASCIIPrintf(viewer, "  (not assembled: no tree yet)\n"));

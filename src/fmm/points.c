@@ -22,21 +22,37 @@ void FMMCopyReals(PetscReal *d, const PetscReal *s, PetscInt n)
 }
 
 /* FMMCopyReals, returning the index of the first NaN/Inf (-1: none): the
-   check of MatAssemblyEnd() made in the same pass over the data.  Blocks are
-   tested in parallel without branches (vectorised), the first bad block is
-   then searched. */
-static PetscInt CopyRealsFinite(PetscReal *d, const PetscReal *s, PetscInt n)
+   check of MatAssemblyEnd() made in the same pass over the data; with range,
+   the array holds points (x, y interleaved) and range gets their xmin, xmax,
+   ymin, ymax (of the finite values; NaN/Inf are an error at assembly).
+   Blocks are tested in parallel without branches (vectorised), the first bad
+   block is then searched. */
+static PetscInt CopyRealsFinite(PetscReal *d, const PetscReal *s, PetscInt n, PetscReal range[4])
 {
-  const PetscInt B = 4096, nb = (n + B - 1) / B;
+  const PetscInt B = 4096, nb = (n + B - 1) / B; /* B even: a block starts at an x */
   PetscInt       first = nb;
+  PetscReal      xlo = PETSC_INFINITY, xhi = PETSC_NINFINITY, ylo = PETSC_INFINITY, yhi = PETSC_NINFINITY;
 
-#pragma omp parallel for schedule(static) reduction(min : first) if (n >= 2 * FMM_OMP_MIN_POINTS)
+#pragma omp parallel for schedule(static) reduction(min : first, xlo, ylo) reduction(max : xhi, yhi) if (n >= 2 * FMM_OMP_MIN_POINTS)
   for (PetscInt b = 0; b < nb; b++) {
     const PetscInt i0 = b * B, m = PetscMin(B, n - i0);
     int            bad = 0;
     memcpy(d + i0, s + i0, sizeof(PetscReal) * (size_t)m);
     for (PetscInt i = i0; i < i0 + m; i++) bad |= !(PetscAbsReal(d[i]) <= PETSC_MAX_REAL); /* false for NaN and Inf */
     if (bad && b < first) first = b;
+    if (range)
+      for (PetscInt i = i0; i + 1 < i0 + m; i += 2) {
+        xlo = d[i] < xlo ? d[i] : xlo;
+        xhi = d[i] > xhi ? d[i] : xhi;
+        ylo = d[i + 1] < ylo ? d[i + 1] : ylo;
+        yhi = d[i + 1] > yhi ? d[i + 1] : yhi;
+      }
+  }
+  if (range) {
+    range[0] = xlo;
+    range[1] = xhi;
+    range[2] = ylo;
+    range[3] = yhi;
   }
   for (PetscInt i = first * B; i < n; i++)
     if (PetscIsInfOrNanReal(d[i])) return i;
@@ -184,7 +200,7 @@ static PetscErrorCode CopySources(Mat_FMM *fmm, const PetscReal *xy, const Petsc
   PetscCall(SourcesEvent(fmm, FMM_SOURCES_FILL, 0));
   for (int k = 0; k < 3; k++) {
     if (!len[k]) continue;
-    bad[k] = CopyRealsFinite(d[k], a[k], len[k]);
+    bad[k] = CopyRealsFinite(d[k], a[k], len[k], k == 0 ? S->range : NULL);
     PetscCall(SourcesEvent(fmm, FMM_SOURCES_COPIED, k));
   }
   PetscCall(SourcesEvent(fmm, FMM_SOURCES_FILLED, 0));
@@ -218,7 +234,7 @@ PetscErrorCode FMMSourcesSet(Mat_FMM *fmm, PetscInt n, const PetscReal xy[], con
     const PetscReal *const a[3]   = {xy, nrm, w};
     const PetscInt         len[3] = {2 * n, nrm ? 2 * n : 0, w ? n : 0};
     PetscInt               bad[3];
-    PetscCall((*DeviceMemory()->copychecked)(3, d, a, len, bad, S->badv, &S->distinct));
+    PetscCall((*DeviceMemory()->copychecked)(3, d, a, len, bad, S->badv, &S->distinct, S->range));
     S->bad[0] = bad[0];
     S->bad[1] = nrm ? bad[1] : -1;
     S->bad[2] = w ? bad[2] : -1;
@@ -244,10 +260,10 @@ PetscErrorCode FMMTargetsSet(Mat_FMM *fmm, PetscInt m, const PetscReal xy[], Pet
     PetscCall((*DeviceMemory()->alloc)(2 * (size_t)m, &T->xy));
     d[0]   = T->xy;
     T->dev = PETSC_TRUE;
-    PetscCall((*DeviceMemory()->copychecked)(1, d, a, len, &T->bad, &T->badv, NULL));
+    PetscCall((*DeviceMemory()->copychecked)(1, d, a, len, &T->bad, &T->badv, NULL, T->range));
   } else {
     PetscCall(PetscMalloc1(2 * m, &T->xy));
-    T->bad  = CopyRealsFinite(T->xy, xy, 2 * m);
+    T->bad  = CopyRealsFinite(T->xy, xy, 2 * m, T->range);
     T->badv = T->bad >= 0 ? T->xy[T->bad] : 0.0;
   }
   T->m = m;
@@ -343,6 +359,144 @@ PetscErrorCode FMMPointsGather(Mat A)
   PetscFunctionReturn(0);
 }
 
+/*
+  Scale-free coordinates.  The kernel's arithmetic squares distances: points
+  whose extent is near the ends of the double range would give r^2 that
+  overflows (NaN) or underflows (0).  Where the sources' extent is outside
+  [2^-FMM_XEXP_MAX, 2^FMM_XEXP_MAX], the plan and the backends get every point
+  times 2^-xexp, with 2^(xexp-1) <= half the extent < 2^xexp: a power of two,
+  so the scaled points are exact and coincide where the given ones do (the
+  tree, the lists and the near field are those of the points as given).  In
+  those units the double layer's 1/r takes alpha 2^-xexp, and log r =
+  log r' + xexp log 2 adds xexp log 2 times the charges of the pairs the
+  kernel counts (every source but those at the target's place), which
+  MatMult adds (FMMPointsScale, mat.c).  Inside the window nothing changes.
+*/
+
+/* xexp and parx from the ranges found while copying (before the points are
+   gathered: a path that scales reads them on the host), with the check that
+   every target's distance to the sources squares without overflow */
+PetscErrorCode FMMPointsExtent(Mat A)
+{
+  Mat_FMM        *fmm  = (Mat_FMM *)A->data;
+  MPI_Comm        comm = PetscObjectComm((PetscObject)A);
+  const PetscReal *sr  = fmm->src.range, *tr = fmm->tgt.range;
+  const PetscBool  tg  = fmm->tgt.m >= 0 ? PETSC_TRUE : PETSC_FALSE;
+  PetscReal        g[8] = {fmm->src.n > 0 ? -sr[0] : PETSC_NINFINITY, fmm->src.n > 0 ? sr[1] : PETSC_NINFINITY, fmm->src.n > 0 ? -sr[2] : PETSC_NINFINITY, fmm->src.n > 0 ? sr[3] : PETSC_NINFINITY, PETSC_NINFINITY, PETSC_NINFINITY, PETSC_NINFINITY, PETSC_NINFINITY};
+  PetscReal        half = 0;
+  int              q = 0;
+
+  PetscFunctionBegin;
+  if (tg && fmm->tgt.m > 0)
+    for (int k = 0; k < 4; k++) g[4 + k] = (k % 2 ? tr[k] : -tr[k]);
+  PetscCall(MPIU_Allreduce(MPI_IN_PLACE, g, 8, MPIU_REAL, MPIU_MAX, comm));
+  fmm->xexp = 0;
+  fmm->parx = fmm->par;
+  if (!(g[0] > PETSC_NINFINITY)) PetscFunctionReturn(0); /* no source */
+  half = PetscMax(g[1] / 2 + g[0] / 2, g[3] / 2 + g[2] / 2); /* half the extent, without overflow */
+  if (half > 0) {
+    (void)frexp(half, &q); /* half = f 2^q, 1/2 <= f < 1 */
+    if (PetscAbsInt(q) > FMM_XEXP_MAX) fmm->xexp = q;
+  }
+  /* the farthest coordinates (sources, targets), in the units of the plan: |t - s| <= 2 far, squared below 2^1004 */
+  for (int w = 0; w < 2; w++) {
+    PetscReal far = 0;
+    for (int k = 4 * w; k < 4 * w + 4; k++)
+      if (g[k] > PETSC_NINFINITY) far = PetscMax(far, PetscAbsReal(g[k]));
+    PetscCheck(ldexp(far, -(int)fmm->xexp) <= 0x1p500, comm, PETSC_ERR_ARG_OUTOFRANGE, "MATFMM: a %s at coordinate %g is too far from the sources, whose extent is %g: in units of that extent its squared distance to them overflows the double range; give the points relative to a place near the sources", w ? "target" : "source", (double)far, (double)(2 * half));
+  }
+  if (fmm->xexp) {
+    fmm->parx.alpha = ldexp(fmm->par.alpha, -(int)fmm->xexp);
+    PetscCheck(PetscIsNormalReal(fmm->parx.alpha) || fmm->par.alpha == 0.0, comm, PETSC_ERR_ARG_OUTOFRANGE, "MATFMM: the double layer's coefficient alpha = %g divided by the sources' extent %g is outside the double range (the operator's values would overflow or vanish); scale alpha or the coordinates", (double)fmm->par.alpha, (double)(2 * half));
+    PetscCall(PetscInfo(A, "MATFMM: the sources' extent %g is outside [2^-%d, 2^%d]: the plan uses the points times 2^%d\n", (double)(2 * half), FMM_XEXP_MAX, FMM_XEXP_MAX, (int)-fmm->xexp));
+  }
+  PetscFunctionReturn(0);
+}
+
+typedef struct {
+  PetscReal x, y;
+  PetscInt  j;
+} FMMPlace;
+
+static int ComparePlaces(const void *a, const void *b, void *ctx)
+{
+  const FMMPlace *p = (const FMMPlace *)a, *q = (const FMMPlace *)b;
+  (void)ctx;
+  if (p->x != q->x) return p->x < q->x ? -1 : 1;
+  if (p->y != q->y) return p->y < q->y ? -1 : 1;
+  return p->j < q->j ? -1 : (p->j > q->j);
+}
+
+/* after FMMPointsGather() where xexp != 0: the points of the plan scaled (on
+   one rank, copies of the matrix's block: the plan then reads no array of
+   it), and, with a single layer, the sources at each of this rank's targets'
+   places (coff, cidx) */
+PetscErrorCode FMMPointsScale(Mat A)
+{
+  Mat_FMM        *fmm = (Mat_FMM *)A->data;
+  FMMContext     *ctx = &fmm->ctx;
+  const PetscInt  N = ctx->N, M = A->rmap->n, nt = ctx->same ? 0 : 2 * A->rmap->N;
+  const int       e = -(int)fmm->xexp;
+  PetscReal      *src, *tgt = NULL;
+  const PetscReal *mt;
+
+  PetscFunctionBegin;
+  if (!fmm->xexp) PetscFunctionReturn(0);
+  if (ctx->alias) { /* one rank: copies (the matrix's block keeps the caller's values) */
+    PetscReal *nrm = NULL, *wts = NULL;
+    PetscCall(PetscMalloc1(2 * N, &src));
+    if (ctx->nrm) PetscCall(PetscMalloc1(2 * N, &nrm));
+    if (ctx->wts) PetscCall(PetscMalloc1(N, &wts));
+    if (nt) PetscCall(PetscMalloc1(nt, &tgt));
+    if (nrm) PetscCall(PetscArraycpy(nrm, ctx->nrm, 2 * N));
+    if (wts) PetscCall(PetscArraycpy(wts, ctx->wts, N));
+    for (PetscInt i = 0; i < 2 * N; i++) src[i] = ldexp(ctx->src[i], e);
+    for (PetscInt i = 0; i < nt; i++) tgt[i] = ldexp(ctx->tgt[i], e);
+    ctx->src   = src;
+    ctx->nrm   = nrm;
+    ctx->wts   = wts;
+    ctx->tgt   = tgt;
+    ctx->alias = PETSC_FALSE;
+  } else { /* the gathered copies */
+    src = (PetscReal *)ctx->src;
+    tgt = (PetscReal *)ctx->tgt;
+    for (PetscInt i = 0; i < 2 * N; i++) src[i] = ldexp(src[i], e);
+    for (PetscInt i = 0; i < nt; i++) tgt[i] = ldexp(tgt[i], e);
+  }
+  if (fmm->par.beta == 0.0) PetscFunctionReturn(0);
+  /* the sources at the place of each target: sorted places, then a search per target */
+  mt = ctx->same ? src + 2 * A->cmap->rstart : tgt + 2 * A->rmap->rstart;
+  {
+    FMMPlace *pl;
+    PetscInt  nnz = 0;
+    PetscCall(PetscMalloc1(N, &pl));
+    for (PetscInt j = 0; j < N; j++) pl[j] = (FMMPlace){src[2 * j], src[2 * j + 1], j};
+    PetscCall(PetscTimSort(N, pl, sizeof(FMMPlace), ComparePlaces, NULL));
+    PetscCall(PetscMalloc1(M + 1, &fmm->coff));
+    for (int pass = 0; pass < 2; pass++) {
+      nnz = 0;
+      for (PetscInt i = 0; i < M; i++) {
+        const FMMPlace t  = {mt[2 * i], mt[2 * i + 1], -1};
+        PetscInt       lo = 0, hi = N;
+        while (lo < hi) { /* the first place not below t's */
+          const PetscInt mid = lo + (hi - lo) / 2;
+          if (ComparePlaces(&pl[mid], &t, NULL) < 0) lo = mid + 1;
+          else hi = mid;
+        }
+        if (!pass) fmm->coff[i] = nnz;
+        for (; lo < N && pl[lo].x == t.x && pl[lo].y == t.y; lo++, nnz++)
+          if (pass) fmm->cidx[nnz] = pl[lo].j;
+      }
+      if (!pass) {
+        fmm->coff[M] = nnz;
+        PetscCall(PetscMalloc1(nnz, &fmm->cidx));
+      }
+    }
+    PetscCall(PetscFree(pl));
+  }
+  PetscFunctionReturn(0);
+}
+
 /* the gathered points (kept: the targets; all: the sources too), unless they are the matrix's own */
 static PetscErrorCode Release(FMMContext *ctx, PetscBool all)
 {
@@ -376,6 +530,9 @@ PetscErrorCode FMMPointsRelease(Mat_FMM *fmm)
 {
   PetscFunctionBegin;
   PetscCall(Release(&fmm->ctx, PETSC_TRUE));
+  PetscCall(PetscFree(fmm->coff));
+  PetscCall(PetscFree(fmm->cidx));
+  fmm->xexp = 0;
   PetscFunctionReturn(0);
 }
 
