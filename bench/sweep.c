@@ -7,9 +7,12 @@ static char help[] = "MATSWEEP benchmark: the grind time of one transport sweep 
 
 /*
   Prints
-    sweep: device=.. cells=.. nx=.. ny=.. nz=.. nang=.. dirs=.. groups=.. moments=.. layout=.. threads=..
+    sweep: device=.. ranks=.. cells=.. nx=.. ny=.. nz=.. nang=.. dirs=.. groups=.. moments=.. layout=.. threads=..
            reps=.. mult_med_s=.. mult_min_s=.. mult_max_s=.. grind_med_ns=.. kernel_med_s=..
            kernel_grind_med_ns=.. kernel_grind_min_ns=.. face_GB=.. face_GBs=..
+  On several ranks (KBA: the grid split in y and z, -da_processors_y/z) the
+  times are rank 0's, each product between barriers, and the grind time
+  counts all ranks' cells (SNAP's), so it falls as ranks are added.
   mult_*: the wall time of MatMult (on host vectors with Debian's PETSc: with
   the copies of x up and of y down); grind: SNAP's grind time, time over
   cells x directions (all octants) x groups; kernel_*: the sweep's kernels
@@ -39,14 +42,17 @@ int main(int argc, char **argv)
   PetscReal      c = 0.5, *sigt, *sigs, *q, *tw, *tk, sum;
   PetscInt      *mat;
   DM             da;
+  DMDALocalInfo  info;
   Mat            A;
   Vec            x, y;
   MatSweepDevice dev;
   PetscBool      set;
   char           layout[16];
+  PetscMPIInt    size;
 
   PetscCall(PetscInitialize(&argc, &argv, NULL, help));
   PetscCall(PetscFMMInitializePackage());
+  PetscCallMPI(MPI_Comm_size(PETSC_COMM_WORLD, &size));
   PetscCall(PetscOptionsGetInt(NULL, NULL, "-nx", &nx, NULL));
   PetscCall(PetscOptionsGetInt(NULL, NULL, "-ny", &ny, NULL));
   PetscCall(PetscOptionsGetInt(NULL, NULL, "-nz", &nz, NULL));
@@ -59,8 +65,11 @@ int main(int argc, char **argv)
   threads = omp_get_max_threads();
 #endif
 
-  PetscCall(DMDACreate3d(PETSC_COMM_WORLD, DM_BOUNDARY_NONE, DM_BOUNDARY_NONE, DM_BOUNDARY_NONE, DMDA_STENCIL_STAR, nx, ny, nz, PETSC_DECIDE, PETSC_DECIDE, PETSC_DECIDE, 1, 1, NULL, NULL, NULL, &da));
+  /* one rank along x (KBA splits y and z); -da_processors_y, -da_processors_z choose the rest */
+  PetscCall(DMDACreate3d(PETSC_COMM_WORLD, DM_BOUNDARY_NONE, DM_BOUNDARY_NONE, DM_BOUNDARY_NONE, DMDA_STENCIL_STAR, nx, ny, nz, 1, PETSC_DECIDE, PETSC_DECIDE, 1, 1, NULL, NULL, NULL, &da));
+  PetscCall(DMSetFromOptions(da));
   PetscCall(DMSetUp(da));
+  PetscCall(DMDAGetLocalInfo(da, &info));
   PetscCall(MatCreateSweep(da, &A));
   PetscCall(MatSweepSetGroups(A, ng));
   PetscCall(MatSweepSetQuadrature(A, MATSWEEP_QUADRATURE_SNAP, nang));
@@ -78,11 +87,11 @@ int main(int argc, char **argv)
       if (up > 0) sigs[m * ng * ng + (g - 1) * ng + g] = up * c * st;
     }
   PetscCall(MatSweepSetMaterials(A, 2, sigt, sigs));
-  nc = nx * ny * nz;
+  nc = info.xm * info.ym * info.zm; /* this rank's cells, given from their global indices */
   PetscCall(PetscMalloc2(nc, &mat, nc * ng, &q));
-  for (PetscInt k = 0, cell = 0; k < nz; k++)
-    for (PetscInt j = 0; j < ny; j++)
-      for (PetscInt i = 0; i < nx; i++, cell++) {
+  for (PetscInt k = info.zs, cell = 0; k < info.zs + info.zm; k++)
+    for (PetscInt j = info.ys; j < info.ys + info.ym; j++)
+      for (PetscInt i = info.xs; i < info.xs + info.xm; i++, cell++) {
         mat[cell] = (2 * i < nx && 2 * j < ny && 2 * k < nz) ? 1 : 0;
         for (PetscInt g = 0; g < ng; g++) q[cell * ng + g] = (4 * i >= nx && 4 * i < 3 * nx && 4 * j >= ny && 4 * j < 3 * ny && 4 * k >= nz && 4 * k < 3 * nz) ? 1.0 : 0.0;
       }
@@ -91,7 +100,8 @@ int main(int argc, char **argv)
   PetscCall(MatAssemblyBegin(A, MAT_FINAL_ASSEMBLY));
   PetscCall(MatAssemblyEnd(A, MAT_FINAL_ASSEMBLY));
   PetscCall(MatSweepGetDevice(A, &dev));
-  PetscCall(MatSweepGetSizes(A, &nc, &nd, &cm, NULL));
+  PetscCall(MatSweepGetSizes(A, NULL, &nd, &cm, NULL));
+  nc = nx * ny * nz; /* grind times over all ranks' cells, as SNAP's */
   PetscCall(MatCreateVecs(A, &x, &y));
   PetscCall(MatSweepComputeRHS(A, x));
   PetscCall(MatMult(A, x, y)); /* warm-up: first-touch pages, kernel loading */
@@ -100,8 +110,10 @@ int main(int argc, char **argv)
   for (PetscInt r = 0; r < reps; r++) {
     PetscLogDouble t0, t1;
     PetscReal      kg;
+    PetscCallMPI(MPI_Barrier(PETSC_COMM_WORLD));
     PetscCall(PetscTime(&t0));
     PetscCall(MatMult(A, x, y));
+    PetscCallMPI(MPI_Barrier(PETSC_COMM_WORLD));
     PetscCall(PetscTime(&t1));
     PetscCall(MatSweepGetStatistics(A, NULL, NULL, &kg));
     tw[r] = t1 - t0;
@@ -114,7 +126,7 @@ int main(int argc, char **argv)
     const PetscReal work = (PetscReal)nc * nd * ng, face = 32.0 * work / 1e9, tkm = tk[reps / 2];
     PetscCall(PetscStrncpy(layout, "GZD", sizeof(layout)));
     PetscCall(PetscOptionsGetString(NULL, NULL, "-mat_sweep_layout", layout, sizeof(layout), NULL));
-    PetscCall(PetscPrintf(PETSC_COMM_WORLD, "sweep: device=%s cells=%" PetscInt_FMT " nx=%" PetscInt_FMT " ny=%" PetscInt_FMT " nz=%" PetscInt_FMT " nang=%" PetscInt_FMT " dirs=%" PetscInt_FMT " groups=%" PetscInt_FMT " moments=%" PetscInt_FMT " layout=%s threads=%" PetscInt_FMT " reps=%" PetscInt_FMT, MatSweepDevices[dev], nc, nx, ny, nz, nd / 8, nd, ng, cm, layout, threads, reps));
+    PetscCall(PetscPrintf(PETSC_COMM_WORLD, "sweep: device=%s ranks=%d cells=%" PetscInt_FMT " nx=%" PetscInt_FMT " ny=%" PetscInt_FMT " nz=%" PetscInt_FMT " nang=%" PetscInt_FMT " dirs=%" PetscInt_FMT " groups=%" PetscInt_FMT " moments=%" PetscInt_FMT " layout=%s threads=%" PetscInt_FMT " reps=%" PetscInt_FMT, MatSweepDevices[dev], size, nc, nx, ny, nz, nd / 8, nd, ng, cm, layout, threads, reps));
     PetscCall(PetscPrintf(PETSC_COMM_WORLD, " mult_med_s=%.6f mult_min_s=%.6f mult_max_s=%.6f grind_med_ns=%.5f", (double)tw[reps / 2], (double)tw[0], (double)tw[reps - 1], (double)(1e9 * tw[reps / 2] / work)));
     PetscCall(PetscPrintf(PETSC_COMM_WORLD, " kernel_med_s=%.6f kernel_grind_med_ns=%.5f kernel_grind_min_ns=%.5f face_GB=%.2f face_GBs=%.0f\n", (double)tkm, (double)(1e9 * tkm / work), (double)(1e9 * tk[0] / work), (double)face, tkm > 0 ? (double)(face / tkm) : 0.0));
     PetscCall(PetscPrintf(PETSC_COMM_WORLD, "check: phi_sum=%.17e\n", (double)sum));

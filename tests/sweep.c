@@ -898,109 +898,17 @@ int main(int argc, char **argv)
     args: -case compare -mat_sweep_sn 4
     requires: cuda
   test:
-    suffix: ranks_1
-    args: -case ranks -mat_sweep_nang 3
-  test:
-    suffix: ranks_2
-    nsize: 2
-    args: -case ranks -mat_sweep_nang 3 -malloc_dump
-  test:
-    suffix: ranks_2z
-    nsize: 2
-    args: -case ranks -mat_sweep_nang 2 -py 1 -pz 2 -mat_sweep_chunk 1 -bc reflective,reflective,vacuum,vacuum,reflective,vacuum
-  test:
-    suffix: ranks_3
-    nsize: 3
-    args: -case ranks -mat_sweep_nang 3 -py 3 -pz 1 -ly 1,3,3 -mat_sweep_chunk 100 -bc vacuum,vacuum,reflective,reflective,vacuum,vacuum
-  test:
-    suffix: ranks_4
-    nsize: 4
-    args: -case ranks -mat_sweep_sn 4 -py 2 -pz 2 -ly 2,5 -lz 4,1 -mat_sweep_chunk 4 -bc reflective,vacuum,reflective,reflective,reflective,reflective -malloc_dump
-  test:
-    suffix: ranks_4_fixup
-    nsize: 4
-    args: -case ranks -mat_sweep_nang 2 -py 4 -pz 1 -ly 2,1,3,1 -mat_sweep_chunk 2 -mat_sweep_layout DGZ
-  test:
     suffix: cuda_compare_fixup
     args: -case compare -mat_sweep_nang 5 -mat_sweep_fixup -mat_sweep_layout DGZ
     requires: cuda
-  test:
-    suffix: ranks_1
-    args: -case ranks -mat_sweep_nang 3
-  test:
-    suffix: ranks_2
-    nsize: 2
-    args: -case ranks -mat_sweep_nang 3 -malloc_dump
-  test:
-    suffix: ranks_2z
-    nsize: 2
-    args: -case ranks -mat_sweep_nang 2 -py 1 -pz 2 -mat_sweep_chunk 1 -bc reflective,reflective,vacuum,vacuum,reflective,vacuum
-  test:
-    suffix: ranks_3
-    nsize: 3
-    args: -case ranks -mat_sweep_nang 3 -py 3 -pz 1 -ly 1,3,3 -mat_sweep_chunk 100 -bc vacuum,vacuum,reflective,reflective,vacuum,vacuum
-  test:
-    suffix: ranks_4
-    nsize: 4
-    args: -case ranks -mat_sweep_sn 4 -py 2 -pz 2 -ly 2,5 -lz 4,1 -mat_sweep_chunk 4 -bc reflective,vacuum,reflective,reflective,reflective,reflective -malloc_dump
-  test:
-    suffix: ranks_4_fixup
-    nsize: 4
-    args: -case ranks -mat_sweep_nang 2 -py 4 -pz 1 -ly 2,1,3,1 -mat_sweep_chunk 2 -mat_sweep_layout DGZ
   test:
     suffix: cuda_compare_step
     args: -case compare -mat_sweep_nang 2 -mat_sweep_scheme step -mat_sweep_layout ZDG
     requires: cuda
   test:
-    suffix: ranks_1
-    args: -case ranks -mat_sweep_nang 3
-  test:
-    suffix: ranks_2
-    nsize: 2
-    args: -case ranks -mat_sweep_nang 3 -malloc_dump
-  test:
-    suffix: ranks_2z
-    nsize: 2
-    args: -case ranks -mat_sweep_nang 2 -py 1 -pz 2 -mat_sweep_chunk 1 -bc reflective,reflective,vacuum,vacuum,reflective,vacuum
-  test:
-    suffix: ranks_3
-    nsize: 3
-    args: -case ranks -mat_sweep_nang 3 -py 3 -pz 1 -ly 1,3,3 -mat_sweep_chunk 100 -bc vacuum,vacuum,reflective,reflective,vacuum,vacuum
-  test:
-    suffix: ranks_4
-    nsize: 4
-    args: -case ranks -mat_sweep_sn 4 -py 2 -pz 2 -ly 2,5 -lz 4,1 -mat_sweep_chunk 4 -bc reflective,vacuum,reflective,reflective,reflective,reflective -malloc_dump
-  test:
-    suffix: ranks_4_fixup
-    nsize: 4
-    args: -case ranks -mat_sweep_nang 2 -py 4 -pz 1 -ly 2,1,3,1 -mat_sweep_chunk 2 -mat_sweep_layout DGZ
-  test:
     suffix: cuda_compare_diagonal
     args: -case compare -mat_sweep_nang 3 -mat_sweep_cuda_schedule diagonal -mat_sweep_cuda_lines 1
     requires: cuda
-  test:
-    suffix: ranks_1
-    args: -case ranks -mat_sweep_nang 3
-  test:
-    suffix: ranks_2
-    nsize: 2
-    args: -case ranks -mat_sweep_nang 3 -malloc_dump
-  test:
-    suffix: ranks_2z
-    nsize: 2
-    args: -case ranks -mat_sweep_nang 2 -py 1 -pz 2 -mat_sweep_chunk 1 -bc reflective,reflective,vacuum,vacuum,reflective,vacuum
-  test:
-    suffix: ranks_3
-    nsize: 3
-    args: -case ranks -mat_sweep_nang 3 -py 3 -pz 1 -ly 1,3,3 -mat_sweep_chunk 100 -bc vacuum,vacuum,reflective,reflective,vacuum,vacuum
-  test:
-    suffix: ranks_4
-    nsize: 4
-    args: -case ranks -mat_sweep_sn 4 -py 2 -pz 2 -ly 2,5 -lz 4,1 -mat_sweep_chunk 4 -bc reflective,vacuum,reflective,reflective,reflective,reflective -malloc_dump
-  test:
-    suffix: ranks_4_fixup
-    nsize: 4
-    args: -case ranks -mat_sweep_nang 2 -py 4 -pz 1 -ly 2,1,3,1 -mat_sweep_chunk 2 -mat_sweep_layout DGZ
   test:
     suffix: cuda_compare_lines4
     args: -case compare -mat_sweep_nang 4 -mat_sweep_cuda_lines 4 -mat_sweep_fixup
@@ -1028,5 +936,41 @@ int main(int argc, char **argv)
   test:
     suffix: cuda_repeat
     args: -case repeat -mat_sweep_nang 4 -mat_sweep_device cuda
+    requires: cuda
+  test:
+    suffix: cuda_ranks_2
+    nsize: 2
+    args: -case ranks -mat_sweep_nang 3 -mat_sweep_device cuda -malloc_dump
+    output_file: output/sweep_ranks_2.out
+    requires: cuda
+  test:
+    suffix: cuda_ranks_2z
+    nsize: 2
+    args: -case ranks -mat_sweep_nang 2 -py 1 -pz 2 -mat_sweep_chunk 1 -bc reflective,reflective,vacuum,vacuum,reflective,vacuum -mat_sweep_device cuda
+    output_file: output/sweep_ranks_2z.out
+    requires: cuda
+  test:
+    suffix: cuda_ranks_3
+    nsize: 3
+    args: -case ranks -mat_sweep_nang 3 -py 3 -pz 1 -ly 1,3,3 -mat_sweep_chunk 100 -bc vacuum,vacuum,reflective,reflective,vacuum,vacuum -mat_sweep_device cuda
+    output_file: output/sweep_ranks_3.out
+    requires: cuda
+  test:
+    suffix: cuda_ranks_4
+    nsize: 4
+    args: -case ranks -mat_sweep_sn 4 -py 2 -pz 2 -ly 2,5 -lz 4,1 -mat_sweep_chunk 4 -bc reflective,vacuum,reflective,reflective,reflective,reflective -mat_sweep_device cuda -malloc_dump
+    output_file: output/sweep_ranks_4.out
+    requires: cuda
+  test:
+    suffix: cuda_ranks_4_fixup
+    nsize: 4
+    args: -case ranks -mat_sweep_nang 2 -py 4 -pz 1 -ly 2,1,3,1 -mat_sweep_chunk 2 -mat_sweep_layout DGZ -mat_sweep_fixup -mat_sweep_device cuda
+    output_file: output/sweep_ranks_4_fixup.out
+    requires: cuda
+  test:
+    suffix: cuda_ranks_2_large
+    nsize: 2
+    args: -case ranks -mat_sweep_nang 16 -py 1 -pz 2 -mat_sweep_device cuda
+    output_file: output/sweep_ranks_2.out
     requires: cuda
 TEST*/

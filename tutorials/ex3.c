@@ -210,4 +210,10 @@ int main(int argc, char **argv)
     suffix: twod
     args: -twod -nx 12 -ny 10 -mat_sweep_nang 4 -c 0.95 -mat_view
     filter: sed -e 's/ grind_ns=.*$//' -e 's/, device .*$//' -e '/CPU: /d' -e '/CUDA: /d'
+  test:
+    suffix: cuda_ranks
+    nsize: 2
+    requires: cuda
+    args: -nx 16 -ny 16 -nz 16 -mat_sweep_nang 6 -mat_sweep_groups 2 -c 0.9 -da_processors_x 1 -mat_sweep_device cuda -malloc_dump
+    filter: sed -e 's/ grind_ns=.*$//'
 TEST*/

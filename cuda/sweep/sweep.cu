@@ -53,6 +53,13 @@ typedef struct {
   double       *refl[6];         /* reflective faces' outgoing flux [oct4][facecell][g][a] */
   const double *xb;              /* carried fluxes in (NULL: zero) */
   double       *yb;              /* carried fluxes out */
+  /* across ranks (KBA): a launch marches cells i' in [i0, i1) of its lines (the octant's order along x) */
+  int           i0, i1;
+  int           msgf[6];         /* face f of this rank's block is between ranks: its fluxes are messages */
+  int           bo[8];           /* octant oct's place in its batch (its slot in the messages) */
+  const double *min[3];          /* y, z: the chunk's entering faces, [bo][g][row][i' - i0][a] (row: k for y, j for z) */
+  double       *mout[3];         /* and its leaving faces */
+  double       *pxs;             /* x faces between chunks: [oct][g][k ny + j][a] */
 } SweepArgs;
 
 /* octant oct's number among the four sharing its sign along axis */
@@ -61,10 +68,18 @@ __device__ __forceinline__ int Oct4(int oct, int axis)
   return axis == 0 ? oct >> 1 : (axis == 1 ? (oct & 1) | ((oct >> 1) & 2) : oct & 3);
 }
 
+/* the place of face cell fc (row fc / nx, x cell fc % nx) of axis ax (1 or 2) in a chunk's message */
+__device__ __forceinline__ long long MsgIndex(const SweepArgs &k, int oct, int ax, int fc, int g, int a)
+{
+  const int row = fc / k.nx, i = fc - row * k.nx, ic = ((oct & 1) ? k.nx - 1 - i : i) - k.i0;
+  return ((((long long)k.bo[oct] * k.ng + g) * (ax == 1 ? k.nz : k.ny) + row) * (k.i1 - k.i0) + ic) * k.nang + a;
+}
+
 /* the flux entering octant oct through its entry face of axis ax at face cell fc */
 __device__ __forceinline__ double FaceIn(const SweepArgs &k, int oct, int ax, int fc, int g, int a)
 {
   const int down = (oct >> ax) & 1, f = 2 * ax + down; /* entry face: low when moving up */
+  if (k.msgf[f]) return k.min[ax][MsgIndex(k, oct, ax, fc, g, a)];
   if (k.bc[f] != MATSWEEP_BOUNDARY_REFLECTIVE) return 0.0;
   const long long off = (((long long)Oct4(oct, ax) * k.F[ax] + fc) * k.ng + g) * k.nang + a;
   if (k.carry[ax] && !down) return k.xb ? k.xb[k.carryoff[ax] + off] : 0.0;
@@ -75,6 +90,10 @@ __device__ __forceinline__ double FaceIn(const SweepArgs &k, int oct, int ax, in
 __device__ __forceinline__ void FaceOut(const SweepArgs &k, int oct, int ax, int fc, int g, int a, double v)
 {
   const int down = (oct >> ax) & 1, f = 2 * ax + 1 - down;
+  if (k.msgf[f]) {
+    k.mout[ax][MsgIndex(k, oct, ax, fc, g, a)] = v;
+    return;
+  }
   if (k.bc[f] != MATSWEEP_BOUNDARY_REFLECTIVE) return;
   const long long off = (((long long)Oct4(oct, ax) * k.F[ax] + fc) * k.ng + g) * k.nang + a;
   if (k.carry[ax] && down) k.yb[k.carryoff[ax] + off] = v;
@@ -187,7 +206,7 @@ __device__ __forceinline__ void LinesInit(const SweepArgs &k, Lines<J> &L, int l
   for (int u = 0; u < J; u++) {
     L.px[u] = 0;
     if (u >= L.nu) continue;
-    L.px[u] = FaceIn(k, oct, 0, L.kk * k.ny + LINE_J(L, u), g, a);
+    L.px[u] = k.i0 == 0 ? FaceIn(k, oct, 0, L.kk * k.ny + LINE_J(L, u), g, a) : k.pxs[(((long long)oct * k.ng + g) * k.ny * k.nz + L.kk * k.ny + LINE_J(L, u)) * na + a];
     if (a == 0) {
       obase[il * J + u] = oct * k.nphi + (cell0 + (long long)u * L.ju) * k.ng * k.cm + (long long)g * k.cm;
       ostep[il * J + u] = L.qstep;
@@ -196,7 +215,17 @@ __device__ __forceinline__ void LinesInit(const SweepArgs &k, Lines<J> &L, int l
   }
   if (a == 0)
     for (int u = L.nu; u < J; u++) obase[il * J + u] = -1;
-  LinesLoad(k, L, a, 0);
+  LinesLoad(k, L, a, k.i0);
+}
+
+/* the x faces leaving the thread's lines at the end of the launch's chunk: out of the grid, or kept for the next */
+template <int J>
+__device__ __forceinline__ void LinesEnd(const SweepArgs &k, const Lines<J> &L, int a)
+{
+  for (int u = 0; u < L.nu; u++) {
+    if (k.i1 == k.nx) FaceOut(k, L.oct, 0, L.kk * k.ny + LINE_J(L, u), L.g, a, L.px[u]);
+    else k.pxs[(((long long)L.oct * k.ng + L.g) * k.ny * k.nz + L.kk * k.ny + LINE_J(L, u)) * k.nang + a] = L.px[u];
+  }
 }
 
 /* cell ip (the c-th of its chunk) of the thread's lines, with the y face py entering line 0 and the z
@@ -208,7 +237,7 @@ __device__ __forceinline__ void MarchCell(const SweepArgs &k, Lines<J> &L, int a
   double    sc[J], inv[J];
 #pragma unroll
   for (int u = 0; u < J; u++) sc[u] = L.ns[u], inv[u] = L.ninv[u];
-  if (ip + 1 < k.nx) LinesLoad(k, L, a, ip + 1); /* in flight while this cell is computed */
+  if (ip + 1 < k.i1) LinesLoad(k, L, a, ip + 1); /* in flight while this cell is computed */
 #pragma unroll
   for (int u = 0; u < J; u++) {
     if (u >= L.nu) break;
@@ -300,8 +329,8 @@ __global__ void __launch_bounds__(MAXT, MINB) DiagKernel(const __grid_constant__
   const long long item = (long long)blockIdx.x * K + il;
   Lines<J>        L;
 #define PF(b, d) (pf + (((b) * SWEEP_D + (d)) * (J + 1)) * T)
-  auto prefetch = [&](int grp) { /* the faces of cells SWEEP_D grp .. into slot group grp % 2 */
-    for (int d = 0; d < SWEEP_D && grp * SWEEP_D + d < k.nx; d++) FacesIn<J, true>(k, L, a, grp * SWEEP_D + d, PF(grp & 1, d), T);
+  auto prefetch = [&](int grp) { /* the faces of cells i0 + SWEEP_D grp .. into slot group grp % 2 */
+    for (int d = 0; d < SWEEP_D && k.i0 + grp * SWEEP_D + d < k.i1; d++) FacesIn<J, true>(k, L, a, k.i0 + grp * SWEEP_D + d, PF(grp & 1, d), T);
     __pipeline_commit();
   };
 
@@ -314,14 +343,14 @@ __global__ void __launch_bounds__(MAXT, MINB) DiagKernel(const __grid_constant__
   } else if (a == 0)
     for (int u = 0; u < J; u++) obase[il * J + u] = -1;
   __syncthreads();
-  for (int i0 = 0; i0 < k.nx; i0 += SWEEP_C) {
-    const int nc = min(SWEEP_C, k.nx - i0);
+  for (int i0 = k.i0; i0 < k.i1; i0 += SWEEP_C) {
+    const int nc = min(SWEEP_C, k.i1 - i0);
     if (L.on)
       for (int c = 0; c < nc; c++) {
-        const int ip = i0 + c, grp = ip / SWEEP_D, d = ip % SWEEP_D;
+        const int ip = i0 + c, grp = (ip - k.i0) / SWEEP_D, d = (ip - k.i0) % SWEEP_D;
         if (d == 0) __pipeline_wait_prior(1); /* this group's faces are in */
         MarchCell(k, L, a, il, c, ip, PF(grp & 1, d)[0], PF(grp & 1, d) + T, T, sh, P);
-        if (d == SWEEP_D - 1 || ip == k.nx - 1) prefetch(grp + 2); /* into the slots just read */
+        if (d == SWEEP_D - 1 || ip == k.i1 - 1) prefetch(grp + 2); /* into the slots just read */
       }
     __syncthreads();
     Moments(k, K * J, i0, nc, sh, P, obase, ostep, ooct);
@@ -330,7 +359,7 @@ __global__ void __launch_bounds__(MAXT, MINB) DiagKernel(const __grid_constant__
 #undef PF
   if (L.on) {
     __pipeline_wait_prior(0);
-    for (int u = 0; u < L.nu; u++) FaceOut(k, L.oct, 0, L.kk * k.ny + LINE_J(L, u), L.g, a, L.px[u]);
+    LinesEnd(k, L, a);
   }
 }
 
@@ -397,8 +426,7 @@ __global__ void __launch_bounds__(MAXT, MINB) PipeKernel(const __grid_constant__
       Moments(k, K * J, i0, nc, sh, P, obase, ostep, ooct);
       __syncthreads();
     }
-    if (L.on)
-      for (int u = 0; u < L.nu; u++) FaceOut(k, L.oct, 0, L.kk * k.ny + LINE_J(L, u), L.g, a, L.px[u]);
+    if (L.on) LinesEnd(k, L, a);
   }
 }
 
@@ -441,6 +469,13 @@ typedef struct {
   int          nbatch;
   Strides      sy, sz;
   PetscBool    sync;
+  /* across ranks (KBA): octant batches in this rank's order, their ids (the same on every rank),
+     the chunks' messages on the device and in page-locked host memory: [y, z][two buffers] in, and out
+     [y, z][batch] a whole face each, so that no send is waited on before the sweep's end */
+  int          kba, nkb, kbid[16], nch;
+  OctBatch     kb[16];
+  double      *dmin[2], *dmout[2], *hin[2][2], *hout[2][16], *pxs;
+  MPI_Request  rin[2][2], *rout[2];
 } SweepCUDA;
 
 PetscErrorCode SweepCUDADeviceCount(int *n)
@@ -483,6 +518,15 @@ static PetscErrorCode SweepCUDADestroy(Mat A)
   Free(&c->cx), Free(&c->cy), Free(&c->cz), Free(&c->wY), Free(&c->Ys), Free(&c->sigt), Free(&c->sigs), Free(&c->qmom), Free(&c->qang), Free(&c->q);
   Free(&c->fy), Free(&c->fz), Free(&c->phio), Free(&c->x), Free(&c->y), Free(&c->mat), Free(&c->lmom), Free(&c->lines);
   Free(&c->tasks), Free(&c->ticket), Free(&c->progress);
+  for (int ax = 0; ax < 2; ax++) {
+    Free(&c->dmin[ax]), Free(&c->dmout[ax]);
+    for (int b = 0; b < 2; b++)
+      if (c->hin[ax][b]) (void)cudaFreeHost(c->hin[ax][b]);
+    for (int b = 0; b < 16; b++)
+      if (c->hout[ax][b]) (void)cudaFreeHost(c->hout[ax][b]);
+    PetscCall(PetscFree(c->rout[ax]));
+  }
+  Free(&c->pxs);
   for (int f = 0; f < 6; f++) Free(&c->refl[f]);
   if (c->ev0) (void)cudaEventDestroy(c->ev0);
   if (c->ev1) (void)cudaEventDestroy(c->ev1);
@@ -597,6 +641,11 @@ static PetscErrorCode SweepCUDASetup(Mat A)
   PetscOptionsEnd();
   PetscCheck(c->J == 1 || c->J == 2 || c->J == 4, PetscObjectComm((PetscObject)A), PETSC_ERR_ARG_OUTOFRANGE, "-mat_sweep_cuda_lines %d: expected 1, 2 or 4", c->J);
   PetscCheck(c->minb == 2 || c->minb == 4, PetscObjectComm((PetscObject)A), PETSC_ERR_ARG_OUTOFRANGE, "-mat_sweep_cuda_minblocks %d: expected 2 or 4", c->minb);
+  {
+    PetscMPIInt size;
+    PetscCallMPI(MPI_Comm_size(P->comm, &size));
+    PetscCheck(!c->pipe || size == 1, PetscObjectComm((PetscObject)A), PETSC_ERR_SUP, "MATSWEEP: -mat_sweep_cuda_schedule pipelined sweeps on one rank; on %d ranks use -mat_sweep_cuda_schedule diagonal (the default)", (int)size);
+  }
   { /* the line groups (jb, k') of each diagonal jb + k' = s */
     const PetscInt njb = (P->ny + c->J - 1) / c->J, nz = P->nz;
     int           *lines, n = 0;
@@ -626,6 +675,38 @@ static PetscErrorCode SweepCUDASetup(Mat A)
     }
     c->order.n = 8;
     for (int o = 0; o < 8; o++) c->order.oct[o] = (int)P->octorder[o];
+  }
+  for (int f = 2; f < 6; f++) c->kba = c->kba || P->nbr[f] >= 0;
+  if (c->kba) { /* across ranks: the octant batches of SweepKBABatches(), in this rank's order */
+    SweepBatch sb[16];
+    int        maxn = 0;
+    c->nkb = (int)SweepKBABatches(P, P->iy, P->iz, sb);
+    for (int i = 0; i < c->nkb; i++) {
+      c->kb[i].n = (int)sb[i].n;
+      for (PetscInt q = 0; q < sb[i].n; q++) c->kb[i].oct[q] = (int)sb[i].oct[q];
+      c->kbid[i] = (int)sb[i].id;
+      maxn       = PetscMax(maxn, c->kb[i].n);
+    }
+    c->nch = (int)((P->nx + P->chunk - 1) / P->chunk);
+    for (int ax = 0; ax < 2; ax++)
+      for (int b = 0; b < 2; b++) c->rin[ax][b] = MPI_REQUEST_NULL; /* not 0 in every MPI */
+    for (int ax = 0; ax < 2; ax++) {
+      const size_t cap = (size_t)maxn * ng * (ax ? P->ny : P->nz) * P->chunk * na;
+      if (P->nbr[2 + 2 * ax] < 0 && P->nbr[3 + 2 * ax] < 0) continue;
+      PetscCall(Alloc(&c->dmin[ax], cap, (const double *)NULL, c->stream));
+      PetscCall(Alloc(&c->dmout[ax], cap, (const double *)NULL, c->stream));
+      for (int b = 0; b < 2; b++) {
+        SweepCallCUDA(cudaMallocHost((void **)&c->hin[ax][b], cap * sizeof(double)));
+        c->rin[ax][b] = MPI_REQUEST_NULL;
+      }
+      PetscCall(PetscMalloc1((size_t)c->nkb * c->nch, &c->rout[ax]));
+      for (int b = 0; b < c->nkb; b++) {
+        const int o0 = c->kb[b].oct[0];
+        for (int ch = 0; ch < c->nch; ch++) c->rout[ax][b * c->nch + ch] = MPI_REQUEST_NULL;
+        if (P->nbr[2 * ax + 3 - ((o0 >> (1 + ax)) & 1)] >= 0) SweepCallCUDA(cudaMallocHost((void **)&c->hout[ax][b], sizeof(double) * c->kb[b].n * ng * (ax ? P->ny : P->nz) * P->nx * na));
+      }
+    }
+    if (P->chunk < P->nx) PetscCall(Alloc(&c->pxs, (size_t)8 * ng * P->ny * P->nz * na, (const double *)NULL, c->stream));
   }
   c->K = (int)PetscMax(1, 256 / na);
 #define SWEEP_PICK(KER, J_, T_, B_) (J_ == 1 ? KER<1, T_, B_> : (J_ == 2 ? KER<2, T_, B_> : KER<4, T_, B_>))
@@ -702,6 +783,92 @@ static PetscBool OnDevice(const SweepCUDA *c, const void *a)
   return at.type == cudaMemoryTypeDevice && at.device == c->dev ? PETSC_TRUE : PETSC_FALSE;
 }
 
+/* the tag of the faces of chunk ch of batch id b crossing the y (ax 0) or z (ax 1) faces */
+static inline PetscMPIInt KBATag(int b, PetscInt ch, PetscInt nch, int ax)
+{
+  return (PetscMPIInt)(2 * (b * nch + ch) + ax);
+}
+
+/*
+  The sweep across ranks (Koch, Baker & Alcouffe, as the CPU backend): per
+  octant batch, per chunk of x cells, the faces entering the block from the
+  ranks upstream in y and z are received (the next chunk's receive posted
+  first), go up to the GPU, the chunk is swept by diagonals, and the faces
+  leaving it come down and are sent, each into its own place of a face
+  buffer of its batch, waited on at the sweep's end.  Each rank takes the batches in the
+  order of its depth in their direction (fewest ranks upstream first), so
+  that ranks at opposite ends of the grid start at once; a rank only ever
+  waits on ranks of smaller depth, so the order cannot deadlock.  Messages
+  are staged through page-locked host memory (MPI need not be CUDA-aware).
+*/
+/* waits for the GPU's queued work while testing the sends and receives in flight: MPI moves large messages
+   (rendezvous) only while the ranks call it, so a rank that just sat in cudaStreamSynchronize() would hold
+   back its neighbours' transfers for a whole chunk */
+static PetscErrorCode KBAWaitGPU(SweepCUDA *c, PetscInt nch)
+{
+  cudaError_t e;
+
+  PetscFunctionBegin;
+  while ((e = cudaStreamQuery(c->stream)) == cudaErrorNotReady) {
+    int flag;
+    for (int ax = 0; ax < 2; ax++) {
+      if (c->rout[ax]) PetscCallMPI(MPI_Testall((PetscMPIInt)(c->nkb * nch), c->rout[ax], &flag, MPI_STATUSES_IGNORE));
+      for (int b = 0; b < 2 && c->hin[ax][b]; b++)
+        if (c->rin[ax][b] != MPI_REQUEST_NULL) PetscCallMPI(MPI_Test(&c->rin[ax][b], &flag, MPI_STATUS_IGNORE));
+    }
+  }
+  SweepCallCUDA(e);
+  PetscFunctionReturn(0);
+}
+
+static PetscErrorCode SweepKBA(const SweepProblem *P, SweepCUDA *c, SweepArgs *k)
+{
+  const PetscInt cw = P->chunk, nch = (P->nx + cw - 1) / cw, na = P->Q.nang, ng = P->ng;
+
+  PetscFunctionBegin;
+  for (int f = 0; f < 6; f++) k->msgf[f] = P->nbr[f] >= 0;
+  k->pxs = c->pxs;
+  for (int bi = 0; bi < c->nkb; bi++) {
+    const OctBatch   *b = &c->kb[bi];
+    const int         o0 = b->oct[0];
+    const PetscMPIInt up[2] = {P->nbr[2 + ((o0 >> 1) & 1)], P->nbr[4 + ((o0 >> 2) & 1)]}, dn[2] = {P->nbr[3 - ((o0 >> 1) & 1)], P->nbr[5 - ((o0 >> 2) & 1)]};
+    for (int q = 0; q < b->n; q++) k->bo[b->oct[q]] = q;
+    for (int ax = 0; ax < 2; ax++) {
+      k->min[1 + ax]  = c->dmin[ax];
+      k->mout[1 + ax] = c->dmout[ax];
+      if (up[ax] >= 0) PetscCallMPI(MPI_Irecv(c->hin[ax][0], (PetscMPIInt)(b->n * ng * (ax ? P->ny : P->nz) * PetscMin(cw, P->nx) * na), MPIU_REAL, up[ax], KBATag(c->kbid[bi], 0, nch, ax), P->comm, &c->rin[ax][0]));
+    }
+    for (PetscInt ch = 0; ch < nch; ch++) {
+      const PetscInt i0 = ch * cw, i1 = PetscMin(P->nx, i0 + cw), par = ch & 1;
+      for (int ax = 0; ax < 2; ax++) {
+        const size_t cnt = (size_t)b->n * ng * (ax ? P->ny : P->nz) * (i1 - i0) * na;
+        if (up[ax] < 0) continue;
+        PetscCallMPI(MPI_Wait(&c->rin[ax][par], MPI_STATUS_IGNORE));
+        if (ch + 1 < nch) PetscCallMPI(MPI_Irecv(c->hin[ax][!par], (PetscMPIInt)((size_t)b->n * ng * (ax ? P->ny : P->nz) * (PetscMin(P->nx, i1 + cw) - i1) * na), MPIU_REAL, up[ax], KBATag(c->kbid[bi], ch + 1, nch, ax), P->comm, &c->rin[ax][!par]));
+        SweepCallCUDA(cudaMemcpyAsync(c->dmin[ax], c->hin[ax][par], cnt * sizeof(double), cudaMemcpyHostToDevice, c->stream));
+      }
+      k->i0 = (int)i0;
+      k->i1 = (int)i1;
+      for (int s = 0; s < c->ndiag; s++) {
+        const int       nl    = c->lineoff[s + 1] - c->lineoff[s];
+        const long long items = (long long)nl * ng * b->n;
+        c->diag<<<(unsigned)((items + c->K - 1) / c->K), c->K * k->nang, c->smem, c->stream>>>(*k, *b, c->lines + c->lineoff[s], nl, c->K);
+        SweepCallCUDA(cudaGetLastError());
+      }
+      for (int ax = 0; ax < 2; ax++)
+        if (dn[ax] >= 0) SweepCallCUDA(cudaMemcpyAsync(c->hout[ax][bi] + (size_t)b->n * ng * (ax ? P->ny : P->nz) * i0 * na, c->dmout[ax], sizeof(double) * b->n * ng * (ax ? P->ny : P->nz) * (i1 - i0) * na, cudaMemcpyDeviceToHost, c->stream));
+      PetscCall(KBAWaitGPU(c, nch)); /* the faces are down, and the received ones up (their buffers free) */
+      for (int ax = 0; ax < 2; ax++)
+        if (dn[ax] >= 0) PetscCallMPI(MPI_Isend(c->hout[ax][bi] + (size_t)b->n * ng * (ax ? P->ny : P->nz) * i0 * na, (PetscMPIInt)((size_t)b->n * ng * (ax ? P->ny : P->nz) * (i1 - i0) * na), MPIU_REAL, dn[ax], KBATag(c->kbid[bi], ch, nch, ax), P->comm, &c->rout[ax][bi * nch + ch]));
+    }
+  }
+  /* the sends are waited on only now: a rank waiting on a send of a batch whose receiver is still busy with
+     others (that may wait on this rank) could deadlock once messages are too large to be sent eagerly */
+  for (int ax = 0; ax < 2; ax++)
+    if (c->rout[ax]) PetscCallMPI(MPI_Waitall((PetscMPIInt)(c->nkb * nch), c->rout[ax], MPI_STATUSES_IGNORE));
+  PetscFunctionReturn(0);
+}
+
 static PetscErrorCode SweepCUDASweep(Mat A, const PetscScalar *x, PetscScalar *y, PetscBool withsrc)
 {
   Mat_Sweep          *sw = (Mat_Sweep *)A->data;
@@ -762,7 +929,10 @@ static PetscErrorCode SweepCUDASweep(Mat A, const PetscScalar *x, PetscScalar *y
   }
   k.xb = dx ? dx + P->nphi : NULL;
   k.yb = dy + P->nphi;
-  if (c->pipe) {
+  k.i0 = 0;
+  k.i1 = k.nx;
+  if (c->kba) PetscCall(SweepKBA(P, c, &k));
+  else if (c->pipe) {
     SweepCallCUDA(cudaMemsetAsync(c->ticket, 0, sizeof(int) * c->nbatch, c->stream));
     for (int b = 0; b < c->nbatch; b++) {
       const int nt = c->taskoff[b + 1] - c->taskoff[b];

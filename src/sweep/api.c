@@ -898,6 +898,16 @@ PetscErrorCode MatSweepGetStatistics(Mat A, PetscInt *nsweeps, PetscReal *grind_
    there are ranks to send to, the whole line on one rank.  A chunk larger
    than the grid is the whole line.
 
+   The CUDA backend sweeps a chunk with one launch per diagonal of its
+   block's y-z lines, so small chunks multiply its launches; its default is
+   a quarter of the line.  It runs the octants of one level of the octant order
+   that share their signs along y and z together (they share their upstream
+   ranks), and each rank takes these batches in the order of the number of
+   ranks upstream of it, so that ranks at opposite ends of the grid start at
+   once (as SNAP's octants interleaved): on two ranks the pipeline never
+   fills or drains.  `-mat_view` prints the pipeline model's predicted
+   parallel efficiency of the schedule in use.
+
    Errors:
 .  `PETSC_ERR_ARG_OUTOFRANGE` - chunk < 0
 

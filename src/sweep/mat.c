@@ -127,6 +127,8 @@ static PetscErrorCode BuildProblem(Mat A)
     P->nbr[5]             = (dim == 3 && zi < pp - 1) ? rank + (PetscMPIInt)pn : -1;
     P->py                 = pn;
     P->pz                 = dim == 3 ? pp : 1;
+    P->iy                 = yi;
+    P->iz                 = zi;
   }
   {
     PetscBool split = PETSC_FALSE;
@@ -237,13 +239,8 @@ static PetscErrorCode MatAssemblyEnd_Sweep(Mat A, MatAssemblyType type)
 #if defined(PETSC_HAVE_DEVICE)
     if (A->boundtocpu) ndev = 0; /* MatBindToCPU() */
 #endif
-    {
-      PetscMPIInt size;
-      PetscCallMPI(MPI_Comm_size(PetscObjectComm((PetscObject)A), &size));
-      PetscCheck(size == 1 || sw->device != MATSWEEP_DEVICE_CUDA, PetscObjectComm((PetscObject)A), PETSC_ERR_SUP, "MATSWEEP: -mat_sweep_device cuda on %d ranks, but the CUDA backend sweeps on one rank in this version; use -mat_sweep_device cpu (the KBA sweep across ranks)", (int)size);
-      if (size > 1) ndev = 0;
-    }
     sw->device_used = (sw->device != MATSWEEP_DEVICE_CPU && ndev > 0) ? MATSWEEP_DEVICE_CUDA : MATSWEEP_DEVICE_CPU;
+    if (sw->device_used == MATSWEEP_DEVICE_CUDA && !sw->chunk) sw->P.chunk = (sw->P.nx + 3) / 4; /* a launch per diagonal and chunk: four chunks a line (measured) */
 #if defined(PETSCFMM_HAVE_CUDA)
     sw->ops = sw->device_used == MATSWEEP_DEVICE_CUDA ? &SweepBackendCUDA : &SweepBackendCPU;
 #else
@@ -539,12 +536,13 @@ static PetscErrorCode MatView_Sweep(Mat A, PetscViewer viewer)
       PetscMPIInt size;
       PetscCallMPI(MPI_Comm_size(P->comm, &size));
       if (size > 1) {
-        /* Koch, Baker & Alcouffe's pipeline model: an octant's wavefront reaches the last rank after py + pz - 2
-           chunk steps and each rank sweeps nch chunks, so with the octants one after another a rank works
-           nch of the nch + py + pz - 2 steps of each octant (fill and drain idle the rest) */
-        const PetscInt nch = (P->nx + P->chunk - 1) / P->chunk, steps = nch + P->py + P->pz - 2;
+        /* Koch, Baker & Alcouffe's pipeline model (SweepKBAModel()): chunks of unit cost, messages free */
+        const PetscInt  nch = (P->nx + P->chunk - 1) / P->chunk;
+        const PetscBool gpu = sw->device_used == MATSWEEP_DEVICE_CUDA ? PETSC_TRUE : PETSC_FALSE;
+        PetscReal       eff;
+        PetscCall(SweepKBAModel(P, gpu, &eff));
         PetscCall(PetscViewerASCIIPrintf(viewer, "  KBA sweep over %d ranks, %" PetscInt_FMT " x %" PetscInt_FMT " in y and z (%" PetscInt_FMT " x %" PetscInt_FMT " cells of y and z on the first), chunks of %" PetscInt_FMT " x cells\n", (int)size, P->py, P->pz, P->ny, P->nz, P->chunk));
-        PetscCall(PetscViewerASCIIPrintf(viewer, "  KBA model: %" PetscInt_FMT " chunks in %" PetscInt_FMT " pipeline steps an octant, predicted parallel efficiency %.3f (equal chunks, no messages' cost)\n", nch, steps, (double)nch / (double)steps));
+        PetscCall(PetscViewerASCIIPrintf(viewer, "  KBA model: %" PetscInt_FMT " chunks a line, %s, predicted parallel efficiency %.3f (equal chunks, no messages' cost)\n", nch, gpu ? "octants batched by their upstream ranks, each rank fewest-upstream first" : "the octants one after another", (double)eff));
       }
     }
     if (sw->ops && sw->ops->view) PetscCall((*sw->ops->view)(A, viewer));
@@ -611,7 +609,7 @@ static PetscErrorCode MatDestroy_Sweep(Mat A)
 .  -mat_sweep_bc <vacuum,reflective,...> - the faces x-, x+, y-, y+, z-, z+ (default all vacuum)
 .  -mat_sweep_domain <lx,ly,lz> - the box (default 1,1,1)
 .  -mat_sweep_layout <DGZ,DZG,GDZ,GZD,ZDG,ZGD> - memory layout of the angular working arrays (default GZD)
-.  -mat_sweep_chunk <n> - x cells the KBA pipeline sends at once between ranks (default 4)
+.  -mat_sweep_chunk <n> - x cells the KBA pipeline sends at once between ranks (default 4 on the CPU, a quarter of the line on the GPU)
 -  -mat_sweep_device <auto,cpu,cuda> - where to sweep (default auto)
 
    Usage:
@@ -635,9 +633,10 @@ static PetscErrorCode MatDestroy_Sweep(Mat A)
    `-mat_view` prints the grid, quadrature, groups, moments, boundaries,
    layout, device and the last sweep's grind time; `-log_view` shows the
    events SweepSetup, SweepSource (S phi) and Sweep.  On several ranks the
-   grid must be split in y and z only (`-da_processors_x 1`) and the CPU
-   backend sweeps as SNAP does (KBA, `MatSweepSetChunk()`); the CUDA backend
-   runs on one rank in this version.
+   grid must be split in y and z only (`-da_processors_x 1`) and both
+   backends sweep as SNAP does (KBA, `MatSweepSetChunk()`), the CUDA backend
+   with one GPU per rank (rank modulo the GPUs of its host), its messages
+   staged through page-locked host memory.
 
    Level: beginner
 

@@ -55,6 +55,7 @@ typedef struct {
   PetscInt  gny, gnz, ys, zs; /* the grid's cells along y and z, and this rank's first */
   PetscMPIInt nbr[6];     /* the rank across each face of this rank's block, -1 at the grid's boundary */
   PetscInt  py, pz;       /* ranks along y and z (KBA's process grid) */
+  PetscInt  iy, iz;       /* this rank's place in it */
   PetscInt  chunk;        /* x cells a message between ranks carries (KBA pipelining) */
   MPI_Comm  comm;
   PetscReal dx, dy, dz;   /* cell widths */
@@ -145,6 +146,13 @@ PETSC_INTERN PetscErrorCode SweepQuadratureCreate(MatSweepQuadrature, PetscInt, 
 PETSC_INTERN PetscErrorCode SweepQuadratureDestroy(SweepQuadrature *);
 PETSC_INTERN PetscErrorCode SweepLevelSymmetric(PetscInt, PetscInt *, PetscReal **, PetscReal **, PetscReal **, PetscReal **);
 PETSC_INTERN PetscErrorCode SweepOctantOrder(const MatSweepBoundary[6], PetscInt[8], PetscInt[8]);
+
+/* an octant batch of the sweep across ranks: its octants, and its number on every rank */
+typedef struct {
+  PetscInt n, oct[8], id;
+} SweepBatch;
+PETSC_INTERN PetscInt       SweepKBABatches(const SweepProblem *, PetscInt, PetscInt, SweepBatch[16]);
+PETSC_INTERN PetscErrorCode SweepKBAModel(const SweepProblem *, PetscBool, PetscReal *);
 
 PETSC_INTERN struct _SweepBackendOps SweepBackendCPU;
 #if defined(PETSCFMM_HAVE_CUDA)
