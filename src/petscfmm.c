@@ -2,7 +2,7 @@
 #include "fmm/fmmimpl.h"
 #include "sweep/sweepimpl.h"
 
-PetscLogEvent MATSWEEP_Setup, MATSWEEP_Source, MATSWEEP_Sweep;
+PetscLogEvent MATSWEEP_Setup, MATSWEEP_Source, MATSWEEP_Sweep, MATSWEEP_KBAWait;
 PetscLogEvent MATFMM_Setup, MATFMM_Tree, MATFMM_P2M, MATFMM_M2M, MATFMM_M2L, MATFMM_L2L, MATFMM_L2P, MATFMM_P2P, MATFMM_Direct;
 
 static PetscBool PetscFMMPackageInitialized = PETSC_FALSE;
@@ -60,6 +60,7 @@ PetscErrorCode PetscFMMInitializePackage(void)
   PetscCall(PetscLogEventRegister("SweepSetup", MAT_CLASSID, &MATSWEEP_Setup));
   PetscCall(PetscLogEventRegister("SweepSource", MAT_CLASSID, &MATSWEEP_Source));
   PetscCall(PetscLogEventRegister("Sweep", MAT_CLASSID, &MATSWEEP_Sweep));
+  PetscCall(PetscLogEventRegister("SweepKBAWait", MAT_CLASSID, &MATSWEEP_KBAWait));
   PetscCall(PetscRegisterFinalize(PetscFMMFinalizePackage));
   PetscFunctionReturn(0);
 }

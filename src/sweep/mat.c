@@ -632,7 +632,9 @@ static PetscErrorCode MatDestroy_Sweep(Mat A)
    bitwise the same output on each backend (fixed orders of every sum).
    `-mat_view` prints the grid, quadrature, groups, moments, boundaries,
    layout, device and the last sweep's grind time; `-log_view` shows the
-   events SweepSetup, SweepSource (S phi) and Sweep.  On several ranks the
+   events SweepSetup, SweepSource (S phi) and Sweep, and on several ranks
+   with the CPU backend SweepKBAWait (inside Sweep: waiting for the faces
+   from upstream and for the buffers of earlier sends).  On several ranks the
    grid must be split in y and z only (`-da_processors_x 1`) and both
    backends sweep as SNAP does (KBA, `MatSweepSetChunk()`), the CUDA backend
    with one GPU per rank (rank modulo the GPUs of its host), its messages

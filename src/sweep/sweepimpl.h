@@ -10,7 +10,7 @@
   #define PetscAssertPointer(h, arg) PetscValidPointer(h, arg)
 #endif
 
-PETSC_INTERN PetscLogEvent MATSWEEP_Setup, MATSWEEP_Source, MATSWEEP_Sweep;
+PETSC_INTERN PetscLogEvent MATSWEEP_Setup, MATSWEEP_Source, MATSWEEP_Sweep, MATSWEEP_KBAWait;
 
 /* Largest supported orders (array sizes in the backends' kernels) */
 #define SWEEP_MAX_NMOM 8   /* scattering order L <= 7 */

@@ -329,6 +329,7 @@ static PetscErrorCode SweepCPUSweep(Mat A, const PetscScalar *x, PetscScalar *y,
       if (up[ax] >= 0) PetscCallMPI(MPI_Irecv(c->msg[ax][0][0], (PetscMPIInt)(P->ng * (ax ? ny : P->nz) * PetscMin(cw, P->nx) * na), MPIU_REAL, up[ax], Tag(o, 0, nch, ax), P->comm, &c->req[ax][0][0]));
     for (PetscInt ch = 0; ch < nch; ch++) {
       const PetscInt i0 = ch * cw, i1 = PetscMin(P->nx, i0 + cw), b = ch & 1;
+      PetscCall(PetscLogEventBegin(MATSWEEP_KBAWait, A, 0, 0, 0)); /* the upstream faces, and our sends' buffers */
       for (PetscInt ax = 0; ax < 2; ax++) {
         if (up[ax] < 0) continue;
         PetscCallMPI(MPI_Wait(&c->req[ax][0][b], MPI_STATUS_IGNORE));
@@ -343,6 +344,7 @@ static PetscErrorCode SweepCPUSweep(Mat A, const PetscScalar *x, PetscScalar *y,
           PetscCallMPI(MPI_Wait(&c->req[ax][1][b], MPI_STATUS_IGNORE));
           F.mout[1 + ax] = c->msg[ax][1][b];
         }
+      PetscCall(PetscLogEventEnd(MATSWEEP_KBAWait, A, 0, 0, 0));
 #pragma omp parallel for schedule(static, 1)
       for (PetscInt g = 0; g < P->ng; g++) {
         PetscInt t = 0;
@@ -356,8 +358,10 @@ static PetscErrorCode SweepCPUSweep(Mat A, const PetscScalar *x, PetscScalar *y,
       for (PetscInt ax = 0; ax < 2; ax++)
         if (dn[ax] >= 0) PetscCallMPI(MPI_Isend(c->msg[ax][1][b], (PetscMPIInt)(P->ng * (ax ? ny : P->nz) * (i1 - i0) * na), MPIU_REAL, dn[ax], Tag(o, ch, nch, ax), P->comm, &c->req[ax][1][b]));
     }
+    PetscCall(PetscLogEventBegin(MATSWEEP_KBAWait, A, 0, 0, 0));
     for (PetscInt ax = 0; ax < 2; ax++) /* this octant's sends are done before their buffers serve the next */
       if (dn[ax] >= 0) PetscCallMPI(MPI_Waitall(2, c->req[ax][1], MPI_STATUSES_IGNORE));
+    PetscCall(PetscLogEventEnd(MATSWEEP_KBAWait, A, 0, 0, 0));
   }
   PetscCall(PetscLogFlops(20.0 * P->ncells * P->Q.ndir * P->ng));
   PetscCall(PetscLogEventEnd(MATSWEEP_Sweep, A, 0, 0, 0));
