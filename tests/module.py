@@ -259,11 +259,11 @@ da2 = grid((6, 4, 5))
 rq = np.random.default_rng(3).uniform(0, 1, (5, 4, 6, 2))
 base = dict(groups=2, quadrature=("snap", 3), materials=(sigt, sigs), device="cpu", setfromoptions=False)
 S1 = petscfmm.createSweep(da2, source=rq, **base)
-S2 = petscfmm.createSweep(da2, source=rq.reshape(120, 2), **base)
+S2 = petscfmm.createSweep(da2, source=rq.reshape(120, 2), chunk=2, **base)
 S3 = petscfmm.createSweep(da2, angular_source=np.repeat(rq.reshape(120, 1, 2), 24, axis=1), **base)
 S4 = petscfmm.createSweep(da2, source=rq, total_cross_section=np.tile(sigt[0], (120, 1)), material_map=np.zeros((5, 4, 6), np.int64), **base)
 bs = [sweep.computeRHS(Sk) for Sk in (S1, S2, S3, S4)]
-check("sweep sources: grid-shaped = flat, bitwise", np.array_equal(bs[0].getArray(), bs[1].getArray()))
+check("sweep sources: grid-shaped = flat (and KBA chunks of 2 x cells = whole lines), bitwise", np.array_equal(bs[0].getArray(), bs[1].getArray()))
 check("sweep angular source equal in every direction = the isotropic source (to 1e-14)",
       np.allclose(bs[0].getArray(), bs[2].getArray(), rtol=1e-14, atol=0))
 check("sweep per-cell sigma_t and an integer (int64) material map = the table's, bitwise",
@@ -291,6 +291,8 @@ case("levelsym_odd", lambda: sweep.setQuadrature(A, "levelsym", 5), PETSc.Error)
 case("boundary_faces", lambda: sweep.setBoundary(A, ["vacuum"] * 5), ValueError)
 case("boundary_name", lambda: sweep.setBoundary(A, "mirror"), ValueError)
 case("order_too_high", lambda: sweep.setScatteringOrder(A, 8), PETSc.Error)
+case("chunk_negative", lambda: sweep.setChunk(A, -1), ValueError)
+case("chunk_float", lambda: sweep.setChunk(A, 2.5), TypeError)
 sweep.setMaterials(A, np.array([[1.0, 1.0]]), np.array([[[[0.9, 0.3], [0.3, 0.9]]]]))  # scattering ratio 1.2
 case("scattering_ratio", lambda: A.assemble(), PETSc.Error)
 PETSc.Options().setValue("sw_mat_sweep_groups", "3")

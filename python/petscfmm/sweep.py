@@ -36,7 +36,7 @@ from . import _lib
 
 __all__ = ["create", "setDM", "getDM", "setDomain", "setQuadrature", "getQuadratureType", "setGroups", "getGroups",
            "setScatteringOrder", "getScatteringOrder", "setMaterials", "setMaterialMap", "setTotalCrossSection",
-           "setSource", "setAngularSource", "setBoundary", "setScheme", "setLayout", "setDevice", "getDevice",
+           "setSource", "setAngularSource", "setBoundary", "setScheme", "setLayout", "setDevice", "setChunk", "getDevice",
            "getQuadrature", "getSizes", "getStatistics", "computeRHS", "sourceIteration", "fluxVector",
            "getFluxArray", "getScalarFlux", "QUADRATURES", "SCHEMES", "BOUNDARIES", "EXPANSIONS", "LAYOUTS",
            "DEVICES"]
@@ -318,6 +318,14 @@ def setDevice(A, device):
     _call("MatSweepSetDevice", h, _a.enum("device", device, DEVICES))
 
 
+def setChunk(A, chunk):
+    """x cells the KBA sweep carries in one message between ranks, >= 1, or 0 for the default
+    (4 on the CPU, a quarter of the line on the GPU): MatSweepSetChunk().  Raises ``TypeError``
+    for a non-integer and ``ValueError`` below 0."""
+    h = _mat(A)
+    _call("MatSweepSetChunk", h, _a.integer("chunk", chunk, _lib.IntType, lo=0))
+
+
 def getDevice(A):
     """After assembly the device in use (``'cpu'`` or ``'cuda'``), before it the one requested (MatSweepGetDevice())."""
     h = _mat(A)
@@ -427,8 +435,8 @@ def getScalarFlux(A, x):
 
 def create(da, *, groups=None, scattering_order=None, expansion="harmonics", quadrature=None, domain=None,
            materials=None, material_map=None, total_cross_section=None, source=None, angular_source=None,
-           boundary=None, scheme=None, fixup=False, layout=None, device=None, prefix=None, setfromoptions=True,
-           assemble=True):
+           boundary=None, scheme=None, fixup=False, layout=None, device=None, chunk=None, prefix=None,
+           setfromoptions=True, assemble=True):
     """Create a MATSWEEP on the grid da and set its data: MatCreateSweep() and the setters.
 
     Parameters
@@ -449,8 +457,8 @@ def create(da, *, groups=None, scattering_order=None, expansion="harmonics", qua
         see ``setMaterialMap()``, ``setTotalCrossSection()``, ``setSource()``, ``setAngularSource()``.
     boundary : str or six str, optional
         see ``setBoundary()`` (default vacuum).
-    scheme, fixup, layout, device : optional
-        see ``setScheme()``, ``setLayout()``, ``setDevice()``.
+    scheme, fixup, layout, device, chunk : optional
+        see ``setScheme()``, ``setLayout()``, ``setDevice()``, ``setChunk()``.
     prefix : str, optional
         options prefix.
     setfromoptions : bool
@@ -492,6 +500,8 @@ def create(da, *, groups=None, scattering_order=None, expansion="harmonics", qua
             setLayout(A, layout)
         if device is not None:
             setDevice(A, device)
+        if chunk is not None:
+            setChunk(A, chunk)
         if setfromoptions:
             A.setFromOptions()
         if materials is not None:
