@@ -3,7 +3,9 @@ static char help[] = "MATSWEEP benchmark: the grind time of one transport sweep 
   -reps <r>                   timed products (default 10)\n\
   -c <c>                      scattering ratio (default 0.5; the sweep's cost does not depend on it)\n\
   -mat_sweep_nang <n>         directions per octant (default here 36), -mat_sweep_groups (default here 16),\n\
-  -mat_sweep_device, -mat_sweep_layout, -mat_sweep_fixup, ...: every -mat_sweep_ option applies\n\n";
+  -mat_sweep_device, -mat_sweep_layout, -mat_sweep_fixup, ...: every -mat_sweep_ option applies\n\
+  -breakdown                  then -reps more products with PETSc's logging on: per product, the Sweep\n\
+                              event and the CPU backend's SweepKBAWait (its waits on other ranks), max over ranks\n\n";
 
 /*
   Prints
@@ -46,7 +48,7 @@ int main(int argc, char **argv)
   Mat            A;
   Vec            x, y;
   MatSweepDevice dev;
-  PetscBool      set;
+  PetscBool      set, breakdown = PETSC_FALSE;
   char           layout[16];
   PetscMPIInt    size;
 
@@ -57,6 +59,7 @@ int main(int argc, char **argv)
   PetscCall(PetscOptionsGetInt(NULL, NULL, "-ny", &ny, NULL));
   PetscCall(PetscOptionsGetInt(NULL, NULL, "-nz", &nz, NULL));
   PetscCall(PetscOptionsGetInt(NULL, NULL, "-reps", &reps, NULL));
+  PetscCall(PetscOptionsGetBool(NULL, NULL, "-breakdown", &breakdown, NULL));
   PetscCall(PetscOptionsGetReal(NULL, NULL, "-c", &c, NULL));
   PetscCall(PetscOptionsGetInt(NULL, NULL, "-mat_sweep_groups", &ng, NULL));
   PetscCall(PetscOptionsGetInt(NULL, NULL, "-mat_sweep_nang", &nang, &set));
@@ -132,6 +135,24 @@ int main(int argc, char **argv)
     PetscCall(PetscPrintf(PETSC_COMM_WORLD, "check: phi_sum=%.17e\n", (double)sum));
   }
   PetscCall(PetscFree2(tw, tk));
+  if (breakdown) { /* logging syncs the GPU after each phase: a run of its own, after the timed one */
+    PetscLogEvent      ev[2];
+    PetscEventPerfInfo b[2], a[2];
+    const char        *name[2] = {"Sweep", "SweepKBAWait"};
+    PetscReal          t[2], tmax[2];
+    PetscCall(PetscLogDefaultBegin());
+    for (int e = 0; e < 2; e++) {
+      PetscCall(PetscLogEventGetId(name[e], &ev[e]));
+      PetscCall(PetscLogEventGetPerfInfo(PETSC_DETERMINE, ev[e], &b[e]));
+    }
+    for (PetscInt r = 0; r < reps; r++) PetscCall(MatMult(A, x, y));
+    for (int e = 0; e < 2; e++) {
+      PetscCall(PetscLogEventGetPerfInfo(PETSC_DETERMINE, ev[e], &a[e]));
+      t[e] = (PetscReal)(a[e].time - b[e].time) / reps;
+    }
+    PetscCall(MPIU_Allreduce(t, tmax, 2, MPIU_REAL, MPIU_MAX, PETSC_COMM_WORLD));
+    PetscCall(PetscPrintf(PETSC_COMM_WORLD, "breakdown: sweep_event_max_s=%.6f kba_wait_max_s=%.6f (per product, the slowest rank's)\n", (double)tmax[0], (double)tmax[1]));
+  }
   PetscCall(PetscFree2(mat, q));
   PetscCall(PetscFree2(sigt, sigs));
   PetscCall(VecDestroy(&x));
