@@ -59,16 +59,15 @@ PetscErrorCode SweepKBAModel(const SweepProblem *P, PetscBool batched, PetscReal
 {
   const PetscInt nr = P->py * P->pz, nch = (P->nx + P->chunk - 1) / P->chunk;
   SweepBatch    *bt;
-  PetscInt      *nb, *next, nt = 0;
+  PetscInt      *next, nb = 8; /* batches a rank: the same number on every rank */
   PetscReal     *fin, *t, end = 0;
   PetscBool      moved = PETSC_TRUE;
 
   PetscFunctionBegin;
-  PetscCall(PetscMalloc4(16 * nr, &bt, nr, &nb, nr, &next, nr, &t));
+  PetscCall(PetscMalloc3(16 * nr, &bt, nr, &next, nr, &t));
   for (PetscInt r = 0; r < nr; r++) {
-    if (batched) nb[r] = SweepKBABatches(P, r % P->py, r / P->py, bt + 16 * r);
+    if (batched) nb = SweepKBABatches(P, r % P->py, r / P->py, bt + 16 * r);
     else { /* one octant a batch, in the octant order */
-      nb[r] = 8;
       for (PetscInt o = 0; o < 8; o++) {
         bt[16 * r + o].n      = 1;
         bt[16 * r + o].oct[0] = P->octorder[o];
@@ -78,7 +77,7 @@ PetscErrorCode SweepKBAModel(const SweepProblem *P, PetscBool batched, PetscReal
     next[r] = 0;
     t[r]    = 0;
   }
-  nt = nb[0] * nch;
+  const PetscInt nt = nb * nch;
   PetscCall(PetscMalloc1(nr * 16 * nch, &fin));
   for (PetscInt i = 0; i < nr * 16 * nch; i++) fin[i] = -1;
   while (moved) { /* advance every rank as far as its upstream ranks allow, until all are done */
@@ -110,6 +109,6 @@ PetscErrorCode SweepKBAModel(const SweepProblem *P, PetscBool batched, PetscReal
   }
   *eff = end > 0 ? (PetscReal)nt / end : 1.0;
   PetscCall(PetscFree(fin));
-  PetscCall(PetscFree4(bt, nb, next, t));
+  PetscCall(PetscFree3(bt, next, t));
   PetscFunctionReturn(0);
 }
