@@ -130,7 +130,7 @@ __global__ void GeometryKernel(PetscInt nboxes, const double *bb, double *cx, do
   const PetscInt b = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   if (b >= nboxes) return;
   double floor_s = 0.0;
-  if (bb[0] < PETSC_MAX_REAL) floor_s = 0.5 * sqrt((bb[0] + bb[2]) * (bb[0] + bb[2]) + (bb[1] + bb[3]) * (bb[1] + bb[3])) * 1e-9;
+  if (bb[0] < PETSC_MAX_REAL) floor_s = 0.5 * sqrt((bb[0] + bb[2]) * (bb[0] + bb[2]) + (bb[1] + bb[3]) * (bb[1] + bb[3])) * FMM_SCALE_FLOOR;
   if (floor_s == 0.0) floor_s = 1.0;
   const double *q = bb + 4 * b;
   double        r = 0.0;

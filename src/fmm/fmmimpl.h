@@ -115,6 +115,14 @@ typedef struct {
    split moves only when that pays.  Both backends evaluate FMMSplitCost with
    the same additions in the same order (no products: nothing to contract into
    an FMA), so they pick bitwise the same cuts. */
+/* The expansion scale of a box is its radius, but at least FMM_SCALE_FLOOR
+   times the root's: a box of coincident points (radius 0) needs some
+   positive scale, any is exact for it, and a tiny one would overflow its
+   dipole term.  The theta-criterion compares scales, so the floor must lie
+   below every true radius: 2^-100 (8e-31) of the root is below the spacing
+   of doubles anywhere but next to the origin (1e-9, before, made every box
+   of a cluster of radius 1e-9 near every other). */
+#define FMM_SCALE_FLOOR 0x1p-100
 #define FMM_SPLIT_WINDOW 32
 #define FMM_SPLIT_GAIN   1.5
 #define FMMHalfPerimeter(x0, y0, x1, y1) (((x1) - (x0)) + ((y1) - (y0)))

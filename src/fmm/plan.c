@@ -331,7 +331,7 @@ PetscErrorCode FMMPlanBuild(FMMContext *ctx)
     /* floor of the expansion scale for boxes of coincident points: any positive
        scale is exact for them, a tiny one would overflow the dipole term */
     PetscReal floor_s = 0.0;
-    if (bb[0] < PETSC_MAX_REAL) floor_s = 0.5 * PetscSqrtReal(PetscSqr(bb[0] + bb[2]) + PetscSqr(bb[1] + bb[3])) * 1e-9;
+    if (bb[0] < PETSC_MAX_REAL) floor_s = 0.5 * PetscSqrtReal(PetscSqr(bb[0] + bb[2]) + PetscSqr(bb[1] + bb[3])) * FMM_SCALE_FLOOR;
     if (floor_s == 0.0) floor_s = 1.0;
     for (PetscInt b = 0; b < nboxes; b++) {
       PetscReal *q = bb + 4 * b;
