@@ -1,6 +1,8 @@
 static char help[] = "MATFMM benchmark: setup, MatMult (median of -reps), time per phase, rates, sampled error.\n\
   -n <N>                        points (default 1000000)\n\
-  -geometry <square,curve>      uniform in the unit square, or on a star-shaped closed curve (default curve)\n\
+  -geometry <square,curve,blob> uniform in the unit square, on a star-shaped closed curve, or 99%% in a\n\
+                                Gaussian blob about (0.3, 0.7) and 1%% uniform in the unit square (default curve)\n\
+  -blob_std <s>                 the blob's standard deviation (default 1e-9)\n\
   -reps <r>                     timed MatMults (default 10)\n\
   -sample <s>                   targets checked against exact summation (default 200; 0: none)\n\
   -reassemble <k>               then k more assemblies with the points set again (default 0)\n\
@@ -101,10 +103,10 @@ static PetscErrorCode TimeMults(Mat A, Vec x, Vec y, PetscInt reps, PetscReal id
 int main(int argc, char **argv)
 {
   PetscInt           N = 1000000, reps = 10, nsample = 200, nre = 0, nsu = 0, n, rstart, p, L, m2l, ct;
-  PetscBool          curve = PETSC_TRUE, hostvecs = PETSC_FALSE, devpts = PETSC_FALSE;
+  PetscBool          curve = PETSC_TRUE, blob = PETSC_FALSE, hostvecs = PETSC_FALSE, devpts = PETSC_FALSE;
   VecType            vtype;
   char               geom[16] = "curve";
-  PetscReal         *xy, *nrm, *w, *times, *ltimes, eps = 1e-10, reas = 0, sets = 0, su[3] = {0, 0, 0}, idle = 0, midle = 0;
+  PetscReal         *xy, *nrm, *w, *times, *ltimes, eps = 1e-10, bstd = 1e-9, reas = 0, sets = 0, su[3] = {0, 0, 0}, idle = 0, midle = 0;
   PetscReal         *sxy, *snrm, *sw; /* what MatFMMSetSources() is given: xy, nrm, w or their device copies */
   PetscLogDouble     t0, t1, ta, ts0, ts1, ti0, ti1;
   Mat                A;
@@ -119,7 +121,8 @@ int main(int argc, char **argv)
   PetscCall(PetscFMMInitializePackage());
   PetscOptionsBegin(PETSC_COMM_WORLD, NULL, "bench options", NULL);
   PetscCall(PetscOptionsInt("-n", "Number of points", NULL, N, &N, NULL));
-  PetscCall(PetscOptionsString("-geometry", "square or curve", NULL, geom, geom, sizeof(geom), NULL));
+  PetscCall(PetscOptionsString("-geometry", "square, curve or blob", NULL, geom, geom, sizeof(geom), NULL));
+  PetscCall(PetscOptionsReal("-blob_std", "Standard deviation of the blob", NULL, bstd, &bstd, NULL));
   PetscCall(PetscOptionsInt("-reps", "Timed MatMults", NULL, reps, &reps, NULL));
   PetscCall(PetscOptionsInt("-sample", "Targets checked against exact summation", NULL, nsample, &nsample, NULL));
   PetscCall(PetscOptionsInt("-reassemble", "Assemblies after setting the points again", NULL, nre, &nre, NULL));
@@ -133,7 +136,9 @@ int main(int argc, char **argv)
   PetscCheck(idle >= 0 && idle <= 1e4, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-idle %.3g ms: expected 0 to 10^4", (double)idle);
   PetscCheck(idle == 0 || nsu > 0, PETSC_COMM_WORLD, PETSC_ERR_ARG_INCOMP, "-idle %.3g ms needs -setups k > 0", (double)idle);
   idle *= 1e-3;
-  curve = (PetscBool)(strcmp(geom, "square") != 0);
+  blob  = (PetscBool)(strcmp(geom, "blob") == 0);
+  curve = (PetscBool)(!blob && strcmp(geom, "square") != 0);
+  PetscCheck(curve || blob || !strcmp(geom, "square"), PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-geometry %s: expected square, curve or blob", geom);
   PetscCall(PetscOptionsGetReal(NULL, NULL, "-mat_fmm_eps", &eps, NULL));
 
   n = PETSC_DECIDE;
@@ -148,6 +153,11 @@ int main(int argc, char **argv)
     else {
       PetscCall(PetscRandomGetValueReal(rnd, &xy[2 * i]));
       PetscCall(PetscRandomGetValueReal(rnd, &xy[2 * i + 1]));
+      if (blob && g % 100) { /* Box-Muller: a Gaussian pair from the two uniforms */
+        PetscReal u = PetscMax(xy[2 * i], PETSC_MIN_REAL), v = xy[2 * i + 1], r = bstd * PetscSqrtReal(-2 * PetscLogReal(u));
+        xy[2 * i]     = 0.3 + r * PetscCosReal(2 * PETSC_PI * v);
+        xy[2 * i + 1] = 0.7 + r * PetscSinReal(2 * PETSC_PI * v);
+      }
       nrm[2 * i]     = 1.0;
       nrm[2 * i + 1] = 0.0;
       w[i]           = 1.0 / N;
@@ -279,7 +289,7 @@ int main(int argc, char **argv)
     PetscCall(MPIU_Allreduce(MPI_IN_PLACE, &mflops, 1, MPIU_REAL, MPIU_SUM, PETSC_COMM_WORLD));
     PetscCall(MPIU_Allreduce(MPI_IN_PLACE, &pairs, 1, MPIU_REAL, MPIU_SUM, PETSC_COMM_WORLD));
     PetscCall(PetscPrintf(PETSC_COMM_WORLD, "bench: device=%s vec=%s points=%s N=%" PetscInt_FMT " geometry=%s eps=%g p=%" PetscInt_FMT " ct=%" PetscInt_FMT " layout=%s levels=%" PetscInt_FMT " setup_s=%.6f create_s=%.6f setsources_s=%.6f assembly_s=%.6f cuda_init_s=%.3f mult_med_s=%.6f mult_min_s=%.6f mult_max_s=%.6f mult_logged_med_s=%.6f points_per_s=%.3e", MatFMMDevices[dev], vtype, devpts ? "device" : "host", N,
-                           curve ? "curve" : "square", (double)eps, p, ct, layout, L, (double)(t1 - t0), (double)(ts0 - t0), (double)(ts1 - ts0), (double)(t1 - ta), (double)(ti1 - ti0), (double)med, (double)times[0], (double)times[reps - 1], (double)ltimes[reps / 2], (double)(N / med)));
+                           geom, (double)eps, p, ct, layout, L, (double)(t1 - t0), (double)(ts0 - t0), (double)(ts1 - ts0), (double)(t1 - ta), (double)(ti1 - ti0), (double)med, (double)times[0], (double)times[reps - 1], (double)ltimes[reps / 2], (double)(N / med)));
     if (nre) PetscCall(PetscPrintf(PETSC_COMM_WORLD, " reassembly_med_s=%.6f setsources_med_s=%.6f", (double)reas, (double)sets));
     if (nsu) PetscCall(PetscPrintf(PETSC_COMM_WORLD, " setup_med_s=%.6f setup_min_s=%.6f setup_max_s=%.6f", (double)su[0], (double)su[1], (double)su[2]));
     if (nsu && idle > 0) PetscCall(PetscPrintf(PETSC_COMM_WORLD, " idle_ms=%.1f mult_idle_med_s=%.6f", (double)(1e3 * idle), (double)midle));
