@@ -54,6 +54,7 @@ static char help[] = "MATFMM benchmark: setup, MatMult (median of -reps), time p
   fmm only.
 */
 #include <petscfmm.h>
+#include <sys/resource.h>
 #include "../tests/testutil.h"
 #if defined(PETSC_HAVE_CUDA)
   #if PETSC_VERSION_LT(3, 19, 0)
@@ -293,6 +294,15 @@ int main(int argc, char **argv)
     if (nre) PetscCall(PetscPrintf(PETSC_COMM_WORLD, " reassembly_med_s=%.6f setsources_med_s=%.6f", (double)reas, (double)sets));
     if (nsu) PetscCall(PetscPrintf(PETSC_COMM_WORLD, " setup_med_s=%.6f setup_min_s=%.6f setup_max_s=%.6f", (double)su[0], (double)su[1], (double)su[2]));
     if (nsu && idle > 0) PetscCall(PetscPrintf(PETSC_COMM_WORLD, " idle_ms=%.1f mult_idle_med_s=%.6f", (double)(1e3 * idle), (double)midle));
+    { /* peak resident memory of the processes (host memory) */
+      struct rusage ru;
+      PetscReal     kb[2];
+      getrusage(RUSAGE_SELF, &ru);
+      kb[0] = kb[1] = (PetscReal)ru.ru_maxrss;
+      PetscCall(MPIU_Allreduce(MPI_IN_PLACE, &kb[0], 1, MPIU_REAL, MPIU_MAX, PETSC_COMM_WORLD));
+      PetscCall(MPIU_Allreduce(MPI_IN_PLACE, &kb[1], 1, MPIU_REAL, MPIU_SUM, PETSC_COMM_WORLD));
+      PetscCall(PetscPrintf(PETSC_COMM_WORLD, " rss_max_mb=%.1f rss_sum_mb=%.1f", (double)(kb[0] / 1024), (double)(kb[1] / 1024)));
+    }
     PetscCall(PetscPrintf(PETSC_COMM_WORLD, "\n"));
     PetscCall(PetscPrintf(PETSC_COMM_WORLD, "phases_ms: P2M=%.3f M2M=%.3f M2L=%.3f L2L=%.3f L2P=%.3f P2P=%.3f\n", 1e3 * ph[0], 1e3 * ph[1], 1e3 * ph[2], 1e3 * ph[3], 1e3 * ph[4], 1e3 * ph[5]));
     if (ph[5] > 0 && ph[2] > 0) PetscCall(PetscPrintf(PETSC_COMM_WORLD, "rates: p2p_pairs_per_s=%.3e m2l_gflops=%.2f m2l_count=%.0f p2p_pairs=%.0f", (double)(pairs / ph[5]), (double)(mflops / ph[2] * 1e-9), (double)msum, (double)pairs));

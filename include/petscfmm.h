@@ -97,6 +97,24 @@ typedef enum {
 } MatFMMDevice;
 PETSC_EXTERN const char *const MatFMMDevices[];
 
+/*E
+   MatFMMDistribution - How a `MATFMM` on several MPI ranks holds its sources
+
+$  `MATFMM_DISTRIBUTION_AUTO`       - the distributed tree where it applies, else replicated
+$  `MATFMM_DISTRIBUTION_REPLICATED` - every rank holds all sources and evaluates its own targets
+$  `MATFMM_DISTRIBUTION_TREE`       - the tree is shared out among the ranks: each holds its part and a halo
+
+   Level: intermediate
+
+.seealso: `MatFMMSetDistribution()`
+E*/
+typedef enum {
+  MATFMM_DISTRIBUTION_AUTO,
+  MATFMM_DISTRIBUTION_REPLICATED,
+  MATFMM_DISTRIBUTION_TREE
+} MatFMMDistribution;
+PETSC_EXTERN const char *const MatFMMDistributions[];
+
 PETSC_EXTERN PetscErrorCode PetscFMMInitializePackage(void);
 PETSC_EXTERN PetscErrorCode PetscFMMFinalizePackage(void);
 
@@ -110,6 +128,7 @@ PETSC_EXTERN PetscErrorCode MatFMMSetTolerance(Mat, PetscReal);
 PETSC_EXTERN PetscErrorCode MatFMMSetTheta(Mat, PetscReal);
 PETSC_EXTERN PetscErrorCode MatFMMSetLayout(Mat, MatFMMLayout);
 PETSC_EXTERN PetscErrorCode MatFMMSetMethod(Mat, MatFMMMethod);
+PETSC_EXTERN PetscErrorCode MatFMMSetDistribution(Mat, MatFMMDistribution);
 PETSC_EXTERN PetscErrorCode MatFMMSetDevice(Mat, MatFMMDevice);
 PETSC_EXTERN PetscErrorCode MatFMMGetExpansionOrder(Mat, PetscInt *);
 PETSC_EXTERN PetscErrorCode MatFMMGetClusteringThreshold(Mat, PetscInt *);

@@ -545,7 +545,7 @@ int main(int argc, char **argv)
   test:
     suffix: 2
     nsize: 2
-    args: -n 2000 -m 1500 -mat_fmm_repetition_mb 1 -mat_fmm_ct 16 -malloc_dump
+    args: -n 2000 -m 1500 -mat_fmm_repetition_mb 1 -mat_fmm_ct 16 -mat_fmm_distribution replicated -malloc_dump
   test:
     suffix: tinyleaves
     args: -n 1000 -m 800 -mat_fmm_ct 2 -mat_fmm_repetition_mb 0.02 -malloc_dump

@@ -723,6 +723,21 @@ int main(int argc, char **argv)
     args: -n 3000 -mat_fmm_eps 1e-12 -ksp_rtol 1e-12 -tol 1e-10
     filter: sed -e 's/ error=.*$//'
   test:
+    suffix: mpi_1
+    nsize: 1
+    args: -n 3000 -mat_fmm_eps 1e-12 -ksp_rtol 1e-12 -tol 1e-10
+    filter: sed -e 's/ error=.*$//'
+  test:
+    suffix: mpi_3
+    nsize: 3
+    args: -n 3000 -mat_fmm_eps 1e-12 -ksp_rtol 1e-12 -tol 1e-10
+    filter: sed -e 's/ error=.*$//'
+  test:
+    suffix: mpi_4
+    nsize: 4
+    args: -n 3000 -mat_fmm_eps 1e-12 -ksp_rtol 1e-12 -tol 1e-10
+    filter: sed -e 's/ error=.*$//'
+  test:
     suffix: exterior
     nsize: 2
     args: -problem exterior -bodies 16 -n 128 -mat_fmm_eps 1e-12 -ksp_rtol 1.7e-9 -tol 1e-8

@@ -188,7 +188,7 @@ int main(int argc, char **argv)
   test:
     suffix: tree
     nsize: 2
-    args: -n 2000 -geometry curve -check 0 -mat_fmm_device cpu -tree_file tests/results/ex2_tree.txt
+    args: -n 2000 -geometry curve -check 0 -mat_fmm_device cpu -mat_fmm_distribution replicated -tree_file tests/results/ex2_tree.txt
     filter: grep -v summary; head -n 1 tests/results/ex2_tree.txt; wc -l < tests/results/ex2_tree.txt
   test:
     suffix: view

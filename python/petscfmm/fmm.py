@@ -30,15 +30,16 @@ from . import _arrays as _a
 from . import _lib
 
 __all__ = ["create", "setSources", "setTargets", "setKernel", "setClusteringThreshold", "setExpansionOrder",
-           "setTolerance", "setTheta", "setLayout", "setMethod", "setDevice", "getExpansionOrder",
+           "setTolerance", "setTheta", "setLayout", "setMethod", "setDevice", "setDistribution", "getExpansionOrder",
            "getClusteringThreshold", "getDevice", "getTreeInfo", "getTreeLeaves", "leafBoxes",
-           "cudaDeviceCount", "cudaInitialize", "KERNELS", "LAYOUTS", "METHODS", "DEVICES"]
+           "cudaDeviceCount", "cudaInitialize", "KERNELS", "LAYOUTS", "METHODS", "DEVICES", "DISTRIBUTIONS"]
 
 #: names of the kernels, layouts, methods and devices, as the C enums number them
 KERNELS = ("single", "double", "combined")
 LAYOUTS = ("tiled", "indexing", "repetition")
 METHODS = ("fmm", "direct")
 DEVICES = ("auto", "cpu", "cuda")
+DISTRIBUTIONS = ("auto", "replicated", "tree")
 
 TreeInfo = collections.namedtuple("TreeInfo", "levels leaves m2l p2p")
 TreeInfo.__doc__ = """Statistics of an assembled MATFMM's tree (MatFMMGetTreeInfo): levels L below the
@@ -183,6 +184,13 @@ def setDevice(A, device):
     """Where to compute: ``'auto'`` (CUDA where built with it and a GPU is present), ``'cpu'`` or ``'cuda'``
     (MatFMMSetDevice(); ``'cuda'`` without a GPU fails at assembly with ``PETSc.Error``)."""
     _call("MatFMMSetDevice", _mat(A), _a.enum("device", device, DEVICES))
+
+
+def setDistribution(A, dist):
+    """On several ranks: ``'auto'`` (default: the tree where it applies), ``'replicated'`` (every rank
+    holds all sources) or ``'tree'`` (each rank holds its part of the tree and a halo):
+    MatFMMSetDistribution().  getTreeLeaves() and leafBoxes() need the whole tree: ``'replicated'``."""
+    _call("MatFMMSetDistribution", _mat(A), _a.enum("distribution", dist, DISTRIBUTIONS))
 
 
 def getExpansionOrder(A):

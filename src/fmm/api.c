@@ -10,6 +10,7 @@ const char *const MatFMMKernels[] = {"single", "double", "combined", "MatFMMKern
 const char *const MatFMMLayouts[] = {"tiled", "indexing", "repetition", "MatFMMLayout", "MATFMM_LAYOUT_", NULL};
 const char *const MatFMMMethods[] = {"fmm", "direct", "MatFMMMethod", "MATFMM_METHOD_", NULL};
 const char *const MatFMMDevices[] = {"auto", "cpu", "cuda", "MatFMMDevice", "MATFMM_DEVICE_", NULL};
+const char *const MatFMMDistributions[] = {"auto", "replicated", "tree", "MatFMMDistribution", "MATFMM_DISTRIBUTION_", NULL};
 
 /* the MATFMM data of A for the getters, after checking its type (PetscCheckTypeName() checks nothing in an optimized PETSc) */
 static PetscErrorCode FMMGet(Mat A, Mat_FMM **fmm)
@@ -269,6 +270,7 @@ FMM_PARAM_SETTER(Theta, PetscReal, par.theta, v > 0.0 && v < 1.0, "Theta %g out 
 FMM_PARAM_SETTER(Layout, MatFMMLayout, par.layout, v >= MATFMM_LAYOUT_TILED && v <= MATFMM_LAYOUT_REPETITION, "Unknown near-field layout %d", (int)v)
 FMM_PARAM_SETTER(Method, MatFMMMethod, par.method, v == MATFMM_METHOD_FMM || v == MATFMM_METHOD_DIRECT, "Unknown method %d", (int)v)
 FMM_PARAM_SETTER(Device, MatFMMDevice, device, v >= MATFMM_DEVICE_AUTO && v <= MATFMM_DEVICE_CUDA, "Unknown device %d", (int)v)
+FMM_PARAM_SETTER(Distribution, MatFMMDistribution, distribution, v >= MATFMM_DISTRIBUTION_AUTO && v <= MATFMM_DISTRIBUTION_TREE, "Unknown distribution %d: expected auto, replicated or tree", (int)v)
 
 /* the implementations of the setters above, composed with the matrix (on) or removed (off, MatDestroy()) */
 PetscErrorCode MatFMMComposeSetters(Mat A, PetscBool on)
@@ -284,6 +286,7 @@ PetscErrorCode MatFMMComposeSetters(Mat A, PetscBool on)
   PetscCall(PetscObjectComposeFunction((PetscObject)A, "MatFMMSetLayout_C", on ? MatFMMSetLayout_FMM : NULL));
   PetscCall(PetscObjectComposeFunction((PetscObject)A, "MatFMMSetMethod_C", on ? MatFMMSetMethod_FMM : NULL));
   PetscCall(PetscObjectComposeFunction((PetscObject)A, "MatFMMSetDevice_C", on ? MatFMMSetDevice_FMM : NULL));
+  PetscCall(PetscObjectComposeFunction((PetscObject)A, "MatFMMSetDistribution_C", on ? MatFMMSetDistribution_FMM : NULL));
   PetscFunctionReturn(0);
 }
 
@@ -490,6 +493,62 @@ PetscErrorCode MatFMMSetMethod(Mat A, MatFMMMethod method)
 }
 
 /*@
+   MatFMMSetDistribution - Chooses how a `MATFMM` on several MPI ranks holds
+   its sources: each rank all of them (replicated), or the tree shared out
+   among the ranks (tree).
+
+   Logically collective on A
+
+   Input Parameters:
++  A    - the `MATFMM`
+-  dist - `MATFMM_DISTRIBUTION_AUTO` (default), `MATFMM_DISTRIBUTION_REPLICATED` or `MATFMM_DISTRIBUTION_TREE`
+
+   Options Database Key:
+.  -mat_fmm_distribution <auto,replicated,tree> - the distribution
+
+   Notes:
+   tree: the top levels of the tree are cut by all ranks together, at the
+   median along the longer side of each box (parallel selection on the key
+   (coordinate, global index), so the cuts are those of one rank with
+   -mat_fmm_tree_split median); rank r owns a contiguous run of the 4^l0 >= P
+   boxes of level l0 (about N/P points), receives their sources and targets
+   from the ranks that hold them in the caller's layout, and builds the
+   levels below them.  It then stores O(N/P) points plus a halo: the sources
+   of the remote leaves its near field reaches and the multipole expansions
+   of the remote boxes in its far lists (a locally essential tree; Warren &
+   Salmon 1993, Lashuk et al. 2012).  Each product moves the densities to
+   their owners and the potentials back (`PetscSF`), so the vectors keep the
+   caller's layout and `KSPSolve()` works unchanged.  The far field is summed
+   in another order than on one rank: results agree with one rank to the
+   FMM's accuracy.
+
+   replicated: every rank gathers all sources at assembly and all densities
+   at each product, builds the whole tree and evaluates its own targets.
+
+   auto picks tree on more than one rank where it applies: the CPU backend
+   (the CUDA backend replicates), `MATFMM_METHOD_FMM`, the tiled layout,
+   coordinates within the window of `MatFMMSetSources()` (no scaling), at
+   least 4^l0 leaves, and, for a square matrix, rows and columns of the same
+   layout.  -mat_view says which is used and why.
+
+   Errors:
++  `PETSC_ERR_ARG_OUTOFRANGE` - unknown distribution
+-  `PETSC_ERR_SUP` - (at assembly) tree where it does not apply
+
+   Level: intermediate
+
+.seealso: `MATFMM`, `MatFMMDistribution`
+@*/
+PetscErrorCode MatFMMSetDistribution(Mat A, MatFMMDistribution dist)
+{
+  PetscFunctionBegin;
+  PetscValidHeaderSpecific(A, MAT_CLASSID, 1);
+  PetscValidLogicalCollectiveEnum(A, dist, 2);
+  PetscTryMethod(A, "MatFMMSetDistribution_C", (Mat, MatFMMDistribution), (A, dist));
+  PetscFunctionReturn(0);
+}
+
+/*@
    MatFMMSetDevice - Chooses where a `MATFMM` computes.
 
    Logically collective on A
@@ -646,7 +705,8 @@ PetscErrorCode MatFMMGetTreeInfo(Mat A, PetscInt *levels, PetscInt *leaves, Pets
 +  `PETSC_ERR_ARG_WRONG` - A is not a `MATFMM`
 .  `PETSC_ERR_ARG_WRONGSTATE` - A not assembled
 -  `PETSC_ERR_SUP` - the tree was built on the GPU, whose plan is not kept in host memory (assemble with
-   -mat_fmm_cuda_tree cpu, or -mat_fmm_device cpu)
+   -mat_fmm_cuda_tree cpu, or -mat_fmm_device cpu), or it is shared out among the ranks (assemble with
+   -mat_fmm_distribution replicated)
 
    Level: intermediate
 
@@ -659,6 +719,7 @@ PetscErrorCode MatFMMGetTreeLeaves(Mat A, PetscInt *nleaves, const PetscInt *src
   PetscFunctionBegin;
   PetscCall(FMMGet(A, &fmm));
   PetscCheck(fmm->setup, PETSC_COMM_SELF, PETSC_ERR_ARG_WRONGSTATE, "Assemble the MATFMM first (MatAssemblyBegin/End)");
+  PetscCheck(!fmm->dist, PETSC_COMM_SELF, PETSC_ERR_SUP, "MATFMM: the tree is shared out among the ranks (-mat_fmm_distribution tree): no rank holds its leaves; assemble with -mat_fmm_distribution replicated for them");
   PetscCheck(fmm->ctx.host, PETSC_COMM_SELF, PETSC_ERR_SUP, "MATFMM: the tree was built on the GPU and is not kept in host memory; assemble with -mat_fmm_cuda_tree cpu (the same tree) or -mat_fmm_device cpu");
   if (nleaves) *nleaves = fmm->ctx.plan.nleaves;
   if (srcoff) *srcoff = fmm->ctx.host->sleaf;

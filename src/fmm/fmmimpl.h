@@ -25,7 +25,7 @@ typedef PetscOptionItems *FMMOptionItems;
 typedef PetscOptionItems FMMOptionItems;
 #endif
 
-PETSC_INTERN PetscLogEvent MATFMM_Setup, MATFMM_Tree, MATFMM_P2M, MATFMM_M2M, MATFMM_M2L, MATFMM_L2L, MATFMM_L2P, MATFMM_P2P, MATFMM_Direct;
+PETSC_INTERN PetscLogEvent MATFMM_Exchange, MATFMM_Partition, MATFMM_Setup, MATFMM_Tree, MATFMM_P2M, MATFMM_M2M, MATFMM_M2L, MATFMM_L2L, MATFMM_L2P, MATFMM_P2P, MATFMM_Direct;
 
 /* the largest expansion order: the limit of MatFMMSetExpansionOrder(), the
    cap of the order chosen from the tolerance, and the size of the backends'
@@ -126,6 +126,32 @@ typedef struct {
 #define FMM_SPLIT_WINDOW 32
 #define FMM_SPLIT_GAIN   1.5
 #define FMMHalfPerimeter(x0, y0, x1, y1) (((x1) - (x0)) + ((y1) - (y0)))
+
+/* A point of the tree build (src/fmm/plan.c, dist.c): its coordinates and
+   key index i (sources: global index; targets: N + global index), which
+   breaks ties of equal coordinates the same way on every rank; j is what
+   the builder keeps with it */
+typedef struct {
+  PetscReal x, y;
+  PetscInt  i, j;
+} FMMPoint;
+
+static inline PetscBool FMMKeyLess(const FMMPoint *a, const FMMPoint *b, int dir)
+{
+  PetscReal ca = dir ? a->y : a->x, cb = dir ? b->y : b->x;
+  return (ca < cb || (ca == cb && a->i < b->i)) ? PETSC_TRUE : PETSC_FALSE;
+}
+
+/* the theta-criterion R + theta r <= theta d on the expansion scales of a
+   target and a source box.  The radii are the scales (floored for boxes of
+   coincident points): with the bare radii, two one-point boxes at the same
+   place (a target on a source, split apart by the median) pass with d = 0,
+   and their M2L divides by zero */
+static inline PetscBool FMMSeparated(PetscReal rt, PetscReal rs, PetscReal d, PetscReal theta)
+{
+  PetscReal R = PetscMax(rt, rs), r = PetscMin(rt, rs);
+  return (R + theta * r <= theta * d) ? PETSC_TRUE : PETSC_FALSE;
+}
 
 static inline PetscInt FMMLevelStart(PetscInt l)
 {
@@ -295,6 +321,41 @@ static inline PetscInt FMMBackendIndex(MatFMMDevice d)
   return -1;
 }
 
+/*
+  The distributed tree of one rank (src/fmm/dist.c, evaluated by
+  src/fmm/cpu/dist.c): the global pyramid of depth L, whose boxes of level
+  l0 are shared out among the ranks (this rank's: B0..B1-1).  Box slots:
+  [0, ntop) the boxes of levels 0..l0 by global number (on every rank),
+  [ntop, nown) this rank's boxes below level l0, level by level, [nown,
+  nslot) the remote boxes whose multipoles it receives.  Leaves: [0, nl)
+  this rank's, [nl, nl + nhl) the remote leaves of its near lists, whose
+  sources follow its own in the source arrays.
+*/
+typedef struct {
+  PetscInt   L, l0, B0, B1;
+  PetscBool  same;                 /* the targets are the sources */
+  PetscInt   ntop, nown, nslot, nhb; /* nhb = nslot - nown */
+  PetscReal *cx, *cy, *scale;      /* [nslot] */
+  PetscInt  *nsb, *ntb;            /* [nown] sources and targets in each box (the top's: of all ranks) */
+  PetscInt  *faroff, *far;         /* [nown+1]: M2L source slots of each slot */
+  PetscInt   n, m, nh, nl, nhl;    /* sources, targets, halo sources, leaves, halo leaves */
+  PetscReal *sx, *sy, *cq, *cdx, *cdy; /* [n + nh], tree order, then the halo */
+  PetscInt  *sleaf, *nearoff, *near;   /* [nl + nhl + 1], [nl + 1], near leaves */
+  PetscReal *tx, *ty;              /* [m] targets in tree order */
+  PetscInt  *tleaf;                /* [nl + 1] */
+  PetscInt  *sperm, *tperm;        /* tree position -> the point's slot as received (root of sfsrc, sftgt) */
+  PetscSF    sfsrc, sftgt;         /* the caller's sources (leaves) -> this rank's (roots); targets likewise (NULL: same) */
+  PetscSF    sfhalo, sfmp;         /* owners' sources in tree order -> the halo's; owners' multipoles (slots ntop..nown) -> halo slots */
+  PetscInt64 nfar, nfartop, p2ppairs; /* M2L of this rank's boxes (+ the top's, on rank 0), of the top; P2P pairs */
+  PetscInt   maxleafsrc;
+  /* the CPU evaluation (src/fmm/cpu/dist.c) */
+  PetscInt   p, ne;
+  PetscBool  hasq, hasd, par;
+  PetscReal *binom, *m2l, *inv, *mpole, *local; /* tables; [nslot * ne] */
+  PetscReal *q, *dx, *dy;          /* [n + nh] strengths */
+  PetscScalar *sig, *sigt, *pot, *potr; /* [n] densities as received, in tree order; [m] potentials in tree order, as received */
+} FMMDist;
+
 typedef struct {
   FMMSources   src;
   FMMTargets   tgt;
@@ -325,6 +386,10 @@ typedef struct {
   PetscInt  xexp;
   FMMParams parx;
   PetscInt *coff, *cidx;
+  /* across ranks: the distributed tree (NULL: every rank holds all sources) */
+  MatFMMDistribution distribution;
+  FMMDist           *dist;
+  const char        *whynotdist; /* where the sources are replicated on several ranks: why */
 } Mat_FMM;
 
 /* the window of extents (powers of two) in which the points are used as given */
@@ -336,9 +401,18 @@ PETSC_INTERN PetscErrorCode MatFMMInvalidate(Mat);
 PETSC_INTERN PetscErrorCode MatFMMComposeSetters(Mat, PetscBool);
 /* plan.c */
 PETSC_INTERN PetscErrorCode FMMPlanBuild(FMMContext *);
+PETSC_INTERN void           FMMSelect(FMMPoint *, PetscInt, PetscInt, int);
+PETSC_INTERN PetscErrorCode FMMTreeSplit(FMMPoint *, PetscInt, const PetscInt[], PetscInt, PetscBool, PetscInt **);
 PETSC_INTERN PetscErrorCode FMMHostPlanDestroy(FMMHostPlan **);
 PETSC_INTERN PetscErrorCode FMMChooseOrder(PetscReal, PetscReal, PetscInt *);
 PETSC_INTERN PetscErrorCode FMMRepetitionBudget(const FMMContext *, PetscReal);
+/* dist.c, cpu/dist.c */
+PETSC_INTERN PetscErrorCode FMMDistLevels(PetscInt, PetscInt, PetscMPIInt, PetscInt *, PetscInt *);
+PETSC_INTERN PetscErrorCode FMMDistBuild(Mat, FMMDist **);
+PETSC_INTERN PetscErrorCode FMMDistDestroy(FMMDist **);
+PETSC_INTERN PetscErrorCode FMMDistSetupCPU(FMMDist *, const FMMParams *);
+PETSC_INTERN PetscErrorCode FMMDistResetCPU(FMMDist *);
+PETSC_INTERN PetscErrorCode FMMDistMultCPU(FMMDist *, const PetscScalar *, PetscScalar *);
 /* points.c */
 PETSC_INTERN void           FMMCopyReals(PetscReal *, const PetscReal *, PetscInt);
 PETSC_INTERN PetscErrorCode FMMWaitForPETSc(PetscBool);

@@ -27,6 +27,8 @@ PetscErrorCode MatFMMInvalidate(Mat A)
   if (fmm->ops && fmm->ops->reset) PetscCall((*fmm->ops->reset)(&fmm->ctx));
   fmm->ops = NULL;
   PetscCall(FMMHostPlanDestroy(&fmm->ctx.host));
+  PetscCall(FMMDistDestroy(&fmm->dist));
+  fmm->whynotdist = NULL;
   PetscCall(PetscMemzero(&fmm->ctx.plan, sizeof(fmm->ctx.plan)));
   PetscCall(PetscSFDestroy(&fmm->sf));
   PetscCall(FMMPointsRelease(fmm));
@@ -73,6 +75,8 @@ static PetscErrorCode MatSetFromOptions_FMM(Mat A, FMMOptionItems PetscOptionsOb
   if (set) PetscCall(MatFMMSetMethod(A, (MatFMMMethod)e));
   PetscCall(PetscOptionsEnum("-mat_fmm_device", "Where to compute", "MatFMMSetDevice", MatFMMDevices, (PetscEnum)fmm->device, &e, &set));
   if (set) PetscCall(MatFMMSetDevice(A, (MatFMMDevice)e));
+  PetscCall(PetscOptionsEnum("-mat_fmm_distribution", "Across MPI ranks: the tree shared out among them, or all sources on each", "MatFMMSetDistribution", MatFMMDistributions, (PetscEnum)fmm->distribution, &e, &set));
+  if (set) PetscCall(MatFMMSetDistribution(A, (MatFMMDistribution)e));
   for (PetscInt b = 0; b < FMM_NBACKENDS; b++) { /* every backend's options (-mat_fmm_cuda_*), whichever runs */
     PetscBool changed = PETSC_FALSE;
     if (!FMMBackends[b]->setfromoptions) continue;
@@ -132,6 +136,72 @@ static PetscErrorCode SetVecType(Mat A)
   PetscFunctionBegin;
   (void)A;
 #endif
+  PetscFunctionReturn(0);
+}
+
+/* the distributed tree where it applies (MatFMMSetDistribution()); else why
+   not, kept for -mat_view, or the error where it was asked for */
+static PetscErrorCode ChooseDistribution(Mat A, PetscBool *dist)
+{
+  Mat_FMM    *fmm  = (Mat_FMM *)A->data;
+  MPI_Comm    comm = PetscObjectComm((PetscObject)A);
+  const char *why  = NULL;
+  PetscInt    L, l0, U = A->cmap->N + (fmm->tgt.m < 0 ? 0 : A->rmap->N);
+  PetscMPIInt size, mixed = (A->rmap->N == A->cmap->N && A->rmap->n != A->cmap->n) ? 1 : 0;
+
+  PetscFunctionBegin;
+  PetscCallMPI(MPI_Comm_size(comm, &size));
+  PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, &mixed, 1, MPI_INT, MPI_LOR, comm));
+  PetscCall(FMMDistLevels(U, fmm->par.ct, size, &L, &l0));
+  if (fmm->device_used != MATFMM_DEVICE_CPU) why = "the CUDA backend holds all sources on each rank (the distributed tree runs on the CPU backend)";
+  else if (fmm->par.method != MATFMM_METHOD_FMM) why = "-mat_fmm_method direct sums over all sources";
+  else if (fmm->par.layout != MATFMM_LAYOUT_TILED) why = "the distributed tree has the tiled near-field layout only";
+  else if (fmm->xexp) why = "the coordinates are scaled (their extent is outside [2^-400, 2^400])";
+  else if (l0 > L) why = "too few points: fewer leaves than boxes to share out among the ranks";
+  else if (mixed) why = "the matrix is square but its rows and columns have different layouts";
+  PetscCheck(!why || fmm->distribution != MATFMM_DISTRIBUTION_TREE, comm, PETSC_ERR_SUP, "MATFMM: -mat_fmm_distribution tree does not apply here: %s; use auto or replicated", why);
+  fmm->whynotdist = why;
+  *dist           = why ? PETSC_FALSE : PETSC_TRUE;
+  PetscFunctionReturn(0);
+}
+
+/* assembly with the distributed tree: the CPU backend's pass on this rank's part (src/fmm/dist.c, cpu/dist.c) */
+static PetscErrorCode SetupDistributed(Mat A)
+{
+  Mat_FMM    *fmm  = (Mat_FMM *)A->data;
+  MPI_Comm    comm = PetscObjectComm((PetscObject)A);
+  FMMPlan    *P    = &fmm->ctx.plan;
+  FMMDist    *D;
+  PetscReal   g[4] = {-fmm->src.range[0], fmm->src.range[1], -fmm->src.range[2], fmm->src.range[3]};
+  PetscInt64  mx[2];
+
+  PetscFunctionBegin;
+  PetscCall(FMMPointsToHost(fmm));
+  if (fmm->src.n == 0) g[0] = g[1] = g[2] = g[3] = PETSC_NINFINITY;
+  PetscCall(MPIU_Allreduce(MPI_IN_PLACE, g, 4, MPIU_REAL, MPIU_MAX, comm));
+  PetscCheck(A->cmap->N < 2 || -g[0] != g[1] || -g[2] != g[3], comm, PETSC_ERR_ARG_WRONG, "MATFMM: all %" PetscInt_FMT " sources are at the same point (%g, %g); the kernel vanishes between coincident points, so the operator is degenerate", A->cmap->N, (double)g[1], (double)g[3]);
+  PetscCall(PetscLogEventBegin(MATFMM_Tree, A, 0, 0, 0));
+  PetscCall(FMMDistBuild(A, &fmm->dist));
+  PetscCall(PetscLogEventEnd(MATFMM_Tree, A, 0, 0, 0));
+  D = fmm->dist;
+  PetscCall(FMMDistSetupCPU(D, &fmm->par));
+  PetscCall(PetscMalloc2(0, &fmm->sigma, A->rmap->n, &fmm->pot));
+  /* what -mat_view reports */
+  P->L       = D->L;
+  P->nleaves = (PetscInt)1 << (2 * D->L);
+  P->nboxes  = FMMLevelStart(D->L + 1);
+  P->N       = A->cmap->N;
+  P->M       = A->rmap->n;
+  P->nfar    = (PetscInt)D->nfar;
+  P->p2ppairs = (PetscCount)D->p2ppairs;
+  mx[0]      = D->maxleafsrc;
+  mx[1]      = 0;
+  for (PetscInt b = 0; b < D->nl; b++) mx[1] = PetscMax(mx[1], D->tleaf[b + 1] - D->tleaf[b]);
+  PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, mx, 2, MPIU_INT64, MPI_MAX, comm));
+  P->maxleafsrc = (PetscInt)mx[0];
+  P->maxleaftgt = (PetscInt)mx[1];
+  fmm->setup    = PETSC_TRUE;
+  A->assembled  = PETSC_TRUE;
   PetscFunctionReturn(0);
 }
 
@@ -205,6 +275,15 @@ static PetscErrorCode MatAssemblyEnd_FMM(Mat A, MatAssemblyType type)
   /* points given in device memory stay there for a plan the backend builds itself on one rank; the other paths read them on the host */
   if (fmm->ops->buildsplan) PetscCall((*fmm->ops->buildsplan)(ctx->bmat, &bplan));
   PetscCall(FMMPointsExtent(A));
+  if (size > 1 && fmm->distribution != MATFMM_DISTRIBUTION_REPLICATED) {
+    PetscBool dist = PETSC_FALSE;
+    PetscCall(ChooseDistribution(A, &dist));
+    if (dist) {
+      PetscCall(SetupDistributed(A));
+      PetscCall(PetscLogEventEnd(MATFMM_Setup, A, 0, 0, 0));
+      PetscFunctionReturn(0);
+    }
+  }
   if (!(size == 1 && bplan) || fmm->xexp) PetscCall(FMMPointsToHost(fmm)); /* scaled points are made on the host */
   PetscCall(FMMPointsGather(A));
   PetscCall(FMMPointsScale(A));
@@ -273,6 +352,30 @@ static PetscErrorCode MatApply_FMM(Mat A, Vec x, Vec y, PetscBool add)
   PetscFunctionBegin;
   PetscCheck(fmm->setup, PetscObjectComm((PetscObject)A), PETSC_ERR_ARG_WRONGSTATE, "MATFMM: assemble the matrix (MatAssemblyBegin/End) after setting its sources");
   PetscCallMPI(MPI_Comm_size(PetscObjectComm((PetscObject)A), &size));
+  if (fmm->dist) { /* the distributed tree: densities and potentials in the caller's layout */
+    plain = (!add && fmm->scale == 1.0 && fmm->shift == 0.0 && !fmm->diag) ? PETSC_TRUE : PETSC_FALSE;
+    PetscCall(VecGetArrayRead(x, &xa));
+    if (plain) {
+      PetscCall(VecGetArrayWrite(y, &ya));
+      PetscCall(FMMDistMultCPU(fmm->dist, xa, ya));
+      PetscCall(VecRestoreArrayWrite(y, &ya));
+    } else {
+      PetscCall(FMMDistMultCPU(fmm->dist, xa, fmm->pot));
+      if (add) PetscCall(VecGetArray(y, &ya));
+      else PetscCall(VecGetArrayWrite(y, &ya));
+      if (fmm->diag) PetscCall(VecGetArrayRead(fmm->diag, &da));
+      for (PetscInt i = 0; i < m; i++) { /* square: row i is column i of this rank (ChooseDistribution) */
+        PetscScalar v = fmm->scale * fmm->pot[i];
+        if (fmm->shift != 0.0 || da) v += (fmm->shift + (da ? da[i] : 0.0)) * xa[i];
+        ya[i] = add ? ya[i] + v : v;
+      }
+      if (fmm->diag) PetscCall(VecRestoreArrayRead(fmm->diag, &da));
+      if (add) PetscCall(VecRestoreArray(y, &ya));
+      else PetscCall(VecRestoreArrayWrite(y, &ya));
+    }
+    PetscCall(VecRestoreArrayRead(x, &xa));
+    PetscFunctionReturn(0);
+  }
   plain   = (!add && fmm->scale == 1.0 && fmm->shift == 0.0 && !fmm->diag && !fmm->xexp) ? PETSC_TRUE : PETSC_FALSE; /* scaled points: the terms of ScaledPotentials on the host */
   memtype = (size == 1 && fmm->ops->mem) ? PETSC_TRUE : PETSC_FALSE; /* a backend with device memory reads the arrays where they live */
   if (memtype) PetscCall(VecGetArrayReadAndMemType(x, &xa, &mx));
@@ -384,7 +487,14 @@ static PetscErrorCode KernelDiagonal(Mat A, PetscScalar *kd)
 
   PetscFunctionBegin;
   PetscCheck(fmm->setup, PetscObjectComm((PetscObject)A), PETSC_ERR_ARG_WRONGSTATE, "MATFMM: assemble the matrix before asking for its diagonal");
-  PetscCall(FMMPointsHost(fmm, &src, &nrm, &wts, &tgt, &copy)); /* src in the plan's units, tgt as given */
+  if (fmm->dist) { /* the matrix's own sources (host memory): row i is its source i (ChooseDistribution) */
+    src  = fmm->src.block;
+    nrm  = (fmm->par.alpha != 0.0 && fmm->src.hasnrm) ? fmm->src.nrm : NULL;
+    wts  = fmm->src.haswts ? fmm->src.wts : NULL;
+    tgt  = fmm->tgt.xy;
+    copy = NULL;
+    r0   = 0;
+  } else PetscCall(FMMPointsHost(fmm, &src, &nrm, &wts, &tgt, &copy)); /* src in the plan's units, tgt as given */
   for (PetscInt i = 0; i < A->rmap->n; i++) {
     PetscInt         j  = r0 + i;
     const int        e  = -(int)fmm->xexp;
@@ -448,6 +558,24 @@ static PetscErrorCode MatDiagonalSet_FMM(Mat A, Vec D, InsertMode is)
   PetscFunctionReturn(0);
 }
 
+/* -mat_view of the distributed tree: one line a rank */
+static PetscErrorCode ViewDistributed(Mat A, PetscViewer viewer)
+{
+  Mat_FMM    *fmm = (Mat_FMM *)A->data;
+  FMMDist    *D   = fmm->dist;
+  PetscMPIInt rank, size;
+
+  PetscFunctionBegin;
+  PetscCallMPI(MPI_Comm_rank(PetscObjectComm((PetscObject)A), &rank));
+  PetscCallMPI(MPI_Comm_size(PetscObjectComm((PetscObject)A), &size));
+  PetscCall(PetscViewerASCIIPrintf(viewer, "  MPI: distributed tree on %d ranks: the top %" PetscInt_FMT " levels cut by all ranks (median cuts), each rank owns boxes of level %" PetscInt_FMT " and the levels below; %" PetscInt64_FMT " M2L of the top levels on every rank\n", (int)size, D->l0, D->l0, D->nfartop));
+  PetscCall(PetscViewerASCIIPushSynchronized(viewer));
+  PetscCall(PetscViewerASCIISynchronizedPrintf(viewer, "    [%d] boxes %" PetscInt_FMT "..%" PetscInt_FMT " of level %" PetscInt_FMT ": %" PetscInt_FMT " sources, %" PetscInt_FMT " targets, %" PetscInt_FMT " leaves; halo: %" PetscInt_FMT " sources in %" PetscInt_FMT " leaves, %" PetscInt_FMT " remote multipoles; %" PetscInt64_FMT " M2L, %" PetscInt64_FMT " P2P pairs\n", (int)rank, D->B0, D->B1 - 1, D->l0, D->n, D->m, D->nl, D->nh, D->nhl, D->nhb, D->nfar - (rank ? 0 : D->nfartop), D->p2ppairs));
+  PetscCall(PetscViewerFlush(viewer));
+  PetscCall(PetscViewerASCIIPopSynchronized(viewer));
+  PetscFunctionReturn(0);
+}
+
 static PetscErrorCode MatView_FMM(Mat A, PetscViewer viewer)
 {
   Mat_FMM  *fmm = (Mat_FMM *)A->data;
@@ -484,7 +612,8 @@ static PetscErrorCode MatView_FMM(Mat A, PetscViewer viewer)
     PetscCall(PetscViewerASCIIPrintf(viewer, "  leaf boxes: at most %" PetscInt_FMT " sources, %" PetscInt64_FMT " targets (mean %.1f sources)\n", P->maxleafsrc, mx[3], (double)P->N / (double)P->nleaves));
     PetscCall(PetscViewerASCIIPrintf(viewer, "  interactions per product: %" PetscInt64_FMT " M2L, %" PetscInt64_FMT " P2P pairs (%.1f per target)\n", sum[1], sum[2], sum[0] ? (double)sum[2] / (double)sum[0] : 0.0));
     if (fmm->xexp) PetscCall(PetscViewerASCIIPrintf(viewer, "  coordinates: the sources' extent is outside [2^-%d, 2^%d]; the tree and the kernels use the points times 2^%d (exact), the product adds the logarithm's %" PetscInt_FMT " log 2 on the host\n", FMM_XEXP_MAX, FMM_XEXP_MAX, (int)-fmm->xexp, fmm->xexp));
-    if (size > 1) PetscCall(PetscViewerASCIIPrintf(viewer, "  MPI: all %" PetscInt_FMT " sources replicated on each of %d ranks; each rank evaluates its own targets\n", P->N, (int)size));
+    if (fmm->dist) PetscCall(ViewDistributed(A, viewer));
+    else if (size > 1) PetscCall(PetscViewerASCIIPrintf(viewer, "  MPI: all %" PetscInt_FMT " sources replicated on each of %d ranks; each rank evaluates its own targets%s%s%s\n", P->N, (int)size, fmm->whynotdist ? " (not the distributed tree: " : "", fmm->whynotdist ? fmm->whynotdist : "", fmm->whynotdist ? ")" : ""));
     if (fmm->ops && fmm->ops->view) PetscCall((*fmm->ops->view)(&fmm->ctx, viewer));
   } else PetscCall(PetscViewerASCIIPrintf(viewer, "  (not assembled: no tree yet)\n"));
   PetscFunctionReturn(0);
@@ -528,8 +657,10 @@ static PetscErrorCode MatDestroy_FMM(Mat A)
 
    An M x N `MATFMM` maps densities on N sources (columns) to potentials at M
    targets (rows); with no targets set the targets are the sources.  Rows and
-   columns are distributed by PETSc's layouts; in this version every rank holds
-   all sources and evaluates its own targets.
+   columns are distributed by PETSc's layouts.  On several ranks the tree is
+   shared out among them (`MatFMMSetDistribution()`): each holds and
+   computes its part and a halo, and the products move densities and
+   potentials between the caller's layout and the tree's.
 
    Options Database Keys:
 +  -mat_type fmm - select this type with `MatSetFromOptions()`
@@ -542,6 +673,7 @@ static PetscErrorCode MatDestroy_FMM(Mat A)
 .  -mat_fmm_repetition_mb <mb> - memory budget of the repetition layout (default 256)
 .  -mat_fmm_method <fmm,direct> - FMM or exact summation (default fmm)
 .  -mat_fmm_device <auto,cpu,cuda> - where to compute (default auto)
+.  -mat_fmm_distribution <auto,replicated,tree> - on several ranks: the tree shared out among them (each holds its part and a halo), or all sources on each (default auto: tree where it applies, see `MatFMMSetDistribution()`)
 .  -mat_fmm_cuda_m2l <tc,fma> - CUDA M2L on the FP64 tensor cores (default) or by unrolled FMAs
 .  -mat_fmm_cuda_log <fast,libm> - CUDA near-field log from a table (default; within 1e-16 absolute) or the math library
 .  -mat_fmm_cuda_tree <gpu,cpu> - CUDA backend: tree and interaction lists built on the GPU (default) or on the CPU and uploaded
@@ -613,6 +745,7 @@ PETSC_EXTERN PetscErrorCode MatCreate_FMM(Mat A)
   fmm->par.method        = MATFMM_METHOD_FMM;
   fmm->device            = MATFMM_DEVICE_AUTO;
   fmm->par.repetition_mb = 256.0;
+  fmm->distribution      = MATFMM_DISTRIBUTION_AUTO;
   fmm->scale             = 1.0;
   fmm->shift             = 0.0;
   for (PetscInt b = 0; b < FMM_NBACKENDS; b++)

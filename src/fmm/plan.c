@@ -17,16 +17,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-typedef struct {
-  PetscReal x, y;
-  PetscInt  i;
-} FMMPoint;
-
-static inline PetscBool KeyLess(const FMMPoint *a, const FMMPoint *b, int dir)
-{
-  PetscReal ca = dir ? a->y : a->x, cb = dir ? b->y : b->x;
-  return (ca < cb || (ca == cb && a->i < b->i)) ? PETSC_TRUE : PETSC_FALSE;
-}
+#define KeyLess FMMKeyLess
 
 static inline void Swap(FMMPoint *a, FMMPoint *b)
 {
@@ -51,7 +42,7 @@ static int CmpY(const void *a, const void *b)
    pseudo-random entries (fixed seed, so runs repeat): points split by the
    parent box arrive in patterns that make median-of-first/middle/last
    quadratic.  After 2 log2(n) rounds the rest is sorted (introselect). */
-static void Select(FMMPoint *pt, PetscInt n, PetscInt k, int dir)
+void FMMSelect(FMMPoint *pt, PetscInt n, PetscInt k, int dir)
 {
   PetscInt lo = 0, hi = n - 1, rounds = 0, maxrounds = 8;
   uint64_t r = 0x9E3779B97F4A7C15ull ^ (uint64_t)n;
@@ -128,16 +119,16 @@ static PetscInt Split(FMMPoint *pt, PetscInt n, PetscBool median, PetscReal *wor
   if (n < 2) return h;
   if (median) {
     FMMBox b = BoxOf(pt, n);
-    Select(pt, n, h, (b.y1 - b.y0 > b.x1 - b.x0) ? 1 : 0);
+    FMMSelect(pt, n, h, (b.y1 - b.y0 > b.x1 - b.x0) ? 1 : 0);
     return h;
   }
   for (int d = 0; d < 2; d++) {
     FMMBox l, r;
     if (w) {
-      Select(pt, n, h - w, d);
-      Select(pt + h - w, n - h + w, 2 * w, d);
+      FMMSelect(pt, n, h - w, d);
+      FMMSelect(pt + h - w, n - h + w, 2 * w, d);
       qsort(pt + h - w, (size_t)(2 * w), sizeof(FMMPoint), d ? CmpY : CmpX);
-    } else Select(pt, n, h, d);
+    } else FMMSelect(pt, n, h, d);
     /* work[j]: half-perimeter of the first child of cut k = h - w + j, then the cut's cost */
     l = BoxOf(pt, h - w);
     for (PetscInt j = 0; j <= 2 * w; j++) {
@@ -158,8 +149,44 @@ static PetscInt Split(FMMPoint *pt, PetscInt n, PetscBool median, PetscReal *wor
       }
   }
   /* the points are now in the y arrangement, which serves any cut in y */
-  if (bestd == 0) Select(pt, n, bestk, 0);
+  if (bestd == 0) FMMSelect(pt, n, bestk, 0);
   return bestk;
+}
+
+/* Splits each of the nb boxes of pt (point ranges off[0..nb]) into four,
+   levels times: *noff (allocated, nb 4^levels + 1 entries) gets the ranges of
+   the boxes of the last level, in tree order (children 4b..4b+3 of box b) */
+PetscErrorCode FMMTreeSplit(FMMPoint *pt, PetscInt nb, const PetscInt off0[], PetscInt levels, PetscBool median, PetscInt **noffp)
+{
+  PetscInt  *off, *noff;
+  PetscReal *work;
+
+  PetscFunctionBegin;
+  PetscCall(PetscMalloc1(nb + 1, &off));
+  PetscCall(PetscArraycpy(off, off0, nb + 1));
+  PetscCall(PetscMalloc1(off[nb] - off[0] + 1, &work)); /* a box's splits use work[] at its own points */
+  work -= off[0];
+  for (PetscInt l = 0; l < levels; l++, nb *= 4) {
+    PetscCall(PetscMalloc1(4 * nb + 1, &noff));
+#pragma omp parallel for schedule(dynamic, 1) if (nb > 8)
+    for (PetscInt b = 0; b < nb; b++) {
+      PetscInt u0 = off[b], n = off[b + 1] - u0, h, h0, h1;
+      h               = Split(pt + u0, n, median, work + u0);
+      h0              = Split(pt + u0, h, median, work + u0);
+      h1              = Split(pt + u0 + h, n - h, median, work + u0 + h);
+      noff[4 * b]     = u0;
+      noff[4 * b + 1] = u0 + h0;
+      noff[4 * b + 2] = u0 + h;
+      noff[4 * b + 3] = u0 + h + h1;
+    }
+    noff[4 * nb] = off[nb];
+    PetscCall(PetscFree(off));
+    off = noff;
+  }
+  work += off[0];
+  PetscCall(PetscFree(work));
+  *noffp = off;
+  PetscFunctionReturn(0);
 }
 
 /*
@@ -197,16 +224,7 @@ PetscErrorCode FMMRepetitionBudget(const FMMContext *ctx, PetscReal need)
   PetscFunctionReturn(0);
 }
 
-/* strong/far list construction for the children of one level.  The radii are
-   the expansion scales (the box radii, floored for boxes of coincident points):
-   with the bare radii, two one-point boxes at the same place (a target on a
-   source, split apart by the median) pass R + theta r <= theta d with d = 0,
-   and their M2L divides by zero */
-static inline PetscBool Separated(PetscReal rt, PetscReal rs, PetscReal d, PetscReal theta)
-{
-  PetscReal R = PetscMax(rt, rs), r = PetscMin(rt, rs);
-  return (R + theta * r <= theta * d) ? PETSC_TRUE : PETSC_FALSE;
-}
+#define Separated FMMSeparated /* the theta-criterion (fmmimpl.h) */
 
 PetscErrorCode FMMPlanBuild(FMMContext *ctx)
 {
@@ -217,9 +235,9 @@ PetscErrorCode FMMPlanBuild(FMMContext *ctx)
   PetscInt         N = ctx->N, Mg = ctx->Mg, U = N + Mg, M = P->M, L = 0, nleaves, nboxes;
   PetscInt         t0 = ctx->t0, t1 = t0 + M; /* this rank's targets: global indices [t0, t1) of the sources (same) or of the targets */
   FMMPoint        *pt;                        /* all points: sources i < N, targets N + global index */
-  PetscInt        *off, *noff, *scnt, *tcnt;
+  PetscInt        *off, *scnt, *tcnt;
   const PetscReal *gtgt = ctx->tgt;
-  PetscReal       *bb, *rad, *work; /* all targets (gathered at assembly); box bounding boxes (xmin,ymin,-xmax,-ymax), radii */
+  PetscReal       *bb, *rad; /* all targets (gathered at assembly); box bounding boxes (xmin,ymin,-xmax,-ymax), radii */
   PetscInt        *stroff, *str, *far, nfar;
 
   PetscFunctionBegin;
@@ -240,33 +258,14 @@ PetscErrorCode FMMPlanBuild(FMMContext *ctx)
     pt[i].x            = z[0];
     pt[i].y            = z[1];
     pt[i].i            = i;
+    pt[i].j            = i;
   }
 
-  /* sorting: split every box of level l into four; off[] holds the point
-     ranges of the boxes of the current level */
-  PetscCall(PetscMalloc1(2, &off));
-  PetscCall(PetscMalloc1(U + 1, &work)); /* a box's splits use work[] at its own points */
-  off[0] = 0;
-  off[1] = U;
-  for (PetscInt l = 0; l < L; l++) {
-    PetscInt nb = (PetscInt)1 << (2 * l);
-    PetscCall(PetscMalloc1(4 * nb + 1, &noff));
-#pragma omp parallel for schedule(dynamic, 1) if (nb > 8)
-    for (PetscInt b = 0; b < nb; b++) {
-      PetscInt u0 = off[b], n = off[b + 1] - u0, h, h0, h1;
-      h               = Split(pt + u0, n, par->split_median, work + u0);
-      h0              = Split(pt + u0, h, par->split_median, work + u0);
-      h1              = Split(pt + u0 + h, n - h, par->split_median, work + u0 + h);
-      noff[4 * b]     = u0;
-      noff[4 * b + 1] = u0 + h0;
-      noff[4 * b + 2] = u0 + h;
-      noff[4 * b + 3] = u0 + h + h1;
-    }
-    noff[4 * nb] = U;
-    PetscCall(PetscFree(off));
-    off = noff;
+  /* sorting: every box split into four, L times */
+  {
+    PetscInt root[2] = {0, U};
+    PetscCall(FMMTreeSplit(pt, 1, root, L, par->split_median, &off));
   }
-  PetscCall(PetscFree(work));
 
   /* sources and this rank's targets of each leaf, in tree order */
   PetscCall(PetscCalloc2(nleaves + 1, &scnt, nleaves + 1, &tcnt));

@@ -1,0 +1,930 @@
+/*
+  MATFMM across ranks: the distributed tree and each rank's locally essential
+  tree (docs/distributed-fmm.md).
+
+  The tree is the pyramid of plan.c, built by all ranks together.  Its top
+  l0 levels are cut by parallel selection: every cut at the median along the
+  longer side of the box (as -mat_fmm_tree_split median) on the key
+  (coordinate, global index), so the cuts are those one rank makes.  Rank r
+  owns a contiguous run of the boxes of level l0 (4^l0 >= P of them, about
+  U/P points each), receives their points through a PetscSF from the
+  caller's layout, and builds the levels below with plan.c's split rule.
+
+  Each rank then builds the interaction lists of its own boxes level by
+  level, as plan.c does, fetching the geometry of the remote boxes its lists
+  reach (one PetscSF a level), and from those lists the two exchanges of
+  every product: the multipole expansions of the remote boxes in its far
+  lists and the sources of the remote leaves in its near lists.  The boxes
+  of levels 0..l0 are on every rank: the multipoles of level l0 are summed
+  over ranks (MPI_Allreduce), those above by M2M on every rank, and the
+  local expansions above level l0 are computed on every rank.  The CPU
+  evaluation is in src/fmm/cpu/dist.c.
+*/
+#include "fmmimpl.h"
+#include "expansions.h"
+
+/* rank r owns the boxes [FirstBox(r), FirstBox(r + 1)) of level l0 (n0 = 4^l0) */
+static inline PetscInt FirstBox(PetscMPIInt r, PetscMPIInt size, PetscInt n0)
+{
+  return (PetscInt)(((PetscInt64)r * n0) / size);
+}
+
+static inline PetscMPIInt OwnerOf(PetscInt B, PetscMPIInt size, PetscInt n0)
+{
+  PetscMPIInt r = (PetscMPIInt)(((PetscInt64)B * size) / n0);
+  while (r + 1 < size && FirstBox(r + 1, size, n0) <= B) r++;
+  while (r > 0 && FirstBox(r, size, n0) > B) r--;
+  return r;
+}
+
+/* the index of box s of level l >= l0 among the boxes rank q owns (levels l0, l0+1, .. in turn) */
+static inline PetscInt OwnIndex(PetscInt l, PetscInt s, PetscInt l0, PetscMPIInt q, PetscMPIInt size, PetscInt n0)
+{
+  const PetscInt b0 = FirstBox(q, size, n0), nb0 = FirstBox(q + 1, size, n0) - b0, span = (PetscInt)1 << (2 * (l - l0));
+  return nb0 * ((span - 1) / 3) + (s - b0 * span);
+}
+
+PetscErrorCode FMMDistLevels(PetscInt U, PetscInt ct, PetscMPIInt size, PetscInt *L, PetscInt *l0)
+{
+  PetscFunctionBegin;
+  *L = 0;
+  while (*L < 14 && (PetscInt64)ct * ((PetscInt64)1 << (2 * *L)) < U) (*L)++;
+  *l0 = 0;
+  while (((PetscInt64)1 << (2 * *l0)) < size) (*l0)++;
+  if ((((PetscInt64)1 << (2 * *l0)) % size) != 0) (*l0)++; /* at least 4 boxes a rank where they cannot be shared evenly */
+  PetscFunctionReturn(0);
+}
+
+/* A candidate pivot of the parallel selection: the median key of a rank's
+   active points of a box, and how many they are */
+typedef struct {
+  PetscReal c;
+  PetscInt  i, w;
+} Cand;
+
+static inline PetscBool CandLess(const Cand *a, const Cand *b)
+{
+  return (a->c < b->c || (a->c == b->c && a->i < b->i)) ? PETSC_TRUE : PETSC_FALSE;
+}
+
+/*
+  Cuts each of the nb boxes (local point ranges off[], global counts cnt[])
+  after its k[b] smallest keys along the longer side of its global bounding
+  box: on return the local points of box b are reordered so that those
+  [off[b], sp[b]) are the ones among the k[b] smallest.  Selection by the
+  weighted median of the ranks' local medians: each round discards at least
+  a quarter of the points still in play, and costs one MPI_Allgather and one
+  MPI_Allreduce for all boxes together.
+*/
+static PetscErrorCode ParallelCut(MPI_Comm comm, FMMPoint *pt, PetscInt nb, const PetscInt off[], const PetscInt cnt[], const PetscInt k[], PetscInt sp[])
+{
+  PetscMPIInt size;
+  PetscReal  *bb;
+  PetscInt   *a, *e, *need, *act, *cntl, *m2, rounds = 0;
+  int        *dir;
+  Cand       *mine, *all, *c;
+  PetscBool   busy = PETSC_TRUE;
+
+  PetscFunctionBegin;
+  PetscCallMPI(MPI_Comm_size(comm, &size));
+  PetscCall(PetscMalloc5(4 * nb, &bb, nb, &a, nb, &e, nb, &need, nb, &act));
+  PetscCall(PetscMalloc4(2 * nb, &cntl, nb, &dir, nb, &mine, (size_t)nb * size, &all));
+  PetscCall(PetscMalloc2(size, &c, nb, &m2));
+  for (PetscInt b = 0; b < nb; b++) {
+    PetscReal *q = bb + 4 * b;
+    q[0] = q[1] = q[2] = q[3] = PETSC_MAX_REAL;
+    for (PetscInt u = off[b]; u < off[b + 1]; u++) {
+      q[0] = PetscMin(q[0], pt[u].x);
+      q[1] = PetscMin(q[1], pt[u].y);
+      q[2] = PetscMin(q[2], -pt[u].x);
+      q[3] = PetscMin(q[3], -pt[u].y);
+    }
+  }
+  PetscCall(MPIU_Allreduce(MPI_IN_PLACE, bb, 4 * nb, MPIU_REAL, MPIU_MIN, comm));
+  for (PetscInt b = 0; b < nb; b++) {
+    const PetscReal *q = bb + 4 * b;
+    dir[b]             = (-q[3] - q[1] > -q[2] - q[0]) ? 1 : 0; /* as plan.c's median rule: y where the box is taller */
+    a[b]               = off[b];
+    e[b]               = off[b + 1];
+    need[b]            = k[b];
+    act[b]             = cnt[b];
+  }
+  while (busy) {
+    PetscCheck(++rounds < 400, comm, PETSC_ERR_PLIB, "MATFMM: parallel median selection did not converge");
+    busy = PETSC_FALSE;
+    for (PetscInt b = 0; b < nb; b++) {
+      mine[b] = (Cand){0, 0, 0};
+      if (need[b] == 0 || need[b] == act[b] || e[b] == a[b]) continue;
+      FMMSelect(pt + a[b], e[b] - a[b], (e[b] - a[b]) / 2, dir[b]);
+      {
+        const FMMPoint *m = &pt[a[b] + (e[b] - a[b]) / 2];
+        mine[b]           = (Cand){dir[b] ? m->y : m->x, m->i, e[b] - a[b]};
+      }
+    }
+    PetscCallMPI(MPI_Allgather(mine, (PetscMPIInt)(nb * sizeof(Cand)), MPI_BYTE, all, (PetscMPIInt)(nb * sizeof(Cand)), MPI_BYTE, comm));
+    for (PetscInt b = 0; b < nb; b++) {
+      PetscInt nc = 0, W = 0, cum = 0;
+      Cand     piv;
+      cntl[2 * b] = cntl[2 * b + 1] = 0;
+      if (need[b] == 0 || need[b] == act[b]) continue;
+      for (PetscMPIInt r = 0; r < size; r++)
+        if (all[(size_t)r * nb + b].w > 0) { /* insertion by key */
+          Cand     x = all[(size_t)r * nb + b];
+          PetscInt j = nc++;
+          for (; j > 0 && CandLess(&x, &c[j - 1]); j--) c[j] = c[j - 1];
+          c[j] = x;
+          W += x.w;
+        }
+      piv = c[0];
+      for (PetscInt j = 0; j < nc; j++) { /* weighted median of the medians */
+        cum += c[j].w;
+        if (2 * cum >= W) {
+          piv = c[j];
+          break;
+        }
+      }
+      { /* three-way partition of the active points: < pivot, = pivot, > pivot */
+        PetscInt lo = a[b], mid = a[b], hi = e[b];
+        FMMPoint P = {dir[b] ? 0 : piv.c, dir[b] ? piv.c : 0, piv.i, 0};
+        while (mid < hi) {
+          if (FMMKeyLess(&pt[mid], &P, dir[b])) {
+            FMMPoint t = pt[lo];
+            pt[lo++]   = pt[mid];
+            pt[mid++]  = t;
+          } else if (FMMKeyLess(&P, &pt[mid], dir[b])) {
+            FMMPoint t = pt[--hi];
+            pt[hi]     = pt[mid];
+            pt[mid]    = t;
+          } else mid++;
+        }
+        cntl[2 * b]     = lo - a[b];
+        cntl[2 * b + 1] = mid - lo;
+        sp[b]           = lo;
+        m2[b]           = mid;
+      }
+    }
+    PetscCall(MPIU_Allreduce(MPI_IN_PLACE, cntl, 2 * nb, MPIU_INT, MPI_SUM, comm));
+    for (PetscInt b = 0; b < nb; b++) {
+      PetscInt LT = cntl[2 * b], EQ = cntl[2 * b + 1];
+      if (need[b] == 0 || need[b] == act[b]) continue;
+      if (LT >= need[b]) { /* the pivot and all above it go right */
+        e[b]   = sp[b];
+        act[b] = LT;
+      } else { /* all below it and the pivot go left */
+        a[b] = m2[b];
+        need[b] -= LT + EQ;
+        act[b] -= LT + EQ;
+      }
+      if (need[b] != 0 && need[b] != act[b]) busy = PETSC_TRUE;
+    }
+  }
+  for (PetscInt b = 0; b < nb; b++) sp[b] = need[b] == 0 ? a[b] : e[b];
+  PetscCall(PetscFree5(bb, a, e, need, act));
+  PetscCall(PetscFree4(cntl, dir, mine, all));
+  PetscCall(PetscFree2(c, m2));
+  PetscFunctionReturn(0);
+}
+
+/* the top l0 levels: on return off[0..4^l0] are the local ranges of the
+   boxes of level l0 and cnt[] their global counts */
+static PetscErrorCode TopLevels(MPI_Comm comm, FMMPoint *pt, PetscInt u, PetscInt U, PetscInt l0, PetscInt **offp, PetscInt **cntp)
+{
+  PetscInt *off, *cnt;
+
+  PetscFunctionBegin;
+  PetscCall(PetscMalloc2(2, &off, 1, &cnt));
+  off[0] = 0;
+  off[1] = u;
+  cnt[0] = U;
+  for (PetscInt l = 0; l < l0; l++) {
+    const PetscInt nb = (PetscInt)1 << (2 * l);
+    PetscInt      *k1, *sp1, *off2, *cnt2, *k2, *sp2, *noff, *ncnt;
+    PetscCall(PetscMalloc6(nb, &k1, nb, &sp1, 2 * nb + 1, &off2, 2 * nb, &cnt2, 2 * nb, &k2, 2 * nb, &sp2));
+    for (PetscInt b = 0; b < nb; b++) k1[b] = cnt[b] / 2;
+    PetscCall(ParallelCut(comm, pt, nb, off, cnt, k1, sp1));
+    for (PetscInt b = 0; b < nb; b++) {
+      off2[2 * b]     = off[b];
+      off2[2 * b + 1] = sp1[b];
+      cnt2[2 * b]     = k1[b];
+      cnt2[2 * b + 1] = cnt[b] - k1[b];
+    }
+    off2[2 * nb] = off[nb];
+    for (PetscInt h = 0; h < 2 * nb; h++) k2[h] = cnt2[h] / 2;
+    PetscCall(ParallelCut(comm, pt, 2 * nb, off2, cnt2, k2, sp2));
+    PetscCall(PetscMalloc2(4 * nb + 1, &noff, 4 * nb, &ncnt));
+    for (PetscInt b = 0; b < nb; b++) {
+      noff[4 * b]     = off[b];
+      noff[4 * b + 1] = sp2[2 * b];
+      noff[4 * b + 2] = sp1[b];
+      noff[4 * b + 3] = sp2[2 * b + 1];
+      ncnt[4 * b]     = k2[2 * b];
+      ncnt[4 * b + 1] = cnt2[2 * b] - k2[2 * b];
+      ncnt[4 * b + 2] = k2[2 * b + 1];
+      ncnt[4 * b + 3] = cnt2[2 * b + 1] - k2[2 * b + 1];
+    }
+    noff[4 * nb] = u;
+    PetscCall(PetscFree6(k1, sp1, off2, cnt2, k2, sp2));
+    PetscCall(PetscFree2(off, cnt));
+    off = noff;
+    cnt = ncnt;
+  }
+  *offp = off;
+  *cntp = cnt;
+  PetscFunctionReturn(0);
+}
+
+/* an MPI type of n reals, for the SFs */
+static PetscErrorCode RealsType(PetscInt n, MPI_Datatype *t)
+{
+  PetscFunctionBegin;
+  PetscCallMPI(MPI_Type_contiguous((PetscMPIInt)n, MPIU_REAL, t));
+  PetscCallMPI(MPI_Type_commit(t));
+  PetscFunctionReturn(0);
+}
+
+static PetscErrorCode MakeSF(MPI_Comm comm, PetscInt nroots, PetscInt nleaves, PetscSFNode *remote, PetscSF *sf)
+{
+  PetscFunctionBegin;
+  PetscCall(PetscSFCreate(comm, sf));
+  PetscCall(PetscSFSetGraph(*sf, nroots, nleaves, NULL, PETSC_OWN_POINTER, remote, PETSC_OWN_POINTER));
+  PetscCall(PetscSFSetUp(*sf));
+  PetscFunctionReturn(0);
+}
+
+/* fetch nr reals a box of the remote boxes ids[0..n) of level l from their owners' table T (OwnIndex order) */
+static PetscErrorCode FetchBoxes(MPI_Comm comm, PetscInt l, PetscInt l0, PetscInt n0, PetscInt nown, const PetscReal *T, PetscInt nr, PetscInt n, const PetscInt ids[], PetscReal *out)
+{
+  PetscMPIInt  size;
+  PetscSFNode *rem;
+  PetscSF      sf;
+  MPI_Datatype t;
+
+  PetscFunctionBegin;
+  PetscCallMPI(MPI_Comm_size(comm, &size));
+  PetscCall(PetscMalloc1(n, &rem));
+  for (PetscInt j = 0; j < n; j++) {
+    const PetscMPIInt q = OwnerOf(ids[j] >> (2 * (l - l0)), size, n0);
+    rem[j].rank         = q;
+    rem[j].index        = OwnIndex(l, ids[j], l0, q, size, n0);
+  }
+  PetscCall(MakeSF(comm, nown, n, rem, &sf));
+  PetscCall(RealsType(nr, &t));
+  PetscCall(PetscSFBcastBegin(sf, t, T, out, MPI_REPLACE));
+  PetscCall(PetscSFBcastEnd(sf, t, T, out, MPI_REPLACE));
+  PetscCallMPI(MPI_Type_free(&t));
+  PetscCall(PetscSFDestroy(&sf));
+  PetscFunctionReturn(0);
+}
+
+/* a growing array of PetscInt */
+typedef struct {
+  PetscInt *v, n, cap;
+} IntList;
+
+static inline PetscErrorCode IntListPush(IntList *a, PetscInt x)
+{
+  PetscFunctionBegin;
+  if (a->n == a->cap) {
+    a->cap = PetscMax(16, 2 * a->cap);
+    PetscCall(PetscRealloc(sizeof(PetscInt) * a->cap, &a->v));
+  }
+  a->v[a->n++] = x;
+  PetscFunctionReturn(0);
+}
+
+/* sorted, without repeats */
+static PetscErrorCode SortUnique(PetscInt *n, PetscInt v[])
+{
+  PetscFunctionBegin;
+  PetscCall(PetscSortRemoveDupsInt(n, v));
+  PetscFunctionReturn(0);
+}
+
+#define NGEO 5 /* reals of a box in the fetch table: centre x, y, scale, sources, first source (tree order) */
+
+PetscErrorCode FMMDistDestroy(FMMDist **dp)
+{
+  FMMDist *D = *dp;
+
+  PetscFunctionBegin;
+  if (!D) PetscFunctionReturn(0);
+  PetscCall(PetscFree3(D->cx, D->cy, D->scale));
+  PetscCall(PetscFree2(D->nsb, D->ntb));
+  PetscCall(PetscFree2(D->faroff, D->far));
+  PetscCall(PetscFree5(D->sx, D->sy, D->cq, D->cdx, D->cdy));
+  PetscCall(PetscFree(D->sleaf));
+  PetscCall(PetscFree(D->nearoff));
+  PetscCall(PetscFree(D->near));
+  PetscCall(PetscFree(D->tleaf));
+  if (!D->same) PetscCall(PetscFree2(D->tx, D->ty));
+  PetscCall(PetscFree(D->sperm));
+  if (!D->same) PetscCall(PetscFree(D->tperm));
+  PetscCall(PetscSFDestroy(&D->sfsrc));
+  if (D->sftgt) PetscCall(PetscSFDestroy(&D->sftgt));
+  PetscCall(PetscSFDestroy(&D->sfhalo));
+  PetscCall(PetscSFDestroy(&D->sfmp));
+  PetscCall(FMMDistResetCPU(D));
+  PetscCall(PetscFree(*dp));
+  PetscFunctionReturn(0);
+}
+
+/*
+  FMMDistBuild - the distributed tree of the matrix's points (in host
+  memory, in the caller's layout) and this rank's lists and exchanges.
+  Collective.
+*/
+PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
+{
+  Mat_FMM         *fmm  = (Mat_FMM *)A->data;
+  const FMMParams *par  = &fmm->par;
+  MPI_Comm         comm = PetscObjectComm((PetscObject)A);
+  const PetscBool  same = fmm->tgt.m < 0 ? PETSC_TRUE : PETSC_FALSE;
+  const PetscInt   N = A->cmap->N, Mg = same ? 0 : A->rmap->N, U = N + Mg, s0 = A->cmap->rstart, t0 = A->rmap->rstart;
+  const PetscInt   ns = fmm->src.n, mt = same ? 0 : fmm->tgt.m, u = ns + mt;
+  PetscMPIInt      rank, size;
+  FMMDist         *D;
+  FMMPoint        *pt, *lp;
+  PetscInt         L, l0, n0, B0, B1, nb0, *off, *cnt, *cs, *ctg, *es, *et, nr, mr, nob, ntop, nl, *loff;
+  PetscInt        *sperm, *tperm;
+  PetscReal       *rxy, *rnrm = NULL, *rw = NULL, *txy = NULL, *bb, *T, *top;
+  PetscInt        *rgi, *tgi = NULL;
+  PetscBool        anynrm, anywts;
+
+  PetscFunctionBegin;
+  PetscCallMPI(MPI_Comm_rank(comm, &rank));
+  PetscCallMPI(MPI_Comm_size(comm, &size));
+  PetscCall(FMMDistLevels(U, par->ct, size, &L, &l0));
+  PetscCheck(l0 <= L, comm, PETSC_ERR_PLIB, "MATFMM: too few points for the distributed tree");
+  PetscCall(PetscNew(&D));
+  *dp   = D;
+  n0    = (PetscInt)1 << (2 * l0);
+  B0    = FirstBox(rank, size, n0);
+  B1    = FirstBox(rank + 1, size, n0);
+  nb0   = B1 - B0;
+  ntop  = FMMLevelStart(l0 + 1);
+  D->L  = L;
+  D->l0 = l0;
+  D->B0 = B0;
+  D->B1 = B1;
+  D->same = same;
+  D->ntop = ntop;
+  {
+    PetscMPIInt has[2] = {fmm->src.hasnrm ? 1 : 0, fmm->src.haswts ? 1 : 0};
+    PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, has, 2, MPI_INT, MPI_LOR, comm));
+    anynrm = (has[0] && par->alpha != 0.0) ? PETSC_TRUE : PETSC_FALSE;
+    anywts = has[1] ? PETSC_TRUE : PETSC_FALSE;
+  }
+
+  /* 1. the top levels, cut in parallel */
+  PetscCall(PetscLogEventBegin(MATFMM_Partition, A, 0, 0, 0));
+  PetscCall(PetscMalloc1(u, &pt));
+  for (PetscInt k = 0; k < ns; k++) pt[k] = (FMMPoint){fmm->src.block[2 * k], fmm->src.block[2 * k + 1], s0 + k, k};
+  for (PetscInt k = 0; k < mt; k++) pt[ns + k] = (FMMPoint){fmm->tgt.xy[2 * k], fmm->tgt.xy[2 * k + 1], N + t0 + k, ns + k};
+  PetscCall(TopLevels(comm, pt, u, U, l0, &off, &cnt));
+
+  /* 2. the points to the owners of their boxes: sources and targets each in
+     box order, then by rank (an SF from the caller's layout, leaves) to the
+     owner's (roots) */
+  PetscCall(PetscCalloc4(n0, &cs, n0, &ctg, n0, &es, n0, &et));
+  for (PetscInt B = 0; B < n0; B++)
+    for (PetscInt k = off[B]; k < off[B + 1]; k++) {
+      if (pt[k].i < N) cs[B]++;
+      else ctg[B]++;
+    }
+  PetscCallMPI(MPI_Exscan(cs, es, (PetscMPIInt)n0, MPIU_INT, MPI_SUM, comm));
+  PetscCallMPI(MPI_Exscan(ctg, et, (PetscMPIInt)n0, MPIU_INT, MPI_SUM, comm));
+  if (rank == 0) {
+    PetscCall(PetscArrayzero(es, n0));
+    PetscCall(PetscArrayzero(et, n0));
+  }
+  PetscCall(MPIU_Allreduce(MPI_IN_PLACE, cs, n0, MPIU_INT, MPI_SUM, comm));
+  PetscCall(MPIU_Allreduce(MPI_IN_PLACE, ctg, n0, MPIU_INT, MPI_SUM, comm));
+  {
+    PetscSFNode *rs, *rt = NULL;
+    PetscInt    *sst, *tst; /* each box's first slot on its owner */
+    PetscCall(PetscMalloc2(n0, &sst, n0, &tst));
+    for (PetscInt B = 0; B < n0; B++) {
+      const PetscMPIInt q = OwnerOf(B, size, n0);
+      sst[B]              = (B == FirstBox(q, size, n0)) ? 0 : sst[B - 1] + cs[B - 1];
+      tst[B]              = (B == FirstBox(q, size, n0)) ? 0 : tst[B - 1] + ctg[B - 1];
+    }
+    nr = mr = 0;
+    for (PetscInt B = B0; B < B1; B++) {
+      nr += cs[B];
+      mr += ctg[B];
+    }
+    PetscCall(PetscMalloc1(ns, &rs));
+    if (!same) PetscCall(PetscMalloc1(mt, &rt));
+    for (PetscInt B = 0; B < n0; B++) {
+      const PetscMPIInt q  = OwnerOf(B, size, n0);
+      PetscInt          is = sst[B] + es[B], it = tst[B] + et[B];
+      for (PetscInt k = off[B]; k < off[B + 1]; k++) {
+        if (pt[k].i < N) rs[pt[k].j] = (PetscSFNode){q, is++};
+        else rt[pt[k].j - ns] = (PetscSFNode){q, it++};
+      }
+    }
+    PetscCall(PetscFree2(sst, tst));
+    PetscCall(MakeSF(comm, nr, ns, rs, &D->sfsrc));
+    if (!same) PetscCall(MakeSF(comm, mr, mt, rt, &D->sftgt));
+  }
+  PetscCall(PetscFree(pt));
+  PetscCall(PetscFree2(off, cnt));
+  D->n = nr;
+  D->m = same ? nr : mr;
+  { /* the points, normals, weights and key indices to their owners */
+    MPI_Datatype two;
+    PetscInt    *gi;
+    PetscReal   *ones = NULL;
+    PetscCall(RealsType(2, &two));
+    PetscCall(PetscMalloc2(2 * nr, &rxy, nr, &rgi));
+    PetscCall(PetscMalloc1(PetscMax(ns, mt), &gi));
+    for (PetscInt k = 0; k < ns; k++) gi[k] = s0 + k;
+    PetscCall(PetscSFReduceBegin(D->sfsrc, two, fmm->src.block, rxy, MPI_REPLACE));
+    PetscCall(PetscSFReduceEnd(D->sfsrc, two, fmm->src.block, rxy, MPI_REPLACE));
+    PetscCall(PetscSFReduceBegin(D->sfsrc, MPIU_INT, gi, rgi, MPI_REPLACE));
+    PetscCall(PetscSFReduceEnd(D->sfsrc, MPIU_INT, gi, rgi, MPI_REPLACE));
+    if (anynrm) {
+      PetscReal *z = NULL;
+      if (!fmm->src.hasnrm) PetscCall(PetscCalloc1(2 * ns, &z)); /* a rank without normals has no source (checked at assembly) */
+      PetscCall(PetscMalloc1(2 * nr, &rnrm));
+      PetscCall(PetscSFReduceBegin(D->sfsrc, two, z ? z : fmm->src.nrm, rnrm, MPI_REPLACE));
+      PetscCall(PetscSFReduceEnd(D->sfsrc, two, z ? z : fmm->src.nrm, rnrm, MPI_REPLACE));
+      PetscCall(PetscFree(z));
+    }
+    if (anywts) { /* weights given on some ranks only: 1 on the others */
+      if (!fmm->src.haswts) {
+        PetscCall(PetscMalloc1(ns, &ones));
+        for (PetscInt k = 0; k < ns; k++) ones[k] = 1.0;
+      }
+      PetscCall(PetscMalloc1(nr, &rw));
+      PetscCall(PetscSFReduceBegin(D->sfsrc, MPIU_REAL, ones ? ones : fmm->src.wts, rw, MPI_REPLACE));
+      PetscCall(PetscSFReduceEnd(D->sfsrc, MPIU_REAL, ones ? ones : fmm->src.wts, rw, MPI_REPLACE));
+      PetscCall(PetscFree(ones));
+    }
+    if (!same) {
+      for (PetscInt k = 0; k < mt; k++) gi[k] = N + t0 + k;
+      PetscCall(PetscMalloc2(2 * mr, &txy, mr, &tgi));
+      PetscCall(PetscSFReduceBegin(D->sftgt, two, fmm->tgt.xy, txy, MPI_REPLACE));
+      PetscCall(PetscSFReduceEnd(D->sftgt, two, fmm->tgt.xy, txy, MPI_REPLACE));
+      PetscCall(PetscSFReduceBegin(D->sftgt, MPIU_INT, gi, tgi, MPI_REPLACE));
+      PetscCall(PetscSFReduceEnd(D->sftgt, MPIU_INT, gi, tgi, MPI_REPLACE));
+    }
+    PetscCall(PetscFree(gi));
+    PetscCallMPI(MPI_Type_free(&two));
+  }
+
+  PetscCall(PetscLogEventEnd(MATFMM_Partition, A, 0, 0, 0));
+
+  /* 3. this rank's subtrees: its boxes of level l0 split down to the leaves */
+  {
+    PetscInt *off0, is = 0, it = 0, k = 0;
+    PetscCall(PetscMalloc1(nr + (same ? 0 : mr), &lp));
+    PetscCall(PetscMalloc1(nb0 + 1, &off0));
+    for (PetscInt B = B0; B < B1; B++) {
+      off0[B - B0] = k;
+      for (PetscInt j = 0; j < cs[B]; j++, is++, k++) lp[k] = (FMMPoint){rxy[2 * is], rxy[2 * is + 1], rgi[is], is};
+      if (!same)
+        for (PetscInt j = 0; j < ctg[B]; j++, it++, k++) lp[k] = (FMMPoint){txy[2 * it], txy[2 * it + 1], tgi[it], nr + it};
+    }
+    off0[nb0] = k;
+    PetscCall(FMMTreeSplit(lp, nb0, off0, L - l0, par->split_median, &loff));
+    PetscCall(PetscFree(off0));
+  }
+  nl     = nb0 << (2 * (L - l0));
+  D->nl  = nl;
+  nob    = nb0 * ((((PetscInt)1 << (2 * (L - l0 + 1))) - 1) / 3); /* this rank's boxes of levels l0..L */
+  D->nown = ntop + nob - nb0;
+  /* sources and targets of the leaves, in tree order */
+  {
+    PetscInt *scnt, *tcnt;
+    PetscCall(PetscCalloc2(nl + 1, &scnt, nl + 1, &tcnt));
+    for (PetscInt b = 0; b < nl; b++)
+      for (PetscInt k = loff[b]; k < loff[b + 1]; k++) {
+        if (lp[k].j < nr) scnt[b + 1]++;
+        else tcnt[b + 1]++;
+      }
+    for (PetscInt b = 0; b < nl; b++) {
+      scnt[b + 1] += scnt[b];
+      tcnt[b + 1] += tcnt[b];
+    }
+    /* the halo's sources are appended later: room for them then */
+    PetscCall(PetscMalloc1(nr, &sperm));
+    PetscCall(PetscMalloc5(nr, &D->sx, nr, &D->sy, nr, &D->cq, nr, &D->cdx, nr, &D->cdy));
+    PetscCall(PetscMalloc1(nl + 1, &D->tleaf));
+    if (same) {
+      tperm = sperm;
+      PetscCall(PetscArraycpy(D->tleaf, scnt, nl + 1));
+    } else {
+      PetscCall(PetscMalloc1(mr, &tperm));
+      PetscCall(PetscMalloc2(mr, &D->tx, mr, &D->ty));
+      PetscCall(PetscArraycpy(D->tleaf, tcnt, nl + 1));
+    }
+    for (PetscInt b = 0; b < nl; b++) {
+      PetscInt s = scnt[b], t = tcnt[b];
+      for (PetscInt k = loff[b]; k < loff[b + 1]; k++) {
+        const PetscInt j = lp[k].j;
+        if (j < nr) {
+          PetscReal cdn;
+          sperm[s] = j;
+          D->sx[s] = lp[k].x;
+          D->sy[s] = lp[k].y;
+          FMMSourceCoefficients(par->alpha, par->beta, rw ? rw[j] : 1.0, rnrm ? &rnrm[2 * j] : NULL, &D->cq[s], &D->cdx[s], &D->cdy[s], &cdn);
+          s++;
+        } else {
+          tperm[t] = j - nr;
+          D->tx[t] = lp[k].x;
+          D->ty[t] = lp[k].y;
+          t++;
+        }
+      }
+    }
+    if (same) {
+      D->tx = D->sx;
+      D->ty = D->sy;
+    }
+    PetscCall(PetscMalloc1(nl + 1, &D->sleaf)); /* own leaves; the halo's added below */
+    PetscCall(PetscArraycpy(D->sleaf, scnt, nl + 1));
+    PetscCall(PetscFree2(scnt, tcnt));
+  }
+  D->sperm = sperm;
+  D->tperm = tperm;
+  PetscCall(PetscFree2(rxy, rgi));
+  PetscCall(PetscFree(rnrm));
+  PetscCall(PetscFree(rw));
+  if (!same) PetscCall(PetscFree2(txy, tgi));
+
+  /* 4. box geometry: bounding boxes of this rank's boxes (OwnIndex order),
+     then level l0 of all ranks and the top, on every rank */
+  PetscCall(PetscMalloc1(4 * nob, &bb));
+  PetscCall(PetscMalloc1(4 * ntop, &top));
+  {
+    const PetscInt lb = nob - nl; /* own index of the first leaf */
+    for (PetscInt b = 0; b < nl; b++) {
+      PetscReal *q = bb + 4 * (lb + b);
+      q[0] = q[1] = q[2] = q[3] = PETSC_MAX_REAL;
+      for (PetscInt k = loff[b]; k < loff[b + 1]; k++) {
+        q[0] = PetscMin(q[0], lp[k].x);
+        q[1] = PetscMin(q[1], lp[k].y);
+        q[2] = PetscMin(q[2], -lp[k].x);
+        q[3] = PetscMin(q[3], -lp[k].y);
+      }
+    }
+    for (PetscInt l = L - 1; l >= l0; l--) {
+      const PetscInt nbl = nb0 << (2 * (l - l0)), o = nb0 * ((((PetscInt)1 << (2 * (l - l0))) - 1) / 3), oc = o + nbl;
+      for (PetscInt b = 0; b < nbl; b++)
+        for (int j = 0; j < 4; j++) bb[4 * (o + b) + j] = PetscMin(PetscMin(bb[4 * (oc + 4 * b) + j], bb[4 * (oc + 4 * b + 1) + j]), PetscMin(bb[4 * (oc + 4 * b + 2) + j], bb[4 * (oc + 4 * b + 3) + j]));
+    }
+    for (PetscInt k = 0; k < 4 * ntop; k++) top[k] = PETSC_MAX_REAL;
+    for (PetscInt b = 0; b < nb0; b++)
+      for (int j = 0; j < 4; j++) top[4 * (FMMLevelStart(l0) + B0 + b) + j] = bb[4 * b + j];
+    PetscCall(MPIU_Allreduce(MPI_IN_PLACE, top + 4 * FMMLevelStart(l0), 4 * n0, MPIU_REAL, MPIU_MIN, comm));
+    for (PetscInt l = l0 - 1; l >= 0; l--) {
+      PetscReal *pb = top + 4 * FMMLevelStart(l), *cb = top + 4 * FMMLevelStart(l + 1);
+      for (PetscInt b = 0; b < ((PetscInt)1 << (2 * l)); b++)
+        for (int j = 0; j < 4; j++) pb[4 * b + j] = PetscMin(PetscMin(cb[16 * b + j], cb[16 * b + 4 + j]), PetscMin(cb[16 * b + 8 + j], cb[16 * b + 12 + j]));
+    }
+  }
+  PetscCall(PetscFree(lp));
+  PetscCall(PetscFree(loff));
+  /* centres and scales of the slots: top (global numbers), then own boxes below l0; halo boxes appended later */
+  {
+    PetscReal  floor_s = 0.0;
+    PetscReal *cx, *cy, *sc;
+    if (top[0] < PETSC_MAX_REAL) floor_s = 0.5 * PetscSqrtReal(PetscSqr(top[0] + top[2]) + PetscSqr(top[1] + top[3])) * FMM_SCALE_FLOOR;
+    if (floor_s == 0.0) floor_s = 1.0;
+    PetscCall(PetscMalloc3(D->nown, &cx, D->nown, &cy, D->nown, &sc));
+    for (PetscInt s = 0; s < D->nown; s++) {
+      const PetscReal *q = s < ntop ? top + 4 * s : bb + 4 * (s - ntop + nb0);
+      PetscReal        rad;
+      if (q[0] == PETSC_MAX_REAL) {
+        cx[s] = cy[s] = 0.0;
+        rad           = 0.0;
+      } else {
+        cx[s] = 0.5 * (q[0] - q[2]);
+        cy[s] = 0.5 * (q[1] - q[3]);
+        rad   = 0.5 * PetscSqrtReal(PetscSqr(q[0] + q[2]) + PetscSqr(q[1] + q[3]));
+      }
+      sc[s] = PetscMax(rad, floor_s);
+    }
+    D->cx    = cx;
+    D->cy    = cy;
+    D->scale = sc;
+  }
+  PetscCall(PetscFree(bb));
+  PetscCall(PetscFree(top));
+
+  /* counts of sources and targets of every box this rank sees: the top
+     (global, from the counts of level l0) and its own (own index order) */
+  {
+    PetscInt *tsrc, *ttgt, *osrc, *otgt, *osst;
+    PetscCall(PetscCalloc2(ntop, &tsrc, ntop, &ttgt));
+    PetscCall(PetscMalloc3(nob, &osrc, nob, &otgt, nob, &osst));
+    for (PetscInt B = 0; B < n0; B++) {
+      tsrc[FMMLevelStart(l0) + B] = cs[B];
+      ttgt[FMMLevelStart(l0) + B] = same ? cs[B] : ctg[B];
+    }
+    for (PetscInt l = l0 - 1; l >= 0; l--)
+      for (PetscInt b = 0; b < ((PetscInt)1 << (2 * l)); b++)
+        for (int c = 0; c < 4; c++) {
+          tsrc[FMMLevelStart(l) + b] += tsrc[FMMLevelStart(l + 1) + 4 * b + c];
+          ttgt[FMMLevelStart(l) + b] += ttgt[FMMLevelStart(l + 1) + 4 * b + c];
+        }
+    for (PetscInt l = l0; l <= L; l++) {
+      const PetscInt nbl = nb0 << (2 * (l - l0)), o = nb0 * ((((PetscInt)1 << (2 * (l - l0))) - 1) / 3), span = (PetscInt)1 << (2 * (L - l));
+      for (PetscInt b = 0; b < nbl; b++) {
+        osrc[o + b] = D->sleaf[(b + 1) * span] - D->sleaf[b * span];
+        otgt[o + b] = D->tleaf[(b + 1) * span] - D->tleaf[b * span];
+        osst[o + b] = D->sleaf[b * span];
+      }
+    }
+    PetscCall(PetscFree4(cs, ctg, es, et));
+    PetscCall(PetscMalloc2(D->nown, &D->nsb, D->nown, &D->ntb));
+    for (PetscInt sl = 0; sl < D->nown; sl++) {
+      D->nsb[sl] = sl < ntop ? tsrc[sl] : osrc[sl - ntop + nb0];
+      D->ntb[sl] = sl < ntop ? ttgt[sl] : otgt[sl - ntop + nb0];
+    }
+
+    /* the table the other ranks fetch from: NGEO reals a box of levels l0..L */
+    PetscCall(PetscMalloc1(NGEO * nob, &T));
+    for (PetscInt o = 0; o < nob; o++) {
+      const PetscInt s = o < nb0 ? FMMLevelStart(l0) + B0 + o : ntop + o - nb0;
+      T[NGEO * o]      = D->cx[s];
+      T[NGEO * o + 1]  = D->cy[s];
+      T[NGEO * o + 2]  = D->scale[s];
+      T[NGEO * o + 3]  = (PetscReal)osrc[o];
+      T[NGEO * o + 4]  = (PetscReal)osst[o];
+    }
+
+    /* 5. interaction lists, level by level, as plan.c: children of the
+       parent's strongly coupled boxes are far (M2L) where separated, else
+       strongly coupled; strong pairs of leaves are the near field.  Levels
+       below l0 of this rank's boxes only; remote boxes by their global number
+       (encoded -1 - g) until the halo is numbered */
+    {
+      IntList    farl = {0};
+      PetscInt  *farcnt, *stroff, *str, npar, **rid, *nrid;
+      PetscReal **rgeo;
+      PetscInt   nfarown = 0, nfartop = 0;
+      PetscCall(PetscCalloc1(D->nown, &farcnt));
+      PetscCall(PetscCalloc3(L + 1, &rid, L + 1, &nrid, L + 1, &rgeo));
+      /* the root: strongly coupled to itself where it has sources and targets */
+      PetscCall(PetscMalloc1(2, &stroff));
+      stroff[0] = 0;
+      stroff[1] = 0;
+      str       = NULL;
+      if (tsrc[0] > 0 && ttgt[0] > 0) {
+        PetscCall(PetscMalloc1(1, &str));
+        str[0]    = 0;
+        stroff[1] = 1;
+      }
+      npar = 1;
+      for (PetscInt l = 1; l <= L; l++) {
+        const PetscBool owned = l >= l0 ? PETSC_TRUE : PETSC_FALSE;
+        const PetscInt  nbt = owned ? nb0 << (2 * (l - l0)) : (PetscInt)1 << (2 * l), base = owned ? B0 << (2 * (l - l0)) : 0;
+        const PetscInt  pbase = (l - 1 >= l0) ? B0 << (2 * (l - 1 - l0)) : 0, cl = FMMLevelStart(l);
+        const PetscInt  o = owned ? nb0 * ((((PetscInt)1 << (2 * (l - l0))) - 1) / 3) : 0;
+        PetscInt       *nso;
+        IntList         nstr = {0};
+        /* the geometry of the remote boxes the lists may reach */
+        if (l > l0) {
+          IntList want = {0};
+          for (PetscInt tp = 0; tp < npar; tp++)
+            for (PetscInt j = stroff[tp]; j < stroff[tp + 1]; j++)
+              if (OwnerOf(str[j] >> (2 * (l - 1 - l0)), size, n0) != rank)
+                for (int c = 0; c < 4; c++) PetscCall(IntListPush(&want, 4 * str[j] + c));
+          PetscCall(SortUnique(&want.n, want.v));
+          rid[l]  = want.v;
+          nrid[l] = want.n;
+          PetscCall(PetscMalloc1(NGEO * PetscMax(want.n, 1), &rgeo[l]));
+          PetscCall(FetchBoxes(comm, l, l0, n0, nob, T, NGEO, want.n, want.v, rgeo[l]));
+        }
+        PetscCall(PetscMalloc1(nbt + 1, &nso));
+        nso[0] = 0;
+        for (PetscInt t = 0; t < nbt; t++) {
+          const PetscInt tb = base + t, tslot = owned ? (l == l0 ? cl + tb : ntop + o + t - nb0) : cl + tb;
+          const PetscInt ntg = owned ? otgt[o + t] : ttgt[cl + tb];
+          const PetscInt tp  = tb / 4 - pbase;
+          nso[t + 1]         = nso[t];
+          if (!ntg) continue;
+          for (PetscInt j = stroff[tp]; j < stroff[tp + 1]; j++)
+            for (int c = 0; c < 4; c++) {
+              const PetscInt s = 4 * str[j] + c;
+              PetscReal      sx, sy, ss, d;
+              PetscInt       nsrc, sslot = -1;
+              if (l <= l0) {
+                sslot = cl + s;
+                nsrc  = tsrc[sslot];
+                sx    = D->cx[sslot];
+                sy    = D->cy[sslot];
+                ss    = D->scale[sslot];
+              } else if (OwnerOf(s >> (2 * (l - l0)), size, n0) == rank) {
+                const PetscInt os = OwnIndex(l, s, l0, rank, size, n0);
+                sslot             = ntop + os - nb0;
+                nsrc              = osrc[os];
+                sx                = D->cx[sslot];
+                sy                = D->cy[sslot];
+                ss                = D->scale[sslot];
+              } else {
+                PetscInt         loc;
+                const PetscReal *g;
+                PetscCall(PetscFindInt(s, nrid[l], rid[l], &loc));
+                PetscCheck(loc >= 0, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM: remote box %" PetscInt_FMT " of level %" PetscInt_FMT " not fetched", s, l);
+                g    = rgeo[l] + NGEO * loc;
+                sx   = g[0];
+                sy   = g[1];
+                ss   = g[2];
+                nsrc = (PetscInt)g[3];
+              }
+              if (!nsrc) continue;
+              d = PetscSqrtReal(PetscSqr(D->cx[tslot] - sx) + PetscSqr(D->cy[tslot] - sy));
+              if (FMMSeparated(D->scale[tslot], ss, d, par->theta)) {
+                PetscCall(IntListPush(&farl, sslot >= 0 ? sslot : -1 - (cl + s)));
+                farcnt[tslot]++;
+                if (owned) nfarown++;
+                else nfartop++;
+              } else {
+                PetscCall(IntListPush(&nstr, s));
+                nso[t + 1]++;
+              }
+            }
+        }
+        PetscCall(PetscFree(stroff));
+        PetscCall(PetscFree(str));
+        stroff = nso;
+        str    = nstr.v;
+        npar   = nbt;
+      }
+      /* far lists: CSR over the slots (built in slot order), remote boxes numbered as the halo */
+      {
+        PetscInt *hal = NULL, nhal = 0;
+        for (PetscInt k = 0; k < farl.n; k++)
+          if (farl.v[k] < 0) nhal++;
+        PetscCall(PetscMalloc1(PetscMax(nhal, 1), &hal));
+        nhal = 0;
+        for (PetscInt k = 0; k < farl.n; k++)
+          if (farl.v[k] < 0) hal[nhal++] = -1 - farl.v[k];
+        PetscCall(SortUnique(&nhal, hal));
+        D->nslot = D->nown + nhal;
+        D->nhb   = nhal;
+        PetscCall(PetscMalloc2(D->nown + 1, &D->faroff, PetscMax(farl.n, 1), &D->far));
+        D->faroff[0] = 0;
+        for (PetscInt s = 0; s < D->nown; s++) D->faroff[s + 1] = D->faroff[s] + farcnt[s];
+        for (PetscInt k = 0; k < farl.n; k++) {
+          PetscInt v = farl.v[k];
+          if (v < 0) {
+            PetscCall(PetscFindInt(-1 - v, nhal, hal, &v));
+            v += D->nown;
+          }
+          D->far[k] = v;
+        }
+        D->nfar    = nfarown + (rank == 0 ? nfartop : 0);
+        D->nfartop = nfartop;
+        PetscCall(PetscFree(farl.v));
+        /* the halo boxes' geometry (fetched with their level) and the SF of their multipoles */
+        {
+          PetscReal   *cx, *cy, *sc;
+          PetscSFNode *rem;
+          PetscCall(PetscMalloc3(D->nslot, &cx, D->nslot, &cy, D->nslot, &sc));
+          PetscCall(PetscArraycpy(cx, D->cx, D->nown));
+          PetscCall(PetscArraycpy(cy, D->cy, D->nown));
+          PetscCall(PetscArraycpy(sc, D->scale, D->nown));
+          PetscCall(PetscFree3(D->cx, D->cy, D->scale));
+          PetscCall(PetscMalloc1(nhal, &rem));
+          for (PetscInt h = 0, l = l0 + 1; h < nhal; h++) {
+            PetscInt          loc, s;
+            PetscMPIInt       q;
+            const PetscReal  *g;
+            while (hal[h] >= FMMLevelStart(l + 1)) l++;
+            s = hal[h] - FMMLevelStart(l);
+            PetscCall(PetscFindInt(s, nrid[l], rid[l], &loc));
+            g                 = rgeo[l] + NGEO * loc;
+            cx[D->nown + h]   = g[0];
+            cy[D->nown + h]   = g[1];
+            sc[D->nown + h]   = g[2];
+            q                 = OwnerOf(s >> (2 * (l - l0)), size, n0);
+            rem[h].rank       = q;
+            rem[h].index      = OwnIndex(l, s, l0, q, size, n0) - (FirstBox(q + 1, size, n0) - FirstBox(q, size, n0));
+          }
+          D->cx    = cx;
+          D->cy    = cy;
+          D->scale = sc;
+          PetscCall(MakeSF(comm, nob - nb0, nhal, rem, &D->sfmp));
+        }
+        PetscCall(PetscFree(hal));
+      }
+      /* near lists: the strong lists of the leaves; remote leaves become halo leaves */
+      {
+        PetscInt    *hl, nhl = 0, nent = stroff[nl];
+        PetscReal   *hg;
+        PetscSFNode *rem;
+        PetscInt     nh = 0;
+        const PetscInt lbase = B0 << (2 * (L - l0));
+        PetscCall(PetscMalloc1(PetscMax(nent, 1), &hl));
+        for (PetscInt k = 0; k < nent; k++)
+          if (OwnerOf(str[k] >> (2 * (L - l0)), size, n0) != rank) hl[nhl++] = str[k];
+        PetscCall(SortUnique(&nhl, hl));
+        PetscCall(PetscMalloc1(NGEO * PetscMax(nhl, 1), &hg));
+        PetscCall(FetchBoxes(comm, L, l0, n0, nob, T, NGEO, nhl, hl, hg));
+        D->nhl = nhl;
+        PetscCall(PetscMalloc1(nl + 1, &D->nearoff));
+        PetscCall(PetscMalloc1(PetscMax(nent, 1), &D->near));
+        PetscCall(PetscArraycpy(D->nearoff, stroff, nl + 1));
+        for (PetscInt k = 0; k < nent; k++) {
+          PetscInt s = str[k], v;
+          if (OwnerOf(s >> (2 * (L - l0)), size, n0) == rank) v = s - lbase;
+          else {
+            PetscCall(PetscFindInt(s, nhl, hl, &v));
+            v += nl;
+          }
+          D->near[k] = v;
+        }
+        /* leaf ranges of the halo's sources after this rank's, and the SF that fills them */
+        {
+          PetscInt *sl;
+          PetscCall(PetscMalloc1(nl + nhl + 1, &sl));
+          PetscCall(PetscArraycpy(sl, D->sleaf, nl + 1));
+          for (PetscInt h = 0; h < nhl; h++) sl[nl + h + 1] = sl[nl + h] + (PetscInt)hg[NGEO * h + 3];
+          PetscCall(PetscFree(D->sleaf));
+          D->sleaf = sl;
+          nh       = sl[nl + nhl] - nr;
+        }
+        D->nh = nh;
+        PetscCall(PetscMalloc1(nh, &rem));
+        for (PetscInt h = 0, k = 0; h < nhl; h++) {
+          const PetscMPIInt q = OwnerOf(hl[h] >> (2 * (L - l0)), size, n0);
+          for (PetscInt i = 0; i < (PetscInt)hg[NGEO * h + 3]; i++, k++) rem[k] = (PetscSFNode){q, (PetscInt)hg[NGEO * h + 4] + i};
+        }
+        PetscCall(MakeSF(comm, nr, nh, rem, &D->sfhalo));
+        PetscCall(PetscFree(hg));
+        PetscCall(PetscFree(hl));
+      }
+      /* statistics */
+      D->p2ppairs   = 0;
+      D->maxleafsrc = 0;
+      for (PetscInt b = 0; b < nl; b++) {
+        PetscInt nsb = 0;
+        for (PetscInt j = D->nearoff[b]; j < D->nearoff[b + 1]; j++) nsb += D->sleaf[D->near[j] + 1] - D->sleaf[D->near[j]];
+        D->p2ppairs += (PetscInt64)nsb * (D->tleaf[b + 1] - D->tleaf[b]);
+        D->maxleafsrc = PetscMax(D->maxleafsrc, D->sleaf[b + 1] - D->sleaf[b]);
+      }
+      PetscCall(PetscFree(stroff));
+      PetscCall(PetscFree(str));
+      for (PetscInt l = 0; l <= L; l++) {
+        PetscCall(PetscFree(rid[l]));
+        PetscCall(PetscFree(rgeo[l]));
+      }
+      PetscCall(PetscFree3(rid, nrid, rgeo));
+      PetscCall(PetscFree(farcnt));
+    }
+    PetscCall(PetscFree2(tsrc, ttgt));
+    PetscCall(PetscFree3(osrc, otgt, osst));
+  }
+  PetscCall(PetscFree(T));
+
+  /* 6. the halo's sources: points and coefficients, once */
+  {
+    MPI_Datatype five;
+    PetscReal   *pk, *hk;
+    PetscCall(PetscMalloc2(5 * nr, &pk, 5 * PetscMax(D->nh, 1), &hk));
+    for (PetscInt i = 0; i < nr; i++) {
+      pk[5 * i]     = D->sx[i];
+      pk[5 * i + 1] = D->sy[i];
+      pk[5 * i + 2] = D->cq[i];
+      pk[5 * i + 3] = D->cdx[i];
+      pk[5 * i + 4] = D->cdy[i];
+    }
+    PetscCall(RealsType(5, &five));
+    PetscCall(PetscSFBcastBegin(D->sfhalo, five, pk, hk, MPI_REPLACE));
+    PetscCall(PetscSFBcastEnd(D->sfhalo, five, pk, hk, MPI_REPLACE));
+    PetscCallMPI(MPI_Type_free(&five));
+    {
+      const PetscInt nt = nr + D->nh;
+      PetscReal     *sx, *sy, *cq, *cdx, *cdy;
+      PetscCall(PetscMalloc5(nt, &sx, nt, &sy, nt, &cq, nt, &cdx, nt, &cdy));
+      PetscCall(PetscArraycpy(sx, D->sx, nr));
+      PetscCall(PetscArraycpy(sy, D->sy, nr));
+      PetscCall(PetscArraycpy(cq, D->cq, nr));
+      PetscCall(PetscArraycpy(cdx, D->cdx, nr));
+      PetscCall(PetscArraycpy(cdy, D->cdy, nr));
+      for (PetscInt i = 0; i < D->nh; i++) {
+        sx[nr + i]  = hk[5 * i];
+        sy[nr + i]  = hk[5 * i + 1];
+        cq[nr + i]  = hk[5 * i + 2];
+        cdx[nr + i] = hk[5 * i + 3];
+        cdy[nr + i] = hk[5 * i + 4];
+      }
+      if (same) {
+        D->tx = sx;
+        D->ty = sy;
+      }
+      PetscCall(PetscFree5(D->sx, D->sy, D->cq, D->cdx, D->cdy));
+      D->sx  = sx;
+      D->sy  = sy;
+      D->cq  = cq;
+      D->cdx = cdx;
+      D->cdy = cdy;
+    }
+    PetscCall(PetscFree2(pk, hk));
+  }
+  PetscFunctionReturn(0);
+}

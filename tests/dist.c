@@ -1,0 +1,174 @@
+static char help[] = "MATFMM with the tree shared out among the ranks (-mat_fmm_distribution tree).\n\
+  -n <N>, -m <M>   sources and separate targets (default 12000, 5000)\n\
+  -verbose         print the measured differences (not for reference outputs)\n\n";
+
+/*
+  Each case builds the same operator with the distributed tree and checks it
+  against exact sums (-mat_fmm_method direct, which replicates the sources)
+  on the same ranks: relative 2-norm difference <= 1e-9 (eps is 1e-10; most
+  products measure 1e-13 to 1e-12, the double layer on the closed curve,
+  whose product is small against its terms, 1e-10 on one rank too).  With -mat_fmm_tree_split median the
+  distributed tree is the one-rank tree (the top cuts are the medians one
+  rank makes), so the product also equals the replicated one to rounding:
+  <= 1e-13.  Caller layouts are uneven on purpose: rank 0 holds 90% of the
+  points, the last rank none (from 3 ranks), and the targets (when separate)
+  are split the other way.  Geometries: a closed curve, 16 clusters with 2%
+  uniform outliers, uniform points in the square; kernels: single layer,
+  double layer, and the combined kernel with weights.  Run on 1 to 4 ranks:
+  the outputs are identical.
+*/
+#include <petscfmm.h>
+#include "testutil.h"
+
+static PetscBool   verbose = PETSC_FALSE;
+static PetscInt    nfail   = 0;
+static PetscMPIInt rank, size;
+
+/* point g of n of a geometry (normal and weight for the layers) */
+static void Point(const char *geom, PetscInt g, PetscInt n, PetscReal xy[2], PetscReal nrm[2], PetscReal *w)
+{
+  if (geom[0] == 'c' && geom[1] == 'u') TestStarCurvePoint(g, n, xy, nrm, w);
+  else {
+    PetscReal a = PetscSinReal(12.9898 * g) * 0.5 + 0.5, b = PetscSinReal(78.233 * g) * 0.5 + 0.5;
+    if (geom[0] == 's' || g % 50 == 0) { /* uniform (and the clusters' outliers) */
+      xy[0] = a;
+      xy[1] = b;
+    } else TestClusterPoint(g % 16, 1e-3, a, b, xy);
+    nrm[0] = PetscCosReal(0.7 * g);
+    nrm[1] = PetscSinReal(0.7 * g);
+    *w     = (1.0 + 0.5 * PetscSinReal(0.3 * g)) / n;
+  }
+}
+
+/* this rank's share of n: 90% on rank 0, none on the last rank from 3 ranks, the rest evenly (reverse: the other way round) */
+static void Share(PetscInt n, PetscBool reverse, PetscInt *start, PetscInt *len)
+{
+  PetscInt s = 0;
+  for (PetscMPIInt q = 0; q < size; q++) {
+    PetscMPIInt r = reverse ? size - 1 - q : q;
+    PetscInt    l;
+    if (size == 1) l = n;
+    else if (r == 0) l = (9 * n) / 10;
+    else if (size > 2 && r == size - 1) l = 0;
+    else l = (n - (9 * n) / 10) / (size > 2 ? size - 2 : 1);
+    if (q == size - 1) l = n - s;
+    if (q == rank) {
+      *start = s;
+      *len   = l;
+    }
+    s += l;
+  }
+}
+
+/* y = K x on PETSC_COMM_WORLD; x_j = cos(0.37 j) */
+static PetscErrorCode Product(const char *geom, MatFMMKernel kernel, PetscInt N, PetscInt M, MatFMMMethod method, MatFMMDistribution dist, PetscBool median, Vec *y)
+{
+  Mat          A;
+  Vec          x;
+  PetscInt     s0 = 0, n = 0, t0 = 0, m = 0, lo, hi;
+  PetscReal   *xy, *nrm, *w, *txy = NULL;
+  PetscScalar *xa;
+
+  PetscFunctionBeginUser;
+  Share(N, PETSC_FALSE, &s0, &n);
+  if (M) Share(M, PETSC_TRUE, &t0, &m);
+  PetscCall(PetscMalloc3(2 * n, &xy, 2 * n, &nrm, n, &w));
+  for (PetscInt i = 0; i < n; i++) Point(geom, s0 + i, N, &xy[2 * i], &nrm[2 * i], &w[i]);
+  if (M) {
+    PetscCall(PetscMalloc1(2 * m, &txy));
+    for (PetscInt i = 0; i < m; i++) { /* targets among and around the sources */
+      PetscReal d[2], v;
+      Point(geom, 7 * (t0 + i) + 3, 7 * M, &txy[2 * i], d, &v);
+      txy[2 * i] += 0.01 * PetscSinReal(1.3 * (t0 + i));
+    }
+  }
+  PetscCall(MatCreate(PETSC_COMM_WORLD, &A));
+  PetscCall(MatSetSizes(A, M ? m : n, n, PETSC_DETERMINE, PETSC_DETERMINE));
+  PetscCall(MatSetType(A, MATFMM));
+  PetscCall(MatFMMSetSources(A, n, xy, kernel == MATFMM_KERNEL_SINGLE ? NULL : nrm, kernel == MATFMM_KERNEL_COMBINED ? w : NULL));
+  if (M) PetscCall(MatFMMSetTargets(A, m, txy));
+  PetscCall(MatFMMSetKernel(A, kernel, 0.7, -1.3));
+  PetscCall(MatSetFromOptions(A));
+  PetscCall(MatFMMSetMethod(A, method));
+  PetscCall(MatFMMSetDistribution(A, dist));
+  if (median) PetscCall(PetscObjectSetOptionsPrefix((PetscObject)A, "med_")); /* -med_mat_fmm_tree_split median */
+  if (median) PetscCall(MatSetFromOptions(A));
+  PetscCall(MatAssemblyBegin(A, MAT_FINAL_ASSEMBLY));
+  PetscCall(MatAssemblyEnd(A, MAT_FINAL_ASSEMBLY));
+  PetscCall(MatCreateVecs(A, &x, y));
+  PetscCall(VecGetOwnershipRange(x, &lo, &hi));
+  PetscCall(VecGetArrayWrite(x, &xa));
+  for (PetscInt j = lo; j < hi; j++) xa[j - lo] = PetscCosReal(0.37 * j);
+  PetscCall(VecRestoreArrayWrite(x, &xa));
+  PetscCall(MatMult(A, x, *y));
+  PetscCall(VecDestroy(&x));
+  PetscCall(MatDestroy(&A));
+  PetscCall(PetscFree3(xy, nrm, w));
+  PetscCall(PetscFree(txy));
+  PetscFunctionReturn(0);
+}
+
+static PetscErrorCode RunCase(const char *geom, MatFMMKernel kernel, PetscInt N, PetscInt M)
+{
+  Vec       yt, yd, ym, yr;
+  PetscReal d;
+  char      what[160];
+
+  PetscFunctionBeginUser;
+  PetscCall(Product(geom, kernel, N, M, MATFMM_METHOD_FMM, MATFMM_DISTRIBUTION_TREE, PETSC_FALSE, &yt));
+  PetscCall(Product(geom, kernel, N, M, MATFMM_METHOD_DIRECT, MATFMM_DISTRIBUTION_AUTO, PETSC_FALSE, &yd));
+  PetscCall(TestRelDiff(yt, yd, yd, &d));
+  PetscCall(PetscSNPrintf(what, sizeof(what), "%s, %s layer, %s: tree vs exact", geom, MatFMMKernels[kernel], M ? "separate targets" : "targets = sources"));
+  PetscCall(TestCheck(what, d, 1e-9, verbose, &nfail));
+  PetscCall(Product(geom, kernel, N, M, MATFMM_METHOD_FMM, MATFMM_DISTRIBUTION_TREE, PETSC_TRUE, &ym));
+  PetscCall(Product(geom, kernel, N, M, MATFMM_METHOD_FMM, MATFMM_DISTRIBUTION_REPLICATED, PETSC_TRUE, &yr));
+  PetscCall(TestRelDiff(ym, yr, yr, &d));
+  PetscCall(PetscSNPrintf(what, sizeof(what), "%s, %s layer, %s: tree vs replicated, median splits", geom, MatFMMKernels[kernel], M ? "separate targets" : "targets = sources"));
+  PetscCall(TestCheck(what, d, 1e-13, verbose, &nfail));
+  PetscCall(VecDestroy(&yt));
+  PetscCall(VecDestroy(&yd));
+  PetscCall(VecDestroy(&ym));
+  PetscCall(VecDestroy(&yr));
+  PetscFunctionReturn(0);
+}
+
+int main(int argc, char **argv)
+{
+  PetscInt    N = 12000, M = 5000;
+  const char *geoms[] = {"curve", "clusters", "square"};
+
+  PetscCall(PetscInitialize(&argc, &argv, NULL, help));
+  PetscCall(PetscFMMInitializePackage());
+  PetscCallMPI(MPI_Comm_rank(PETSC_COMM_WORLD, &rank));
+  PetscCallMPI(MPI_Comm_size(PETSC_COMM_WORLD, &size));
+  PetscCall(PetscOptionsGetInt(NULL, NULL, "-n", &N, NULL));
+  PetscCall(PetscOptionsGetInt(NULL, NULL, "-m", &M, NULL));
+  PetscCall(PetscOptionsGetBool(NULL, NULL, "-verbose", &verbose, NULL));
+  PetscCall(PetscOptionsSetValue(NULL, "-med_mat_fmm_tree_split", "median"));
+  for (int g = 0; g < 3; g++) {
+    PetscCall(RunCase(geoms[g], MATFMM_KERNEL_SINGLE, N, 0));
+    PetscCall(RunCase(geoms[g], MATFMM_KERNEL_DOUBLE, N, 0));
+    PetscCall(RunCase(geoms[g], MATFMM_KERNEL_COMBINED, N, M));
+  }
+  PetscCall(RunCase("curve", MATFMM_KERNEL_SINGLE, N, M));
+  PetscCall(PetscPrintf(PETSC_COMM_WORLD, "%s\n", nfail ? "SOME CHECKS FAILED" : "all distributed-tree checks passed"));
+  PetscCall(PetscFinalize());
+  return nfail ? 1 : 0;
+}
+
+/*TEST
+  test:
+    args: -malloc_dump
+  test:
+    suffix: 2
+    nsize: 2
+    args: -malloc_dump
+  test:
+    suffix: 3
+    nsize: 3
+    args: -malloc_dump
+  test:
+    suffix: 4
+    nsize: 4
+    args: -malloc_dump
+TEST*/
