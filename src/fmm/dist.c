@@ -292,6 +292,18 @@ static inline PetscErrorCode IntListPush(IntList *a, PetscInt x)
   PetscFunctionReturn(0);
 }
 
+/* the index of key in the sorted v[0..n), -1: not there (thread-safe, unlike PetscFindInt's error path) */
+static inline PetscInt FindSorted(PetscInt key, PetscInt n, const PetscInt *v)
+{
+  PetscInt lo = 0, hi = n;
+  while (lo < hi) {
+    const PetscInt mid = lo + (hi - lo) / 2;
+    if (v[mid] < key) lo = mid + 1;
+    else hi = mid;
+  }
+  return (lo < n && v[lo] == key) ? lo : -1;
+}
+
 /* sorted, without repeats */
 static PetscErrorCode SortUnique(PetscInt *n, PetscInt v[])
 {
@@ -498,6 +510,7 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
   {
     PetscInt *scnt, *tcnt;
     PetscCall(PetscCalloc2(nl + 1, &scnt, nl + 1, &tcnt));
+#pragma omp parallel for schedule(static) if (nr >= FMM_OMP_MIN_POINTS)
     for (PetscInt b = 0; b < nl; b++)
       for (PetscInt k = loff[b]; k < loff[b + 1]; k++) {
         if (lp[k].j < nr) scnt[b + 1]++;
@@ -519,6 +532,7 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
       PetscCall(PetscMalloc2(mr, &D->tx, mr, &D->ty));
       PetscCall(PetscArraycpy(D->tleaf, tcnt, nl + 1));
     }
+#pragma omp parallel for schedule(static) if (nr >= FMM_OMP_MIN_POINTS)
     for (PetscInt b = 0; b < nl; b++) {
       PetscInt s = scnt[b], t = tcnt[b];
       for (PetscInt k = loff[b]; k < loff[b + 1]; k++) {
@@ -559,6 +573,7 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
   PetscCall(PetscMalloc1(4 * ntop, &top));
   {
     const PetscInt lb = nob - nl; /* own index of the first leaf */
+#pragma omp parallel for schedule(static) if (nr >= FMM_OMP_MIN_POINTS)
     for (PetscInt b = 0; b < nl; b++) {
       PetscReal *q = bb + 4 * (lb + b);
       q[0] = q[1] = q[2] = q[3] = PETSC_MAX_REAL;
@@ -698,55 +713,85 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
           PetscCall(PetscMalloc1(NGEO * PetscMax(want.n, 1), &rgeo[l]));
           PetscCall(FetchBoxes(comm, l, l0, n0, nob, T, NGEO, want.n, want.v, rgeo[l]));
         }
-        PetscCall(PetscMalloc1(nbt + 1, &nso));
-        nso[0] = 0;
-        for (PetscInt t = 0; t < nbt; t++) {
-          const PetscInt tb = base + t, tslot = owned ? (l == l0 ? cl + tb : ntop + o + t - nb0) : cl + tb;
-          const PetscInt ntg = owned ? otgt[o + t] : ttgt[cl + tb];
-          const PetscInt tp  = tb / 4 - pbase;
-          nso[t + 1]         = nso[t];
-          if (!ntg) continue;
-          for (PetscInt j = stroff[tp]; j < stroff[tp + 1]; j++)
-            for (int c = 0; c < 4; c++) {
-              const PetscInt s = 4 * str[j] + c;
-              PetscReal      sx, sy, ss, d;
-              PetscInt       nsrc, sslot = -1;
-              if (l <= l0) {
-                sslot = cl + s;
-                nsrc  = tsrc[sslot];
-                sx    = D->cx[sslot];
-                sy    = D->cy[sslot];
-                ss    = D->scale[sslot];
-              } else if (OwnerOf(s >> (2 * (l - l0)), size, n0) == rank) {
-                const PetscInt os = OwnIndex(l, s, l0, rank, size, n0);
-                sslot             = ntop + os - nb0;
-                nsrc              = osrc[os];
-                sx                = D->cx[sslot];
-                sy                = D->cy[sslot];
-                ss                = D->scale[sslot];
-              } else {
-                PetscInt         loc;
-                const PetscReal *g;
-                PetscCall(PetscFindInt(s, nrid[l], rid[l], &loc));
-                PetscCheck(loc >= 0, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM: remote box %" PetscInt_FMT " of level %" PetscInt_FMT " not fetched", s, l);
-                g    = rgeo[l] + NGEO * loc;
-                sx   = g[0];
-                sy   = g[1];
-                ss   = g[2];
-                nsrc = (PetscInt)g[3];
-              }
-              if (!nsrc) continue;
-              d = PetscSqrtReal(PetscSqr(D->cx[tslot] - sx) + PetscSqr(D->cy[tslot] - sy));
-              if (FMMSeparated(D->scale[tslot], ss, d, par->theta)) {
-                PetscCall(IntListPush(&farl, sslot >= 0 ? sslot : -1 - (cl + s)));
-                farcnt[tslot]++;
-                if (owned) nfarown++;
-                else nfartop++;
-              } else {
-                PetscCall(IntListPush(&nstr, s));
-                nso[t + 1]++;
+        /* two passes, as plan.c: counts, then the entries, each target box by one thread */
+        {
+          PetscInt *nfc, *strv = NULL, missing = 0;
+          PetscCall(PetscCalloc1(nbt + 1, &nso));
+          PetscCall(PetscCalloc1(nbt + 1, &nfc));
+          for (int pass = 0; pass < 2; pass++) {
+#pragma omp parallel for schedule(dynamic, 64) if (nbt >= 256)
+            for (PetscInt t = 0; t < nbt; t++) {
+              const PetscInt tb = base + t, tslot = owned ? (l == l0 ? cl + tb : ntop + o + t - nb0) : cl + tb;
+              const PetscInt ntg = owned ? otgt[o + t] : ttgt[cl + tb];
+              const PetscInt tp  = tb / 4 - pbase;
+              PetscInt       kf = 0, ks = 0;
+              if (ntg)
+                for (PetscInt j = stroff[tp]; j < stroff[tp + 1]; j++)
+                  for (int c = 0; c < 4; c++) {
+                    const PetscInt s = 4 * str[j] + c;
+                    PetscReal      sx, sy, ss, d;
+                    PetscInt       nsrc, sslot = -1;
+                    if (l <= l0) {
+                      sslot = cl + s;
+                      nsrc  = tsrc[sslot];
+                      sx    = D->cx[sslot];
+                      sy    = D->cy[sslot];
+                      ss    = D->scale[sslot];
+                    } else if (OwnerOf(s >> (2 * (l - l0)), size, n0) == rank) {
+                      const PetscInt os = OwnIndex(l, s, l0, rank, size, n0);
+                      sslot             = ntop + os - nb0;
+                      nsrc              = osrc[os];
+                      sx                = D->cx[sslot];
+                      sy                = D->cy[sslot];
+                      ss                = D->scale[sslot];
+                    } else {
+                      const PetscInt loc = FindSorted(s, nrid[l], rid[l]);
+                      if (loc < 0) {
+                        missing = 1;
+                        continue;
+                      }
+                      sx   = rgeo[l][NGEO * loc];
+                      sy   = rgeo[l][NGEO * loc + 1];
+                      ss   = rgeo[l][NGEO * loc + 2];
+                      nsrc = (PetscInt)rgeo[l][NGEO * loc + 3];
+                    }
+                    if (!nsrc) continue;
+                    d = PetscSqrtReal(PetscSqr(D->cx[tslot] - sx) + PetscSqr(D->cy[tslot] - sy));
+                    if (FMMSeparated(D->scale[tslot], ss, d, par->theta)) {
+                      if (pass) farl.v[farl.n + nfc[t] + kf] = sslot >= 0 ? sslot : -1 - (cl + s);
+                      kf++;
+                    } else {
+                      if (pass) strv[nso[t] + ks] = s;
+                      ks++;
+                    }
+                  }
+              if (!pass) {
+                nfc[t + 1] = kf;
+                nso[t + 1] = ks;
               }
             }
+            PetscCheck(!missing, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM: a remote box of level %" PetscInt_FMT " was not fetched", l);
+            if (!pass) {
+              for (PetscInt t = 0; t < nbt; t++) {
+                nfc[t + 1] += nfc[t];
+                nso[t + 1] += nso[t];
+              }
+              if (farl.n + nfc[nbt] > farl.cap) {
+                farl.cap = PetscMax(2 * farl.cap, farl.n + nfc[nbt]);
+                PetscCall(PetscRealloc(sizeof(PetscInt) * farl.cap, &farl.v));
+              }
+              PetscCall(PetscMalloc1(PetscMax(nso[nbt], 1), &strv));
+            }
+          }
+          for (PetscInt t = 0; t < nbt; t++) {
+            const PetscInt tb = base + t, tslot = owned ? (l == l0 ? cl + tb : ntop + o + t - nb0) : cl + tb;
+            farcnt[tslot] = nfc[t + 1] - nfc[t];
+          }
+          if (owned) nfarown += nfc[nbt];
+          else nfartop += nfc[nbt];
+          farl.n += nfc[nbt];
+          nstr.v = strv;
+          PetscCall(PetscFree(nfc));
         }
         PetscCall(PetscFree(stroff));
         PetscCall(PetscFree(str));
