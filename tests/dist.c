@@ -90,6 +90,7 @@ static PetscErrorCode Product(const char *geom, MatFMMKernel kernel, PetscInt N,
   PetscCall(MatFMMSetKernel(A, kernel, 0.7, -1.3));
   PetscCall(MatSetFromOptions(A));
   PetscCall(MatFMMSetMethod(A, method));
+  PetscCall(MatFMMSetDevice(A, MATFMM_DEVICE_CPU)); /* the tree is the CPU backend's (a CUDA build on a GPU host would replicate) */
   PetscCall(MatFMMSetDistribution(A, dist));
   if (median) PetscCall(PetscObjectSetOptionsPrefix((PetscObject)A, "med_")); /* -med_mat_fmm_tree_split median */
   if (median) PetscCall(MatSetFromOptions(A));
