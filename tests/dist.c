@@ -1,5 +1,7 @@
 static char help[] = "MATFMM with the tree shared out among the ranks (-mat_fmm_distribution tree).\n\
   -n <N>, -m <M>   sources and separate targets (default 12000, 5000)\n\
+  -device <d>      cpu (default) or cuda: the backend of every product\n\
+  -median_tol <t>  tolerance of tree against replicated with median splits (default 1e-13)\n\
   -verbose         print the measured differences (not for reference outputs)\n\n";
 
 /*
@@ -20,9 +22,11 @@ static char help[] = "MATFMM with the tree shared out among the ranks (-mat_fmm_
 #include <petscfmm.h>
 #include "testutil.h"
 
-static PetscBool   verbose = PETSC_FALSE;
-static PetscInt    nfail   = 0;
-static PetscMPIInt rank, size;
+static PetscBool    verbose = PETSC_FALSE;
+static MatFMMDevice device  = MATFMM_DEVICE_CPU;
+static PetscReal    medtol  = 1e-13;
+static PetscInt     nfail   = 0;
+static PetscMPIInt  rank, size;
 
 /* point g of n of a geometry (normal and weight for the layers) */
 static void Point(const char *geom, PetscInt g, PetscInt n, PetscReal xy[2], PetscReal nrm[2], PetscReal *w)
@@ -90,7 +94,7 @@ static PetscErrorCode Product(const char *geom, MatFMMKernel kernel, PetscInt N,
   PetscCall(MatFMMSetKernel(A, kernel, 0.7, -1.3));
   PetscCall(MatSetFromOptions(A));
   PetscCall(MatFMMSetMethod(A, method));
-  PetscCall(MatFMMSetDevice(A, MATFMM_DEVICE_CPU)); /* the tree is the CPU backend's (a CUDA build on a GPU host would replicate) */
+  PetscCall(MatFMMSetDevice(A, device)); /* the CPU unless -device cuda (auto would take a GPU where there is one) */
   PetscCall(MatFMMSetDistribution(A, dist));
   if (median) PetscCall(PetscObjectSetOptionsPrefix((PetscObject)A, "med_")); /* -med_mat_fmm_tree_split median */
   if (median) PetscCall(MatSetFromOptions(A));
@@ -125,7 +129,7 @@ static PetscErrorCode RunCase(const char *geom, MatFMMKernel kernel, PetscInt N,
   PetscCall(Product(geom, kernel, N, M, MATFMM_METHOD_FMM, MATFMM_DISTRIBUTION_REPLICATED, PETSC_TRUE, &yr));
   PetscCall(TestRelDiff(ym, yr, yr, &d));
   PetscCall(PetscSNPrintf(what, sizeof(what), "%s, %s layer, %s: tree vs replicated, median splits", geom, MatFMMKernels[kernel], M ? "separate targets" : "targets = sources"));
-  PetscCall(TestCheck(what, d, 1e-13, verbose, &nfail));
+  PetscCall(TestCheck(what, d, medtol, verbose, &nfail));
   PetscCall(VecDestroy(&yt));
   PetscCall(VecDestroy(&yd));
   PetscCall(VecDestroy(&ym));
@@ -145,6 +149,8 @@ int main(int argc, char **argv)
   PetscCall(PetscOptionsGetInt(NULL, NULL, "-n", &N, NULL));
   PetscCall(PetscOptionsGetInt(NULL, NULL, "-m", &M, NULL));
   PetscCall(PetscOptionsGetBool(NULL, NULL, "-verbose", &verbose, NULL));
+  PetscCall(PetscOptionsGetEnum(NULL, NULL, "-device", MatFMMDevices, (PetscEnum *)&device, NULL));
+  PetscCall(PetscOptionsGetReal(NULL, NULL, "-median_tol", &medtol, NULL));
   PetscCall(PetscOptionsSetValue(NULL, "-med_mat_fmm_tree_split", "median"));
   for (int g = 0; g < 3; g++) {
     PetscCall(RunCase(geoms[g], MATFMM_KERNEL_SINGLE, N, 0));
@@ -172,4 +178,22 @@ int main(int argc, char **argv)
     suffix: 4
     nsize: 4
     args: -malloc_dump
+  test:
+    suffix: global_plan_3
+    nsize: 3
+    args: -mat_fmm_distribution_global_plan -malloc_dump
+  test:
+    suffix: cuda
+    requires: cuda
+    args: -device cuda -median_tol 1e-11 -malloc_dump
+  test:
+    suffix: cuda_2
+    requires: cuda
+    nsize: 2
+    args: -device cuda -median_tol 1e-11 -malloc_dump
+  test:
+    suffix: cuda_3
+    requires: cuda
+    nsize: 3
+    args: -device cuda -median_tol 1e-11 -malloc_dump
 TEST*/

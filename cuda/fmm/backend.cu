@@ -63,6 +63,9 @@ static PetscErrorCode FMMCUDAReset(FMMContext *ctx)
   Free(c, &c->sigma), Free(c, &c->q), Free(c, &c->dx), Free(c, &c->dy), Free(c, &c->mpole), Free(c, &c->local), Free(c, &c->pot), Free(c, &c->y), Free(c, &c->dpart);
   Free(c, &c->items), Free(c, &c->leafnsc), Free(c, &c->leafpart), Free(c, &c->p2ppart);
   Free(c, &c->nbroff), Free(c, &c->nearscan), Free(c, &c->entrysrc), Free(c, &c->nbr), Free(c, &c->nbrt), Free(c, &c->gxy), Free(c, &c->gq), Free(c, &c->gdx), Free(c, &c->gdy), Free(c, &c->recoff), Free(c, &c->rec);
+  Free(c, &c->xidx), Free(c, &c->xrows);
+  if (c->hrows) (void)cudaFreeHost(c->hrows);
+  c->hrows = NULL;
   Free(c, &c->symleaf), Free(c, &c->symitem), Free(c, &c->colpart), Free(c, &c->chsum), Free(c, &c->symnext), Free(c, &c->symchleaf), Free(c, &c->symchdone);
   if (c->stream) (void)cudaStreamDestroy(c->stream);
   (void)cudaGetLastError();
@@ -431,6 +434,14 @@ static PetscErrorCode FMMCUDASetup(FMMContext *ctx)
     PetscCall(Upload(c, &c->local, (PetscReal *)NULL, (PetscInt64)P->nboxes * c->ne, "the local expansions"));
     PetscCall(FMMCUDAM2LPlan(c, P));
   }
+  if (ctx->exchange) { /* the distributed tree's multipole rows: indices, device rows, page-locked host rows */
+    const PetscInt nx = ctx->nxexp + ctx->nximp;
+    PetscCall(Upload(c, &c->xidx, (PetscInt *)NULL, PetscMax(nx, 1), "the exchanged rows' boxes"));
+    if (ctx->nxexp) FMMCallCUDA(cudaMemcpyAsync(c->xidx, ctx->xexp, sizeof(PetscInt) * ctx->nxexp, cudaMemcpyHostToDevice, c->stream));
+    if (ctx->nximp) FMMCallCUDA(cudaMemcpyAsync(c->xidx + ctx->nxexp, ctx->ximp, sizeof(PetscInt) * ctx->nximp, cudaMemcpyHostToDevice, c->stream));
+    PetscCall(Upload(c, &c->xrows, (PetscReal *)NULL, (PetscInt64)PetscMax(nx, 1) * c->ne, "the exchanged rows"));
+    FMMCallCUDA(cudaMallocHost((void **)&c->hrows, sizeof(double) * (size_t)PetscMax(nx, 1) * c->ne));
+  }
   PetscCall(PetscInfoEnabled(MAT_CLASSID, &info));
   if (info) FMMCallCUDA(cudaStreamSynchronize(c->stream)); /* for the -info times only */
   PetscCall(PetscTime(&t1));
@@ -545,6 +556,42 @@ static PetscErrorCode FMMCUDACombineOp(FMMContext *ctx, PetscScalar scale, Petsc
   PetscFunctionReturn(0);
 }
 
+/* rows r of the multipoles: to rows (gather) or from them (scatter), a thread per coefficient */
+__global__ void RowsKernel(PetscInt n, int ne, int scatter, const PetscInt *box, double *mpole, double *rows)
+{
+  const PetscInt64 k = (PetscInt64)blockIdx.x * blockDim.x + threadIdx.x;
+  FMMWaitPrior();
+  if (k >= (PetscInt64)n * ne) return;
+  {
+    const PetscInt r = (PetscInt)(k / ne), j = (PetscInt)(k % ne);
+    if (scatter) mpole[(PetscInt64)box[r] * ne + j] = rows[k];
+    else rows[k] = mpole[(PetscInt64)box[r] * ne + j];
+  }
+}
+
+/* the distributed tree: the rows this rank sends down to the host, the
+   exchange (MPI), the rows it receives up, in place of the partial
+   multipoles its own M2M left there */
+static PetscErrorCode Exchange(FMMContext *ctx, FMM_CUDA *c)
+{
+  const PetscInt ne = c->ne, ns = ctx->nxexp, nr = ctx->nximp;
+
+  PetscFunctionBegin;
+  if (ns) {
+    FMMLaunch(RowsKernel, FMMCUDABlocks((PetscInt64)ns * ne, 256), 256, 0, c->stream, ns, (int)ne, 0, (const PetscInt *)c->xidx, c->mpole, c->xrows);
+    FMMCheckLaunch();
+    FMMCallCUDA(cudaMemcpyAsync(c->hrows, c->xrows, sizeof(double) * ns * ne, cudaMemcpyDeviceToHost, c->stream));
+  }
+  FMMCallCUDA(cudaStreamSynchronize(c->stream));
+  PetscCall((*ctx->exchange)(ctx->xctx, c->hrows, c->hrows + (size_t)ns * ne));
+  if (nr) {
+    FMMCallCUDA(cudaMemcpyAsync(c->xrows + (size_t)ns * ne, c->hrows + (size_t)ns * ne, sizeof(double) * nr * ne, cudaMemcpyHostToDevice, c->stream));
+    FMMLaunch(RowsKernel, FMMCUDABlocks((PetscInt64)nr * ne, 256), 256, 0, c->stream, nr, (int)ne, 1, (const PetscInt *)c->xidx + ns, c->mpole, c->xrows + (size_t)ns * ne);
+    FMMCheckLaunch();
+  }
+  PetscFunctionReturn(0);
+}
+
 static PetscErrorCode FMMCUDAMult(FMMContext *ctx, const PetscScalar *sigma, PetscScalar *y)
 {
   const FMMPlan *P = &ctx->plan;
@@ -561,6 +608,7 @@ static PetscErrorCode FMMCUDAMult(FMMContext *ctx, const PetscScalar *sigma, Pet
   PetscCall(PhaseBegin(c, MATFMM_M2M));
   PetscCall(FMMCUDAM2M(c, P));
   PetscCall(PhaseEnd(c, MATFMM_M2M, FMMFlops(FMM_PHASE_M2M, c->p, P)));
+  if (ctx->exchange) PetscCall(Exchange(ctx, c));
   PetscCall(PhaseBegin(c, MATFMM_M2L));
   PetscCall(FMMCUDAM2L(c, P));
   PetscCall(PhaseEnd(c, MATFMM_M2L, FMMFlops(FMM_PHASE_M2L, c->p, P)));

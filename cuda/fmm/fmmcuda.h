@@ -215,6 +215,9 @@ typedef struct {
   double2    *logtab;   /* table of the near-field log (NULL: libm log, -mat_fmm_cuda_log libm), kept per process as binom */
   /* one product */
   PetscReal *sigma, *q, *dx, *dy, *mpole, *local, *pot, *y;
+  PetscInt  *xidx;  /* the distributed tree's exchange: rows sent, then rows received (device; FMMContext.xexp, ximp) */
+  PetscReal *xrows; /* their rows (device), and on the host */
+  PetscReal *hrows;
   /* direct: source slices when targets are few */
   PetscReal *dpart;
   PetscInt   dslices;

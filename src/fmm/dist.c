@@ -322,6 +322,11 @@ PetscErrorCode FMMDistDestroy(FMMDist **dp)
   if (!D) PetscFunctionReturn(0);
   PetscCall(PetscFree3(D->cx, D->cy, D->scale));
   PetscCall(PetscFree2(D->nsb, D->ntb));
+  PetscCall(PetscFree(D->halbox));
+  PetscCall(PetscFree(D->halleaf));
+  PetscCall(PetscFree2(D->xexp, D->ximp));
+  PetscCall(PetscFree3(D->xtop, D->xsend, D->xbinom));
+  PetscCall(PetscSFDestroy(&D->sfmpc));
   PetscCall(PetscFree2(D->faroff, D->far));
   PetscCall(PetscFree5(D->sx, D->sy, D->cq, D->cdx, D->cdy));
   PetscCall(PetscFree(D->sleaf));
@@ -855,7 +860,7 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
           D->scale = sc;
           PetscCall(MakeSF(comm, nob - nb0, nhal, rem, &D->sfmp));
         }
-        PetscCall(PetscFree(hal));
+        D->halbox = hal; /* global numbers of the halo boxes */
       }
       /* near lists: the strong lists of the leaves; remote leaves become halo leaves */
       {
@@ -901,7 +906,7 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
         }
         PetscCall(MakeSF(comm, nr, nh, rem, &D->sfhalo));
         PetscCall(PetscFree(hg));
-        PetscCall(PetscFree(hl));
+        D->halleaf = hl; /* global numbers of the halo leaves */
       }
       /* statistics */
       D->p2ppairs   = 0;
@@ -971,5 +976,226 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
     }
     PetscCall(PetscFree2(pk, hk));
   }
+  PetscFunctionReturn(0);
+}
+
+/* the global number of slot t */
+static PetscInt SlotBox(const FMMDist *D, PetscInt t)
+{
+  const PetscInt nb0 = D->B1 - D->B0;
+  if (t < D->ntop) return t;
+  if (t >= D->nown) return D->halbox[t - D->nown];
+  {
+    PetscInt o = t - D->ntop + nb0, l = D->l0, first = 0, nbl = nb0; /* own index, then its level */
+    while (o >= first + nbl) {
+      first += nbl;
+      nbl *= 4;
+      l++;
+    }
+    return FMMLevelStart(l) + (D->B0 << (2 * (l - D->l0))) + (o - first);
+  }
+}
+
+/*
+  FMMDistHostPlan - this rank's part of the distributed tree as a plan in the
+  one-rank numbering (FMMHostPlan: every box and leaf of the global pyramid),
+  for a backend that evaluates such plans (the CUDA backend).  Its sources are
+  this rank's and the halo's (N = n + nh: sperm indexes the densities
+  [this rank's as received | the halo's]); its targets this rank's (tperm:
+  their slots as received).  Boxes this rank does not see get the root's
+  centre and scale (their expansions are never read: far lists name this
+  rank's boxes, the top's and the halo's, whose multipoles the exchange
+  overwrites after M2M).
+*/
+PetscErrorCode FMMDistHostPlan(FMMDist *D, FMMPlan *P, FMMHostPlan **hp)
+{
+  const PetscInt L = D->L, l0 = D->l0, nleaves = (PetscInt)1 << (2 * L), nboxes = FMMLevelStart(L + 1), N = D->n + D->nh;
+  const PetscInt lbase = D->B0 << (2 * (L - l0));
+  FMMHostPlan   *H;
+  PetscInt       nfar = 0, nnear = 0;
+
+  PetscFunctionBegin;
+  PetscCall(FMMHostPlanDestroy(hp));
+  PetscCall(PetscNew(&H));
+  *hp = H;
+  PetscCall(PetscMalloc4(N, &H->sperm, N, &H->sx, N, &H->sy, nleaves + 1, &H->sleaf));
+  PetscCall(PetscMalloc3(N, &H->cq, N, &H->cdx, N, &H->cdy));
+  PetscCall(PetscMalloc4(D->m, &H->tperm, D->m, &H->tx, D->m, &H->ty, nleaves + 1, &H->tleaf));
+  PetscCall(PetscMalloc3(nboxes, &H->cx, nboxes, &H->cy, nboxes, &H->scale));
+  /* sources leaf by leaf, in the global order of the leaves */
+  H->sleaf[0] = H->tleaf[0] = 0;
+  for (PetscInt g = 0, h = 0, k = 0; g < nleaves; g++) {
+    PetscInt i0 = 0, i1 = 0;
+    if (g >= lbase && g < lbase + D->nl) {
+      i0 = D->sleaf[g - lbase];
+      i1 = D->sleaf[g - lbase + 1];
+    } else if (h < D->nhl && D->halleaf[h] == g) {
+      i0 = D->sleaf[D->nl + h];
+      i1 = D->sleaf[D->nl + h + 1];
+      h++;
+    }
+    for (PetscInt i = i0; i < i1; i++, k++) {
+      H->sperm[k] = i; /* the densities in tree order, the halo's after (FMMDistDensities()) */
+      H->sx[k]    = D->sx[i];
+      H->sy[k]    = D->sy[i];
+      H->cq[k]    = D->cq[i];
+      H->cdx[k]   = D->cdx[i];
+      H->cdy[k]   = D->cdy[i];
+    }
+    H->sleaf[g + 1] = k;
+  }
+  /* targets: this rank's leaves */
+  for (PetscInt g = 0, k = 0; g < nleaves; g++) {
+    if (g >= lbase && g < lbase + D->nl)
+      for (PetscInt i = D->tleaf[g - lbase]; i < D->tleaf[g - lbase + 1]; i++, k++) {
+        H->tperm[k] = D->tperm[i];
+        H->tx[k]    = D->tx[i];
+        H->ty[k]    = D->ty[i];
+      }
+    H->tleaf[g + 1] = k;
+  }
+  /* geometry */
+  for (PetscInt b = 0; b < nboxes; b++) {
+    H->cx[b]    = D->cx[0];
+    H->cy[b]    = D->cy[0];
+    H->scale[b] = D->scale[0];
+  }
+  for (PetscInt t = 0; t < D->nslot; t++) {
+    const PetscInt b = SlotBox(D, t);
+    H->cx[b]         = D->cx[t];
+    H->cy[b]         = D->cy[t];
+    H->scale[b]      = D->scale[t];
+  }
+  /* far lists by global box (slots below nown are in global order), near lists by global leaf */
+  PetscCall(PetscMalloc1(nboxes + 1, &H->faroff));
+  PetscCall(PetscMalloc1(PetscMax(D->faroff[D->nown], 1), &H->far));
+  H->faroff[0] = 0;
+  for (PetscInt t = 0, b = 0; t < D->nown; t++) {
+    const PetscInt g = SlotBox(D, t);
+    for (; b < g; b++) H->faroff[b + 1] = nfar;
+    for (PetscInt j = D->faroff[t]; j < D->faroff[t + 1]; j++) H->far[nfar++] = SlotBox(D, D->far[j]);
+    H->faroff[g + 1] = nfar;
+    b                = g + 1;
+    if (t == D->nown - 1)
+      for (; b < nboxes; b++) H->faroff[b + 1] = nfar;
+  }
+  PetscCall(PetscMalloc1(nleaves + 1, &H->nearoff));
+  PetscCall(PetscMalloc1(PetscMax(D->nearoff[D->nl], 1), &H->near));
+  H->nearoff[0] = 0;
+  for (PetscInt g = 0; g < nleaves; g++) {
+    if (g >= lbase && g < lbase + D->nl)
+      for (PetscInt j = D->nearoff[g - lbase]; j < D->nearoff[g - lbase + 1]; j++) {
+        const PetscInt v = D->near[j];
+        H->near[nnear++] = v < D->nl ? lbase + v : D->halleaf[v - D->nl];
+      }
+    H->nearoff[g + 1] = nnear;
+  }
+  /* sizes and statistics */
+  P->L          = L;
+  P->nleaves    = nleaves;
+  P->nboxes     = nboxes;
+  P->N          = N;
+  P->M          = D->m;
+  P->nfar       = nfar;
+  P->maxleafsrc = P->maxleaftgt = 0;
+  P->nearsrc    = 0;
+  P->p2ppairs   = 0;
+  for (PetscInt b = 0; b < nleaves; b++) {
+    PetscInt ns = 0;
+    P->maxleafsrc = PetscMax(P->maxleafsrc, H->sleaf[b + 1] - H->sleaf[b]);
+    P->maxleaftgt = PetscMax(P->maxleaftgt, H->tleaf[b + 1] - H->tleaf[b]);
+    for (PetscInt j = H->nearoff[b]; j < H->nearoff[b + 1]; j++) ns += H->sleaf[H->near[j] + 1] - H->sleaf[H->near[j]];
+    P->nearsrc += ns;
+    P->p2ppairs += (PetscCount)ns * (H->tleaf[b + 1] - H->tleaf[b]);
+  }
+  PetscFunctionReturn(0);
+}
+
+/*
+  FMMDistExchangeSetup - the multipole exchange of a backend that evaluates
+  FMMDistHostPlan(): after its M2M it gives the rows D->xexp[0..nxexp) of its
+  multipoles (global box numbers: this rank's boxes of level l0, then those
+  other ranks' far lists name) to FMMDistExchange(), and puts the rows it
+  returns at D->ximp[0..nximp) (every box of levels 0..l0, then the halo's).
+  Collective.
+*/
+PetscErrorCode FMMDistExchangeSetup(FMMDist *D, PetscInt p)
+{
+  const PetscInt nb0 = D->B1 - D->B0, nroot = D->nown - D->ntop;
+  const PetscInt *deg;
+  PetscInt       *cidx, *leafc, nsend = 0, nroots, nleaves;
+  const PetscSFNode *rem;
+  PetscSFNode    *nrem;
+  MPI_Comm        comm;
+
+  PetscFunctionBegin;
+  PetscCall(PetscObjectGetComm((PetscObject)D->sfmp, &comm));
+  D->xne = 2 * (p + 1);
+  PetscCall(PetscSFComputeDegreeBegin(D->sfmp, &deg));
+  PetscCall(PetscSFComputeDegreeEnd(D->sfmp, &deg));
+  PetscCall(PetscMalloc1(PetscMax(nroot, 1), &cidx));
+  for (PetscInt r = 0; r < nroot; r++) cidx[r] = deg[r] > 0 ? nsend++ : -1;
+  D->nxsend = nsend;
+  D->nxexp  = nb0 + nsend;
+  D->nximp  = D->ntop + D->nhb;
+  PetscCall(PetscMalloc2(D->nxexp, &D->xexp, D->nximp, &D->ximp));
+  for (PetscInt b = 0; b < nb0; b++) D->xexp[b] = FMMLevelStart(D->l0) + D->B0 + b;
+  for (PetscInt r = 0; r < nroot; r++)
+    if (cidx[r] >= 0) D->xexp[nb0 + cidx[r]] = SlotBox(D, D->ntop + r);
+  for (PetscInt t = 0; t < D->ntop; t++) D->ximp[t] = t;
+  for (PetscInt h = 0; h < D->nhb; h++) D->ximp[D->ntop + h] = D->halbox[h];
+  /* the compact SF: each halo box from its owner's row among the sent ones */
+  PetscCall(PetscMalloc1(PetscMax(D->nhb, 1), &leafc));
+  PetscCall(PetscSFBcastBegin(D->sfmp, MPIU_INT, cidx, leafc, MPI_REPLACE));
+  PetscCall(PetscSFBcastEnd(D->sfmp, MPIU_INT, cidx, leafc, MPI_REPLACE));
+  PetscCall(PetscSFGetGraph(D->sfmp, &nroots, &nleaves, NULL, &rem));
+  PetscCall(PetscMalloc1(PetscMax(nleaves, 1), &nrem));
+  for (PetscInt h = 0; h < nleaves; h++) nrem[h] = (PetscSFNode){rem[h].rank, leafc[h]};
+  PetscCall(MakeSF(comm, nsend, nleaves, nrem, &D->sfmpc));
+  PetscCall(PetscFree(leafc));
+  PetscCall(PetscFree(cidx));
+  /* the top's multipoles on the host, and the tables of its M2M */
+  PetscCall(PetscCalloc3((size_t)D->ntop * D->xne, &D->xtop, 1, &D->xsend, (2 * p + 1) * (2 * p + 1), &D->xbinom));
+  {
+    PetscReal *m2l;
+    PetscCall(PetscCalloc1(p * p, &m2l));
+    FMMTables((int)p, D->xbinom, m2l);
+    PetscCall(PetscFree(m2l));
+  }
+  PetscFunctionReturn(0);
+}
+
+/* exp: the rows D->xexp (host), imp: the rows D->ximp (host); collective */
+PetscErrorCode FMMDistExchange(void *ctx, const PetscReal *exp, PetscReal *imp)
+{
+  FMMDist       *D  = (FMMDist *)ctx;
+  const PetscInt ne = D->xne, nb0 = D->B1 - D->B0, l0 = D->l0, p = ne / 2 - 1;
+  MPI_Datatype   unit;
+  MPI_Comm       comm;
+
+  PetscFunctionBegin;
+  PetscCall(PetscObjectGetComm((PetscObject)D->sfmp, &comm));
+  PetscCall(PetscLogEventBegin(MATFMM_Exchange, 0, 0, 0, 0));
+  PetscCallMPI(MPI_Type_contiguous((PetscMPIInt)ne, MPIU_REAL, &unit));
+  PetscCallMPI(MPI_Type_commit(&unit));
+  PetscCall(PetscSFBcastBegin(D->sfmpc, unit, exp + (size_t)nb0 * ne, imp + (size_t)D->ntop * ne, MPI_REPLACE));
+  /* the top: level l0 summed over the ranks (each row is zero but on its owner), M2M above on every rank */
+  PetscCall(PetscArrayzero(D->xtop, (size_t)D->ntop * ne));
+  PetscCall(PetscArraycpy(D->xtop + (size_t)(FMMLevelStart(l0) + D->B0) * ne, exp, (size_t)nb0 * ne));
+  PetscCall(MPIU_Allreduce(MPI_IN_PLACE, D->xtop + (size_t)FMMLevelStart(l0) * ne, (PetscMPIInt)(ne << (2 * l0)), MPIU_REAL, MPIU_SUM, comm));
+  for (PetscInt l = l0 - 1; l >= 0; l--)
+    for (PetscInt b = 0; b < ((PetscInt)1 << (2 * l)); b++) {
+      const PetscInt ps = FMMLevelStart(l) + b;
+      PetscReal      work[4 * (FMM_P_MAX + 1)];
+      for (PetscInt ch = 4 * b; ch < 4 * b + 4; ch++) {
+        const PetscInt cs = FMMLevelStart(l + 1) + ch;
+        if (!D->nsb[cs]) continue;
+        FMMM2M((int)p, D->xbinom, (D->cx[cs] - D->cx[ps]) / D->scale[ps], (D->cy[cs] - D->cy[ps]) / D->scale[ps], D->scale[cs] / D->scale[ps], D->xtop + (size_t)cs * ne, D->xtop + (size_t)ps * ne, work);
+      }
+    }
+  PetscCall(PetscArraycpy(imp, D->xtop, (size_t)D->ntop * ne));
+  PetscCall(PetscSFBcastEnd(D->sfmpc, unit, exp + (size_t)nb0 * ne, imp + (size_t)D->ntop * ne, MPI_REPLACE));
+  PetscCallMPI(MPI_Type_free(&unit));
+  PetscCall(PetscLogEventEnd(MATFMM_Exchange, 0, 0, 0, 0));
   PetscFunctionReturn(0);
 }

@@ -244,6 +244,12 @@ typedef struct {
   const PetscReal  *src, *nrm, *wts, *tgt; /* [2N], [2N] or NULL, [N] or NULL, [2 Mg] (NULL after setup, or same) */
   PetscBool         alias;  /* one rank: src, nrm, wts are the matrix's block, tgt its targets */
   const FMMSources *sources;
+  /* the distributed tree (FMMDistHostPlan()): after M2M the backend gives the rows xexp[0..nxexp) of its
+     multipoles to exchange(xctx, rows, rows') and puts rows' at ximp[0..nximp) (NULL: no exchange) */
+  PetscInt          nxexp, nximp;
+  const PetscInt   *xexp, *ximp;
+  PetscErrorCode  (*exchange)(void *, const PetscReal *, PetscReal *);
+  void             *xctx;
   void             *bmat;   /* the backend's per-Mat state */
   void             *data;   /* the backend's state of this assembly */
 } FMMContext;
@@ -347,6 +353,11 @@ typedef struct {
   PetscSF    sfsrc, sftgt;         /* the caller's sources (leaves) -> this rank's (roots); targets likewise (NULL: same) */
   PetscSF    sfhalo, sfmp;         /* owners' sources in tree order -> the halo's; owners' multipoles (slots ntop..nown) -> halo slots */
   PetscInt64 nfar, nfartop, p2ppairs; /* M2L of this rank's boxes (+ the top's, on rank 0), of the top; P2P pairs */
+  PetscInt  *halbox, *halleaf;     /* [nhb], [nhl] global numbers of the halo's boxes and leaves */
+  /* the multipole exchange of a backend that evaluates FMMDistHostPlan() (FMMDistExchangeSetup()) */
+  PetscInt   xne, nxexp, nximp, nxsend, *xexp, *ximp; /* rows sent (this rank's level l0 boxes, then those others need), rows received (the top, the halo) */
+  PetscReal *xtop, *xsend, *xbinom;
+  PetscSF    sfmpc;                /* the sent rows (roots) -> the halo's */
   PetscInt   maxleafsrc;
   /* the CPU evaluation (src/fmm/cpu/dist.c) */
   PetscInt   p, ne;
@@ -389,6 +400,7 @@ typedef struct {
   /* across ranks: the distributed tree (NULL: every rank holds all sources) */
   MatFMMDistribution distribution;
   FMMDist           *dist;
+  PetscBool          distplan;   /* CPU: the distributed tree evaluated as the CUDA backend does (-mat_fmm_distribution_global_plan) */
   const char        *whynotdist; /* where the sources are replicated on several ranks: why */
 } Mat_FMM;
 
@@ -410,9 +422,14 @@ PETSC_INTERN PetscErrorCode FMMRepetitionBudget(const FMMContext *, PetscReal);
 PETSC_INTERN PetscErrorCode FMMDistLevels(PetscInt, PetscInt, PetscMPIInt, PetscInt *, PetscInt *);
 PETSC_INTERN PetscErrorCode FMMDistBuild(Mat, FMMDist **);
 PETSC_INTERN PetscErrorCode FMMDistDestroy(FMMDist **);
+PETSC_INTERN PetscErrorCode FMMDistHostPlan(FMMDist *, FMMPlan *, FMMHostPlan **);
+PETSC_INTERN PetscErrorCode FMMDistExchangeSetup(FMMDist *, PetscInt);
+PETSC_INTERN PetscErrorCode FMMDistExchange(void *, const PetscReal *, PetscReal *);
 PETSC_INTERN PetscErrorCode FMMDistSetupCPU(FMMDist *, const FMMParams *);
 PETSC_INTERN PetscErrorCode FMMDistResetCPU(FMMDist *);
 PETSC_INTERN PetscErrorCode FMMDistMultCPU(FMMDist *, const PetscScalar *, PetscScalar *);
+PETSC_INTERN PetscErrorCode FMMDistDensities(FMMDist *, const PetscScalar *);
+PETSC_INTERN PetscErrorCode FMMDistPotentials(FMMDist *, PetscScalar *);
 /* points.c */
 PETSC_INTERN void           FMMCopyReals(PetscReal *, const PetscReal *, PetscInt);
 PETSC_INTERN PetscErrorCode FMMWaitForPETSc(PetscBool);

@@ -28,7 +28,10 @@ PetscErrorCode MatFMMInvalidate(Mat A)
   fmm->ops = NULL;
   PetscCall(FMMHostPlanDestroy(&fmm->ctx.host));
   PetscCall(FMMDistDestroy(&fmm->dist));
-  fmm->whynotdist = NULL;
+  fmm->whynotdist   = NULL;
+  fmm->ctx.exchange = NULL;
+  fmm->ctx.xctx     = NULL;
+  fmm->ctx.nxexp = fmm->ctx.nximp = 0;
   PetscCall(PetscMemzero(&fmm->ctx.plan, sizeof(fmm->ctx.plan)));
   PetscCall(PetscSFDestroy(&fmm->sf));
   PetscCall(FMMPointsRelease(fmm));
@@ -77,6 +80,12 @@ static PetscErrorCode MatSetFromOptions_FMM(Mat A, FMMOptionItems PetscOptionsOb
   if (set) PetscCall(MatFMMSetDevice(A, (MatFMMDevice)e));
   PetscCall(PetscOptionsEnum("-mat_fmm_distribution", "Across MPI ranks: the tree shared out among them, or all sources on each", "MatFMMSetDistribution", MatFMMDistributions, (PetscEnum)fmm->distribution, &e, &set));
   if (set) PetscCall(MatFMMSetDistribution(A, (MatFMMDistribution)e));
+  {
+    PetscBool b = fmm->distplan;
+    PetscCall(PetscOptionsBool("-mat_fmm_distribution_global_plan", "Distributed tree on the CPU: evaluate each rank's part as a plan in the one-rank numbering, as the CUDA backend does (a check of that path)", "MatFMMSetDistribution", b, &b, &set));
+    if (set && b != fmm->distplan) PetscCall(MatFMMInvalidate(A));
+    fmm->distplan = b;
+  }
   for (PetscInt b = 0; b < FMM_NBACKENDS; b++) { /* every backend's options (-mat_fmm_cuda_*), whichever runs */
     PetscBool changed = PETSC_FALSE;
     if (!FMMBackends[b]->setfromoptions) continue;
@@ -153,8 +162,7 @@ static PetscErrorCode ChooseDistribution(Mat A, PetscBool *dist)
   PetscCallMPI(MPI_Comm_size(comm, &size));
   PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, &mixed, 1, MPI_INT, MPI_LOR, comm));
   PetscCall(FMMDistLevels(U, fmm->par.ct, size, &L, &l0));
-  if (fmm->device_used != MATFMM_DEVICE_CPU) why = "the CUDA backend holds all sources on each rank (the distributed tree runs on the CPU backend)";
-  else if (fmm->par.method != MATFMM_METHOD_FMM) why = "-mat_fmm_method direct sums over all sources";
+  if (fmm->par.method != MATFMM_METHOD_FMM) why = "-mat_fmm_method direct sums over all sources";
   else if (fmm->par.layout != MATFMM_LAYOUT_TILED) why = "the distributed tree has the tiled near-field layout only";
   else if (fmm->xexp) why = "the coordinates are scaled (their extent is outside [2^-400, 2^400])";
   else if (l0 > L) why = "too few points: fewer leaves than boxes to share out among the ranks";
@@ -184,8 +192,41 @@ static PetscErrorCode SetupDistributed(Mat A)
   PetscCall(FMMDistBuild(A, &fmm->dist));
   PetscCall(PetscLogEventEnd(MATFMM_Tree, A, 0, 0, 0));
   D = fmm->dist;
-  PetscCall(FMMDistSetupCPU(D, &fmm->par));
   PetscCall(PetscMalloc2(0, &fmm->sigma, A->rmap->n, &fmm->pot));
+  if (fmm->device_used != MATFMM_DEVICE_CPU || fmm->distplan) { /* the backend evaluates this rank's part as a plan of its own (FMMDistHostPlan()) */
+    FMMContext *ctx = &fmm->ctx;
+    PetscBool   anynrm;
+    {
+      PetscMPIInt h = fmm->src.hasnrm ? 1 : 0;
+      PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, &h, 1, MPI_INT, MPI_LOR, comm));
+      anynrm = (h && fmm->par.alpha != 0.0) ? PETSC_TRUE : PETSC_FALSE;
+    }
+    PetscCall(PetscLogEventBegin(MATFMM_Tree, A, 0, 0, 0));
+    PetscCall(FMMDistHostPlan(D, P, &ctx->host));
+    PetscCall(FMMDistExchangeSetup(D, fmm->par.p));
+    PetscCall(PetscLogEventEnd(MATFMM_Tree, A, 0, 0, 0));
+    ctx->N        = P->N;
+    ctx->Mg       = 0;
+    ctx->t0       = 0;
+    ctx->same     = PETSC_FALSE; /* its targets are not its sources (the halo's are sources too) */
+    ctx->alias    = PETSC_TRUE;  /* nothing to free: the plan holds the points */
+    ctx->src      = NULL;
+    ctx->tgt      = NULL;
+    ctx->wts      = NULL;
+    ctx->nrm      = anynrm ? D->cdx : NULL; /* not read: says that the plan's coefficients have dipoles */
+    ctx->nxexp    = D->nxexp;
+    ctx->nximp    = D->nximp;
+    ctx->xexp     = D->xexp;
+    ctx->ximp     = D->ximp;
+    ctx->exchange = FMMDistExchange;
+    ctx->xctx     = D;
+    PetscCall((*fmm->ops->setup)(ctx));
+    PetscCall(PetscMalloc4(D->n, &D->sig, D->n + D->nh, &D->sigt, D->m, &D->pot, D->m, &D->potr));
+    fmm->setup   = PETSC_TRUE;
+    A->assembled = PETSC_TRUE;
+    PetscFunctionReturn(0);
+  }
+  PetscCall(FMMDistSetupCPU(D, &fmm->par));
   /* what -mat_view reports */
   P->L       = D->L;
   P->nleaves = (PetscInt)1 << (2 * D->L);
@@ -332,6 +373,22 @@ static PetscErrorCode ScaledPotentials(Mat A, const PetscScalar *sigma)
   PetscFunctionReturn(0);
 }
 
+/* y = K x with the distributed tree: on the CPU (cpu/dist.c), or by the backend on this rank's plan */
+static PetscErrorCode DistMult(Mat A, const PetscScalar *x, PetscScalar *y)
+{
+  Mat_FMM *fmm = (Mat_FMM *)A->data;
+  FMMDist *D   = fmm->dist;
+
+  PetscFunctionBegin;
+  if (D->mpole) PetscCall(FMMDistMultCPU(D, x, y));
+  else {
+    PetscCall(FMMDistDensities(D, x));
+    PetscCall((*fmm->ops->mult)(&fmm->ctx, D->sigt, D->potr));
+    PetscCall(FMMDistPotentials(D, y));
+  }
+  PetscFunctionReturn(0);
+}
+
 /* y = [y +] scale K x + (shift + diag) .* x
    On one rank the densities are x itself (no gather).  With the CUDA backend
    the arrays are taken where they live (host or device memory,
@@ -357,10 +414,10 @@ static PetscErrorCode MatApply_FMM(Mat A, Vec x, Vec y, PetscBool add)
     PetscCall(VecGetArrayRead(x, &xa));
     if (plain) {
       PetscCall(VecGetArrayWrite(y, &ya));
-      PetscCall(FMMDistMultCPU(fmm->dist, xa, ya));
+      PetscCall(DistMult(A, xa, ya));
       PetscCall(VecRestoreArrayWrite(y, &ya));
     } else {
-      PetscCall(FMMDistMultCPU(fmm->dist, xa, fmm->pot));
+      PetscCall(DistMult(A, xa, fmm->pot));
       if (add) PetscCall(VecGetArray(y, &ya));
       else PetscCall(VecGetArrayWrite(y, &ya));
       if (fmm->diag) PetscCall(VecGetArrayRead(fmm->diag, &da));
@@ -608,8 +665,8 @@ static PetscErrorCode MatView_FMM(Mat A, PetscViewer viewer)
     PetscCallMPI(MPI_Allreduce(loc, sum, 4, MPIU_INT64, MPI_SUM, PetscObjectComm((PetscObject)A)));
     PetscCallMPI(MPI_Allreduce(loc, mx, 4, MPIU_INT64, MPI_MAX, PetscObjectComm((PetscObject)A)));
     PetscCallMPI(MPI_Comm_size(PetscObjectComm((PetscObject)A), &size));
-    PetscCall(PetscViewerASCIIPrintf(viewer, "  tree: %" PetscInt_FMT " sources, %" PetscInt64_FMT " targets, %" PetscInt_FMT " levels below the root, %" PetscInt_FMT " leaves, %" PetscInt_FMT " boxes (%s splits)\n", P->N, sum[0], P->L, P->nleaves, P->nboxes, fmm->par.split_median ? "median" : "compact"));
-    PetscCall(PetscViewerASCIIPrintf(viewer, "  leaf boxes: at most %" PetscInt_FMT " sources, %" PetscInt64_FMT " targets (mean %.1f sources)\n", P->maxleafsrc, mx[3], (double)P->N / (double)P->nleaves));
+    PetscCall(PetscViewerASCIIPrintf(viewer, "  tree: %" PetscInt_FMT " sources, %" PetscInt64_FMT " targets, %" PetscInt_FMT " levels below the root, %" PetscInt_FMT " leaves, %" PetscInt_FMT " boxes (%s splits)\n", A->cmap->N, sum[0], P->L, P->nleaves, P->nboxes, fmm->par.split_median ? "median" : "compact"));
+    PetscCall(PetscViewerASCIIPrintf(viewer, "  leaf boxes: at most %" PetscInt_FMT " sources, %" PetscInt64_FMT " targets (mean %.1f sources)\n", P->maxleafsrc, mx[3], (double)A->cmap->N / (double)P->nleaves));
     PetscCall(PetscViewerASCIIPrintf(viewer, "  interactions per product: %" PetscInt64_FMT " M2L, %" PetscInt64_FMT " P2P pairs (%.1f per target)\n", sum[1], sum[2], sum[0] ? (double)sum[2] / (double)sum[0] : 0.0));
     if (fmm->xexp) PetscCall(PetscViewerASCIIPrintf(viewer, "  coordinates: the sources' extent is outside [2^-%d, 2^%d]; the tree and the kernels use the points times 2^%d (exact), the product adds the logarithm's %" PetscInt_FMT " log 2 on the host\n", FMM_XEXP_MAX, FMM_XEXP_MAX, (int)-fmm->xexp, fmm->xexp));
     if (fmm->dist) PetscCall(ViewDistributed(A, viewer));

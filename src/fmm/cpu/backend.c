@@ -327,6 +327,15 @@ static PetscErrorCode FMMCPUMult(FMMContext *ctx, const PetscScalar *sigma, Pets
   PetscFunctionBegin;
   Strengths(P, H, c, sigma);
   PetscCall(Upward(P, H, c));
+  if (ctx->exchange) { /* the distributed tree's plan (FMMDistHostPlan()): rows out, rows in */
+    const PetscInt ne = c->ne;
+    PetscReal     *rows;
+    PetscCall(PetscMalloc1((size_t)(ctx->nxexp + ctx->nximp) * ne, &rows));
+    for (PetscInt r = 0; r < ctx->nxexp; r++) PetscCall(PetscArraycpy(rows + (size_t)r * ne, c->mpole + (size_t)ctx->xexp[r] * ne, ne));
+    PetscCall((*ctx->exchange)(ctx->xctx, rows, rows + (size_t)ctx->nxexp * ne));
+    for (PetscInt r = 0; r < ctx->nximp; r++) PetscCall(PetscArraycpy(c->mpole + (size_t)ctx->ximp[r] * ne, rows + (size_t)(ctx->nxexp + r) * ne, ne));
+    PetscCall(PetscFree(rows));
+  }
   PetscCall(Downward(P, H, c));
   PetscCall(PetscLogEventBegin(MATFMM_P2P, 0, 0, 0, 0));
   switch (ctx->par->layout) {

@@ -168,16 +168,13 @@ static PetscErrorCode Downward(FMMDist *D)
   PetscFunctionReturn(0);
 }
 
-/* y (this rank's rows, caller's layout) = K x (its columns); collective */
-PetscErrorCode FMMDistMultCPU(FMMDist *D, const PetscScalar *x, PetscScalar *y)
+/* the densities x (this rank's columns, the caller's layout) to their owners,
+   in tree order (sigt[0..n)), and the halo's after them; collective */
+PetscErrorCode FMMDistDensities(FMMDist *D, const PetscScalar *x)
 {
-  MPI_Comm     comm;
-  MPI_Datatype unit;
   const PetscInt n = D->n;
 
   PetscFunctionBegin;
-  PetscCall(PetscObjectGetComm((PetscObject)D->sfsrc, &comm));
-  /* the densities to the owners, in tree order, and to the halo */
   PetscCall(PetscLogEventBegin(MATFMM_Exchange, 0, 0, 0, 0));
   PetscCall(PetscSFReduceBegin(D->sfsrc, MPIU_SCALAR, x, D->sig, MPI_REPLACE));
   PetscCall(PetscSFReduceEnd(D->sfsrc, MPIU_SCALAR, x, D->sig, MPI_REPLACE));
@@ -185,6 +182,30 @@ PetscErrorCode FMMDistMultCPU(FMMDist *D, const PetscScalar *x, PetscScalar *y)
   PetscCall(PetscSFBcastBegin(D->sfhalo, MPIU_SCALAR, D->sigt, D->sigt + n, MPI_REPLACE));
   PetscCall(PetscSFBcastEnd(D->sfhalo, MPIU_SCALAR, D->sigt, D->sigt + n, MPI_REPLACE));
   PetscCall(PetscLogEventEnd(MATFMM_Exchange, 0, 0, 0, 0));
+  PetscFunctionReturn(0);
+}
+
+/* the potentials potr (this rank's targets as received) to the caller's rows y; collective */
+PetscErrorCode FMMDistPotentials(FMMDist *D, PetscScalar *y)
+{
+  PetscFunctionBegin;
+  PetscCall(PetscLogEventBegin(MATFMM_Exchange, 0, 0, 0, 0));
+  PetscCall(PetscSFBcastBegin(D->sftgt ? D->sftgt : D->sfsrc, MPIU_SCALAR, D->potr, y, MPI_REPLACE));
+  PetscCall(PetscSFBcastEnd(D->sftgt ? D->sftgt : D->sfsrc, MPIU_SCALAR, D->potr, y, MPI_REPLACE));
+  PetscCall(PetscLogEventEnd(MATFMM_Exchange, 0, 0, 0, 0));
+  PetscFunctionReturn(0);
+}
+
+/* y (this rank's rows, caller's layout) = K x (its columns); collective */
+PetscErrorCode FMMDistMultCPU(FMMDist *D, const PetscScalar *x, PetscScalar *y)
+{
+  MPI_Comm     comm;
+  MPI_Datatype   unit;
+  const PetscInt n = D->n;
+
+  PetscFunctionBegin;
+  PetscCall(PetscObjectGetComm((PetscObject)D->sfsrc, &comm));
+  PetscCall(FMMDistDensities(D, x));
 #pragma omp parallel for schedule(static) if (D->par)
   for (PetscInt i = 0; i < n + D->nh; i++) {
     D->q[i]  = D->cq[i] * D->sigt[i];
@@ -208,11 +229,7 @@ PetscErrorCode FMMDistMultCPU(FMMDist *D, const PetscScalar *x, PetscScalar *y)
   PetscCall(PetscLogEventEnd(MATFMM_Exchange, 0, 0, 0, 0));
   PetscCallMPI(MPI_Type_free(&unit));
   PetscCall(Downward(D));
-  /* the potentials to the caller's rows */
   for (PetscInt i = 0; i < D->m; i++) D->potr[D->tperm[i]] = D->pot[i];
-  PetscCall(PetscLogEventBegin(MATFMM_Exchange, 0, 0, 0, 0));
-  PetscCall(PetscSFBcastBegin(D->sftgt ? D->sftgt : D->sfsrc, MPIU_SCALAR, D->potr, y, MPI_REPLACE));
-  PetscCall(PetscSFBcastEnd(D->sftgt ? D->sftgt : D->sfsrc, MPIU_SCALAR, D->potr, y, MPI_REPLACE));
-  PetscCall(PetscLogEventEnd(MATFMM_Exchange, 0, 0, 0, 0));
+  PetscCall(FMMDistPotentials(D, y));
   PetscFunctionReturn(0);
 }
