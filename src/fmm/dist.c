@@ -251,6 +251,40 @@ static PetscErrorCode MakeSF(MPI_Comm comm, PetscInt nroots, PetscInt nleaves, P
   PetscFunctionReturn(0);
 }
 
+/* the moves of sf (contiguous leaves) that stay on this rank (leaf[], root[]) and an SF of the others (leaves
+   named by their index) */
+static PetscErrorCode SplitLocal(PetscSF sf, PetscInt *nloc, PetscInt **leaf, PetscInt **root, PetscSF *rest)
+{
+  MPI_Comm           comm;
+  PetscMPIInt        rank;
+  PetscInt           nroots, nleaves, nl = 0, nr = 0, *il;
+  const PetscSFNode *rem;
+  PetscSFNode       *rr;
+
+  PetscFunctionBegin;
+  PetscCall(PetscObjectGetComm((PetscObject)sf, &comm));
+  PetscCallMPI(MPI_Comm_rank(comm, &rank));
+  PetscCall(PetscSFGetGraph(sf, &nroots, &nleaves, NULL, &rem));
+  for (PetscInt k = 0; k < nleaves; k++) nl += rem[k].rank == rank ? 1 : 0;
+  PetscCall(PetscMalloc2(PetscMax(nl, 1), leaf, PetscMax(nl, 1), root));
+  PetscCall(PetscMalloc1(nleaves - nl, &il));
+  PetscCall(PetscMalloc1(nleaves - nl, &rr));
+  *nloc = 0;
+  for (PetscInt k = 0; k < nleaves; k++) {
+    if (rem[k].rank == rank) {
+      (*leaf)[*nloc]   = k;
+      (*root)[(*nloc)++] = rem[k].index;
+    } else {
+      il[nr]   = k;
+      rr[nr++] = rem[k];
+    }
+  }
+  PetscCall(PetscSFCreate(comm, rest));
+  PetscCall(PetscSFSetGraph(*rest, nroots, nr, il, PETSC_OWN_POINTER, rr, PETSC_OWN_POINTER));
+  PetscCall(PetscSFSetUp(*rest));
+  PetscFunctionReturn(0);
+}
+
 /* fetch nr reals a box of the remote boxes ids[0..n) of level l from their owners' table T (OwnIndex order) */
 static PetscErrorCode FetchBoxes(MPI_Comm comm, PetscInt l, PetscInt l0, PetscInt n0, PetscInt nown, const PetscReal *T, PetscInt nr, PetscInt n, const PetscInt ids[], PetscReal *out)
 {
@@ -339,6 +373,10 @@ PetscErrorCode FMMDistDestroy(FMMDist **dp)
   PetscCall(PetscSFDestroy(&D->sfsrc));
   if (D->sftgt) PetscCall(PetscSFDestroy(&D->sftgt));
   PetscCall(PetscSFDestroy(&D->sfhalo));
+  PetscCall(PetscFree2(D->lsleaf, D->lsroot));
+  PetscCall(PetscFree2(D->ltleaf, D->ltroot));
+  PetscCall(PetscSFDestroy(&D->sfsrcr));
+  PetscCall(PetscSFDestroy(&D->sftgtr));
   PetscCall(PetscSFDestroy(&D->sfmp));
   PetscCall(FMMDistResetCPU(D));
   PetscCall(PetscFree(*dp));
@@ -930,6 +968,10 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
     PetscCall(PetscFree3(osrc, otgt, osst));
   }
   PetscCall(PetscFree(T));
+
+  /* the products' moves between the caller's layout and this rank's: the part that stays here by threads */
+  PetscCall(SplitLocal(D->sfsrc, &D->nls, &D->lsleaf, &D->lsroot, &D->sfsrcr));
+  if (!same) PetscCall(SplitLocal(D->sftgt, &D->nlt, &D->ltleaf, &D->ltroot, &D->sftgtr));
 
   /* 6. the halo's sources: points and coefficients, once */
   {

@@ -352,6 +352,8 @@ typedef struct {
   PetscInt  *sperm, *tperm;        /* tree position -> the point's slot as received (root of sfsrc, sftgt) */
   PetscSF    sfsrc, sftgt;         /* the caller's sources (leaves) -> this rank's (roots); targets likewise (NULL: same) */
   PetscSF    sfhalo, sfmp;         /* owners' sources in tree order -> the halo's; owners' multipoles (slots ntop..nown) -> halo slots */
+  PetscInt   nls, nlt, *lsleaf, *lsroot, *ltleaf, *ltroot; /* the moves of sfsrc, sftgt that stay on this rank: caller's index, slot */
+  PetscSF    sfsrcr, sftgtr;       /* and the others (leaves: the caller's indices) */
   PetscInt64 nfar, nfartop, p2ppairs; /* M2L of this rank's boxes (+ the top's, on rank 0), of the top; P2P pairs */
   PetscInt  *halbox, *halleaf;     /* [nhb], [nhl] global numbers of the halo's boxes and leaves */
   /* the multipole exchange of a backend that evaluates FMMDistHostPlan() (FMMDistExchangeSetup()) */

@@ -176,8 +176,11 @@ PetscErrorCode FMMDistDensities(FMMDist *D, const PetscScalar *x)
 
   PetscFunctionBegin;
   PetscCall(PetscLogEventBegin(MATFMM_Exchange, 0, 0, 0, 0));
-  PetscCall(PetscSFReduceBegin(D->sfsrc, MPIU_SCALAR, x, D->sig, MPI_REPLACE));
-  PetscCall(PetscSFReduceEnd(D->sfsrc, MPIU_SCALAR, x, D->sig, MPI_REPLACE));
+  PetscCall(PetscSFReduceBegin(D->sfsrcr, MPIU_SCALAR, x, D->sig, MPI_REPLACE));
+#pragma omp parallel for schedule(static) if (D->nls >= FMM_OMP_MIN_POINTS)
+  for (PetscInt k = 0; k < D->nls; k++) D->sig[D->lsroot[k]] = x[D->lsleaf[k]];
+  PetscCall(PetscSFReduceEnd(D->sfsrcr, MPIU_SCALAR, x, D->sig, MPI_REPLACE));
+#pragma omp parallel for schedule(static) if (n >= FMM_OMP_MIN_POINTS)
   for (PetscInt i = 0; i < n; i++) D->sigt[i] = D->sig[D->sperm[i]];
   PetscCall(PetscSFBcastBegin(D->sfhalo, MPIU_SCALAR, D->sigt, D->sigt + n, MPI_REPLACE));
   PetscCall(PetscSFBcastEnd(D->sfhalo, MPIU_SCALAR, D->sigt, D->sigt + n, MPI_REPLACE));
@@ -188,10 +191,16 @@ PetscErrorCode FMMDistDensities(FMMDist *D, const PetscScalar *x)
 /* the potentials potr (this rank's targets as received) to the caller's rows y; collective */
 PetscErrorCode FMMDistPotentials(FMMDist *D, PetscScalar *y)
 {
+  const PetscBool same = D->sftgt ? PETSC_FALSE : PETSC_TRUE;
+  const PetscInt  nl = same ? D->nls : D->nlt, *lf = same ? D->lsleaf : D->ltleaf, *lr = same ? D->lsroot : D->ltroot;
+  PetscSF         sf = same ? D->sfsrcr : D->sftgtr;
+
   PetscFunctionBegin;
   PetscCall(PetscLogEventBegin(MATFMM_Exchange, 0, 0, 0, 0));
-  PetscCall(PetscSFBcastBegin(D->sftgt ? D->sftgt : D->sfsrc, MPIU_SCALAR, D->potr, y, MPI_REPLACE));
-  PetscCall(PetscSFBcastEnd(D->sftgt ? D->sftgt : D->sfsrc, MPIU_SCALAR, D->potr, y, MPI_REPLACE));
+  PetscCall(PetscSFBcastBegin(sf, MPIU_SCALAR, D->potr, y, MPI_REPLACE));
+#pragma omp parallel for schedule(static) if (nl >= FMM_OMP_MIN_POINTS)
+  for (PetscInt k = 0; k < nl; k++) y[lf[k]] = D->potr[lr[k]];
+  PetscCall(PetscSFBcastEnd(sf, MPIU_SCALAR, D->potr, y, MPI_REPLACE));
   PetscCall(PetscLogEventEnd(MATFMM_Exchange, 0, 0, 0, 0));
   PetscFunctionReturn(0);
 }
@@ -229,6 +238,7 @@ PetscErrorCode FMMDistMultCPU(FMMDist *D, const PetscScalar *x, PetscScalar *y)
   PetscCall(PetscLogEventEnd(MATFMM_Exchange, 0, 0, 0, 0));
   PetscCallMPI(MPI_Type_free(&unit));
   PetscCall(Downward(D));
+#pragma omp parallel for schedule(static) if (D->par)
   for (PetscInt i = 0; i < D->m; i++) D->potr[D->tperm[i]] = D->pot[i];
   PetscCall(FMMDistPotentials(D, y));
   PetscFunctionReturn(0);
