@@ -3,6 +3,8 @@ static char help[] = "MATFMM benchmark: setup, MatMult (median of -reps), time p
   -geometry <square,curve,blob> uniform in the unit square, on a star-shaped closed curve, or 99%% in a\n\
                                 Gaussian blob about (0.3, 0.7) and 1%% uniform in the unit square (default curve)\n\
   -blob_std <s>                 the blob's standard deviation (default 1e-9)\n\
+  -layout <index,x>             curve: the ranks hold the points in index order, or in order of x (ranks\n\
+                                then hold places, as the distributed tree does; default index)\n\
   -reps <r>                     timed MatMults (default 10)\n\
   -sample <s>                   targets checked against exact summation (default 200; 0: none)\n\
   -reassemble <k>               then k more assemblies with the points set again (default 0)\n\
@@ -106,7 +108,8 @@ int main(int argc, char **argv)
   PetscInt           N = 1000000, reps = 10, nsample = 200, nre = 0, nsu = 0, n, rstart, p, L, m2l, ct;
   PetscBool          curve = PETSC_TRUE, blob = PETSC_FALSE, hostvecs = PETSC_FALSE, devpts = PETSC_FALSE;
   VecType            vtype;
-  char               geom[16] = "curve";
+  char               geom[16] = "curve", lay[16] = "index";
+  PetscInt          *order = NULL;
   PetscReal         *xy, *nrm, *w, *times, *ltimes, eps = 1e-10, bstd = 1e-9, reas = 0, sets = 0, su[3] = {0, 0, 0}, idle = 0, midle = 0;
   PetscReal         *sxy, *snrm, *sw; /* what MatFMMSetSources() is given: xy, nrm, w or their device copies */
   PetscLogDouble     t0, t1, ta, ts0, ts1, ti0, ti1;
@@ -124,6 +127,7 @@ int main(int argc, char **argv)
   PetscCall(PetscOptionsInt("-n", "Number of points", NULL, N, &N, NULL));
   PetscCall(PetscOptionsString("-geometry", "square, curve or blob", NULL, geom, geom, sizeof(geom), NULL));
   PetscCall(PetscOptionsReal("-blob_std", "Standard deviation of the blob", NULL, bstd, &bstd, NULL));
+  PetscCall(PetscOptionsString("-layout", "index or x: the points of each rank (curve)", NULL, lay, lay, sizeof(lay), NULL));
   PetscCall(PetscOptionsInt("-reps", "Timed MatMults", NULL, reps, &reps, NULL));
   PetscCall(PetscOptionsInt("-sample", "Targets checked against exact summation", NULL, nsample, &nsample, NULL));
   PetscCall(PetscOptionsInt("-reassemble", "Assemblies after setting the points again", NULL, nre, &nre, NULL));
@@ -148,8 +152,22 @@ int main(int argc, char **argv)
   rstart -= n;
   PetscCall(PetscMalloc5(2 * n, &xy, 2 * n, &nrm, n, &w, reps, &times, reps, &ltimes));
   PetscCall(PetscRandomCreate(PETSC_COMM_SELF, &rnd));
+  PetscCheck(!strcmp(lay, "index") || (curve && !strcmp(lay, "x")), PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-layout %s: expected index, or x with the curve", lay);
+  if (!strcmp(lay, "x")) { /* every rank sorts all points by x and takes its run */
+    PetscReal *ax, d[2], v;
+    PetscCall(PetscMalloc1(N, &ax));
+    PetscCall(PetscMalloc1(N, &order));
+    for (PetscInt g = 0; g < N; g++) {
+      PetscReal z[2];
+      TestStarCurvePoint(g, N, z, d, &v);
+      ax[g]    = z[0];
+      order[g] = g;
+    }
+    PetscCall(PetscSortRealWithPermutation(N, ax, order));
+    PetscCall(PetscFree(ax));
+  }
   for (PetscInt i = 0; i < n; i++) {
-    PetscInt g = rstart + i;
+    PetscInt g = order ? order[rstart + i] : rstart + i;
     if (curve) TestStarCurvePoint(g, N, &xy[2 * i], &nrm[2 * i], &w[i]); /* star r(t) = 1 + 0.3 cos 5t, trapezoid rule */
     else {
       PetscCall(PetscRandomGetValueReal(rnd, &xy[2 * i]));
@@ -165,6 +183,7 @@ int main(int argc, char **argv)
     }
   }
 
+  PetscCall(PetscFree(order));
   /* the CUDA context: once per process, timed apart (cuda_init_s) */
   PetscCall(PetscTime(&ti0));
   PetscCall(PetscFMMCUDAInitialize());
