@@ -103,6 +103,18 @@ static PetscErrorCode TimeMults(Mat A, Vec x, Vec y, PetscInt reps, PetscReal id
   PetscFunctionReturn(0);
 }
 
+typedef struct {
+  PetscReal x;
+  PetscInt  g;
+} XKey;
+
+static int CompareX(const void *a, const void *b)
+{
+  const XKey *p = (const XKey *)a, *q = (const XKey *)b;
+  if (p->x != q->x) return p->x < q->x ? -1 : 1;
+  return p->g < q->g ? -1 : (p->g > q->g);
+}
+
 int main(int argc, char **argv)
 {
   PetscInt           N = 1000000, reps = 10, nsample = 200, nre = 0, nsu = 0, n, rstart, p, L, m2l, ct;
@@ -153,17 +165,18 @@ int main(int argc, char **argv)
   PetscCall(PetscMalloc5(2 * n, &xy, 2 * n, &nrm, n, &w, reps, &times, reps, &ltimes));
   PetscCall(PetscRandomCreate(PETSC_COMM_SELF, &rnd));
   PetscCheck(!strcmp(lay, "index") || (curve && !strcmp(lay, "x")), PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-layout %s: expected index, or x with the curve", lay);
-  if (!strcmp(lay, "x")) { /* every rank sorts all points by x and takes its run */
-    PetscReal *ax, d[2], v;
+  if (!strcmp(lay, "x")) { /* every rank sorts all points by x (libc's qsort: PETSc's quicksort crawls on the curve's runs) and takes its run */
+    XKey     *ax;
+    PetscReal d[2], v;
     PetscCall(PetscMalloc1(N, &ax));
     PetscCall(PetscMalloc1(N, &order));
     for (PetscInt g = 0; g < N; g++) {
       PetscReal z[2];
       TestStarCurvePoint(g, N, z, d, &v);
-      ax[g]    = z[0];
-      order[g] = g;
+      ax[g] = (XKey){z[0], g};
     }
-    PetscCall(PetscSortRealWithPermutation(N, ax, order));
+    qsort(ax, (size_t)N, sizeof(XKey), CompareX);
+    for (PetscInt g = 0; g < N; g++) order[g] = ax[g].g;
     PetscCall(PetscFree(ax));
   }
   for (PetscInt i = 0; i < n; i++) {
