@@ -525,11 +525,17 @@ PetscErrorCode MatFMMSetMethod(Mat A, MatFMMMethod method)
    replicated: every rank gathers all sources at assembly and all densities
    at each product, builds the whole tree and evaluates its own targets.
 
-   auto picks tree on more than one rank where it applies: the CPU backend
-   (the CUDA backend replicates), `MATFMM_METHOD_FMM`, the tiled layout,
-   coordinates within the window of `MatFMMSetSources()` (no scaling), at
-   least 4^l0 leaves, and, for a square matrix, rows and columns of the same
-   layout.  -mat_view says which is used and why.
+   The CPU backend evaluates its part directly; the CUDA backend (one GPU a
+   rank) evaluates it as a plan of its own in the one-rank numbering, and
+   exchanges multipoles through the host after its M2M.
+
+   auto picks tree on more than one rank where it applies:
+   `MATFMM_METHOD_FMM`, the tiled layout, coordinates within the window of
+   `MatFMMSetSources()` (no scaling), at least 4^l0 leaves, for a square
+   matrix rows and columns of the same layout, and the CPU backend (with
+   CUDA auto keeps replicated sources, which measure faster for now: the
+   tree's moves of densities and potentials through the host cost more than
+   the GPUs' work).  -mat_view says which is used and why.
 
    Errors:
 +  `PETSC_ERR_ARG_OUTOFRANGE` - unknown distribution

@@ -732,6 +732,7 @@ static PetscErrorCode MatDestroy_FMM(Mat A)
 .  -mat_fmm_method <fmm,direct> - FMM or exact summation (default fmm)
 .  -mat_fmm_device <auto,cpu,cuda> - where to compute (default auto)
 .  -mat_fmm_distribution <auto,replicated,tree> - on several ranks: the tree shared out among them (each holds its part and a halo), or all sources on each (default auto: tree where it applies, see `MatFMMSetDistribution()`)
+.  -mat_fmm_distribution_global_plan <bool> - the distributed tree on the CPU evaluated as the CUDA backend evaluates it, a plan of each rank's part in the one-rank numbering (a check of that path; default false)
 .  -mat_fmm_cuda_m2l <tc,fma> - CUDA M2L on the FP64 tensor cores (default) or by unrolled FMAs
 .  -mat_fmm_cuda_log <fast,libm> - CUDA near-field log from a table (default; within 1e-16 absolute) or the math library
 .  -mat_fmm_cuda_tree <gpu,cpu> - CUDA backend: tree and interaction lists built on the GPU (default) or on the CPU and uploaded
