@@ -9,7 +9,9 @@ static char help[] = "MATFMM with the tree shared out among the ranks (-mat_fmm_
   against exact sums (-mat_fmm_method direct, which replicates the sources)
   on the same ranks: relative 2-norm difference <= 1e-9 (eps is 1e-10; most
   products measure 1e-13 to 1e-12, the double layer on the closed curve,
-  whose product is small against its terms, 1e-10 on one rank too).  With -mat_fmm_tree_split median the
+  whose product is small against its terms, 1e-10 on one rank too).  The
+  diagonal terms (MatShift, MatDiagonalSet, MatScale, MatMultAdd) and
+  MatGetDiagonal are checked against the replicated matrix too.  With -mat_fmm_tree_split median the
   distributed tree is the one-rank tree (the top cuts are the medians one
   rank makes), so the product also equals the replicated one to rounding:
   <= 1e-13.  Caller layouts are uneven on purpose: rank 0 holds 90% of the
@@ -64,14 +66,12 @@ static void Share(PetscInt n, PetscBool reverse, PetscInt *start, PetscInt *len)
   }
 }
 
-/* y = K x on PETSC_COMM_WORLD; x_j = cos(0.37 j) */
-static PetscErrorCode Product(const char *geom, MatFMMKernel kernel, PetscInt N, PetscInt M, MatFMMMethod method, MatFMMDistribution dist, PetscBool median, Vec *y)
+/* the operator on PETSC_COMM_WORLD, assembled */
+static PetscErrorCode Create(const char *geom, MatFMMKernel kernel, PetscInt N, PetscInt M, MatFMMMethod method, MatFMMDistribution dist, PetscBool median, Mat *Ap)
 {
-  Mat          A;
-  Vec          x;
-  PetscInt     s0 = 0, n = 0, t0 = 0, m = 0, lo, hi;
-  PetscReal   *xy, *nrm, *w, *txy = NULL;
-  PetscScalar *xa;
+  Mat        A;
+  PetscInt   s0 = 0, n = 0, t0 = 0, m = 0;
+  PetscReal *xy, *nrm, *w, *txy = NULL;
 
   PetscFunctionBeginUser;
   Share(N, PETSC_FALSE, &s0, &n);
@@ -100,16 +100,84 @@ static PetscErrorCode Product(const char *geom, MatFMMKernel kernel, PetscInt N,
   if (median) PetscCall(MatSetFromOptions(A));
   PetscCall(MatAssemblyBegin(A, MAT_FINAL_ASSEMBLY));
   PetscCall(MatAssemblyEnd(A, MAT_FINAL_ASSEMBLY));
-  PetscCall(MatCreateVecs(A, &x, y));
+  PetscCall(PetscFree3(xy, nrm, w));
+  PetscCall(PetscFree(txy));
+  *Ap = A;
+  PetscFunctionReturn(0);
+}
+
+/* x_j = cos(0.37 j) */
+static PetscErrorCode FillX(Vec x)
+{
+  PetscInt     lo, hi;
+  PetscScalar *xa;
+
+  PetscFunctionBeginUser;
   PetscCall(VecGetOwnershipRange(x, &lo, &hi));
   PetscCall(VecGetArrayWrite(x, &xa));
   for (PetscInt j = lo; j < hi; j++) xa[j - lo] = PetscCosReal(0.37 * j);
   PetscCall(VecRestoreArrayWrite(x, &xa));
+  PetscFunctionReturn(0);
+}
+
+/* y = K x */
+static PetscErrorCode Product(const char *geom, MatFMMKernel kernel, PetscInt N, PetscInt M, MatFMMMethod method, MatFMMDistribution dist, PetscBool median, Vec *y)
+{
+  Mat A;
+  Vec x;
+
+  PetscFunctionBeginUser;
+  PetscCall(Create(geom, kernel, N, M, method, dist, median, &A));
+  PetscCall(MatCreateVecs(A, &x, y));
+  PetscCall(FillX(x));
   PetscCall(MatMult(A, x, *y));
   PetscCall(VecDestroy(&x));
   PetscCall(MatDestroy(&A));
-  PetscCall(PetscFree3(xy, nrm, w));
-  PetscCall(PetscFree(txy));
+  PetscFunctionReturn(0);
+}
+
+/* the diagonal terms on the tree: 2 (K - 1/2 I + diag(d)) x + v, and the diagonal, against the
+   same on the replicated sources (median splits: the same tree) */
+static PetscErrorCode OperatorCase(const char *geom, MatFMMKernel kernel, PetscInt N)
+{
+  Mat       A[2];
+  Vec       x, v, d, y[2], g[2];
+  PetscReal e;
+  char      what[160];
+
+  PetscFunctionBeginUser;
+  for (int k = 0; k < 2; k++) {
+    PetscCall(Create(geom, kernel, N, 0, MATFMM_METHOD_FMM, k ? MATFMM_DISTRIBUTION_REPLICATED : MATFMM_DISTRIBUTION_TREE, PETSC_TRUE, &A[k]));
+    if (!k) {
+      PetscCall(MatCreateVecs(A[0], &x, &v));
+      PetscCall(VecDuplicate(x, &d));
+      PetscCall(FillX(x));
+      PetscCall(VecSet(v, 0.25));
+      PetscCall(VecCopy(x, d));
+      PetscCall(VecScale(d, 0.1));
+    }
+    PetscCall(MatShift(A[k], -0.5));
+    PetscCall(MatDiagonalSet(A[k], d, ADD_VALUES));
+    PetscCall(MatScale(A[k], 2.0));
+    PetscCall(VecDuplicate(v, &y[k]));
+    PetscCall(VecDuplicate(v, &g[k]));
+    PetscCall(MatMultAdd(A[k], x, v, y[k]));
+    PetscCall(MatGetDiagonal(A[k], g[k]));
+  }
+  PetscCall(TestRelDiff(y[0], y[1], y[1], &e));
+  PetscCall(PetscSNPrintf(what, sizeof(what), "%s, %s layer: MatShift, MatDiagonalSet, MatScale, MatMultAdd, tree vs replicated", geom, MatFMMKernels[kernel]));
+  PetscCall(TestCheck(what, e, medtol, verbose, &nfail));
+  PetscCall(TestRelDiff(g[0], g[1], g[1], &e));
+  PetscCall(PetscSNPrintf(what, sizeof(what), "%s, %s layer: MatGetDiagonal, tree vs replicated", geom, MatFMMKernels[kernel]));
+  PetscCall(TestCheck(what, e, 1e-15, verbose, &nfail));
+  for (int k = 0; k < 2; k++) {
+    PetscCall(MatDestroy(&A[k]));
+    PetscCall(VecDestroy(&y[k]));
+    PetscCall(VecDestroy(&g[k]));
+  }
+  PetscCall(VecDestroy(&x));
+  PetscCall(VecDestroy(&v));
+  PetscCall(VecDestroy(&d));
   PetscFunctionReturn(0);
 }
 
@@ -158,6 +226,8 @@ int main(int argc, char **argv)
     PetscCall(RunCase(geoms[g], MATFMM_KERNEL_COMBINED, N, M));
   }
   PetscCall(RunCase("curve", MATFMM_KERNEL_SINGLE, N, M));
+  PetscCall(OperatorCase("curve", MATFMM_KERNEL_DOUBLE, N));
+  PetscCall(OperatorCase("clusters", MATFMM_KERNEL_COMBINED, N));
   PetscCall(PetscPrintf(PETSC_COMM_WORLD, "%s\n", nfail ? "SOME CHECKS FAILED" : "all distributed-tree checks passed"));
   PetscCall(PetscFinalize());
   return nfail ? 1 : 0;
