@@ -9,12 +9,11 @@ static char help[] = "MATFMM with the tree shared out among the ranks (-mat_fmm_
   against exact sums (-mat_fmm_method direct, which replicates the sources)
   on the same ranks: relative 2-norm difference <= 1e-9 (eps is 1e-10; most
   products measure 1e-13 to 1e-12, the double layer on the closed curve,
-  whose product is small against its terms, 1e-10 on one rank too).  The
-  diagonal terms (MatShift, MatDiagonalSet, MatScale, MatMultAdd) and
-  MatGetDiagonal are checked against the replicated matrix too.  With -mat_fmm_tree_split median the
-  distributed tree is the one-rank tree (the top cuts are the medians one
-  rank makes), so the product also equals the replicated one to rounding:
-  <= 1e-13.  Caller layouts are uneven on purpose: rank 0 holds 90% of the
+  whose product is small against its terms, 1e-10 on one rank too).  With
+  -mat_fmm_tree_split median the distributed tree is the one-rank tree (the
+  top cuts are the medians one rank makes), so the product also equals the
+  replicated one to rounding: <= 1e-13; so do the diagonal terms (MatShift,
+  MatDiagonalSet, MatScale, MatMultAdd), and MatGetDiagonal to 1e-15.  Caller layouts are uneven on purpose: rank 0 holds 90% of the
   points, the last rank none (from 3 ranks), and the targets (when separate)
   are split the other way.  Geometries: a closed curve, 16 clusters with 2%
   uniform outliers, uniform points in the square; kernels: single layer,
