@@ -55,6 +55,18 @@ PetscErrorCode FMMDistLevels(PetscInt U, PetscInt ct, PetscMPIInt size, PetscInt
   PetscFunctionReturn(0);
 }
 
+/* the bounding box of n points as (xmin, ymin, -xmax, -ymax); empty: PETSC_MAX_REAL (FMMBoxUnion4()) */
+static void PointsBox(const FMMPoint *pt, PetscInt n, PetscReal q[4])
+{
+  q[0] = q[1] = q[2] = q[3] = PETSC_MAX_REAL;
+  for (PetscInt u = 0; u < n; u++) {
+    q[0] = PetscMin(q[0], pt[u].x);
+    q[1] = PetscMin(q[1], pt[u].y);
+    q[2] = PetscMin(q[2], -pt[u].x);
+    q[3] = PetscMin(q[3], -pt[u].y);
+  }
+}
+
 /* A candidate pivot of the parallel selection: the median key of a rank's
    active points of a box, and how many they are */
 typedef struct {
@@ -90,16 +102,7 @@ static PetscErrorCode ParallelCut(MPI_Comm comm, FMMPoint *pt, PetscInt nb, cons
   PetscCall(PetscMalloc5(4 * nb, &bb, nb, &a, nb, &e, nb, &need, nb, &act));
   PetscCall(PetscMalloc4(2 * nb, &cntl, nb, &dir, nb, &mine, (size_t)nb * size, &all));
   PetscCall(PetscMalloc2(size, &c, nb, &m2));
-  for (PetscInt b = 0; b < nb; b++) {
-    PetscReal *q = bb + 4 * b;
-    q[0] = q[1] = q[2] = q[3] = PETSC_MAX_REAL;
-    for (PetscInt u = off[b]; u < off[b + 1]; u++) {
-      q[0] = PetscMin(q[0], pt[u].x);
-      q[1] = PetscMin(q[1], pt[u].y);
-      q[2] = PetscMin(q[2], -pt[u].x);
-      q[3] = PetscMin(q[3], -pt[u].y);
-    }
-  }
+  for (PetscInt b = 0; b < nb; b++) PointsBox(pt + off[b], off[b + 1] - off[b], bb + 4 * b);
   PetscCall(MPIU_Allreduce(MPI_IN_PLACE, bb, 4 * nb, MPIU_REAL, MPIU_MIN, comm));
   for (PetscInt b = 0; b < nb; b++) {
     const PetscReal *q = bb + 4 * b;
@@ -242,6 +245,16 @@ static PetscErrorCode RealsType(PetscInt n, MPI_Datatype *t)
   PetscFunctionReturn(0);
 }
 
+/* D->unit: the MPI type of an expansion of ne reals, made once for the products' exchanges */
+PetscErrorCode FMMDistUnit(FMMDist *D, PetscInt ne)
+{
+  PetscFunctionBegin;
+  if (D->hasunit) PetscFunctionReturn(0);
+  PetscCall(RealsType(ne, &D->unit));
+  D->hasunit = PETSC_TRUE;
+  PetscFunctionReturn(0);
+}
+
 static PetscErrorCode MakeSF(MPI_Comm comm, PetscInt nroots, PetscInt nleaves, PetscSFNode *remote, PetscSF *sf)
 {
   PetscFunctionBegin;
@@ -338,14 +351,6 @@ static inline PetscInt FindSorted(PetscInt key, PetscInt n, const PetscInt *v)
   return (lo < n && v[lo] == key) ? lo : -1;
 }
 
-/* sorted, without repeats */
-static PetscErrorCode SortUnique(PetscInt *n, PetscInt v[])
-{
-  PetscFunctionBegin;
-  PetscCall(PetscSortRemoveDupsInt(n, v));
-  PetscFunctionReturn(0);
-}
-
 #define NGEO 5 /* reals of a box in the fetch table: centre x, y, scale, sources, first source (tree order) */
 
 PetscErrorCode FMMDistDestroy(FMMDist **dp)
@@ -359,7 +364,8 @@ PetscErrorCode FMMDistDestroy(FMMDist **dp)
   PetscCall(PetscFree(D->halbox));
   PetscCall(PetscFree(D->halleaf));
   PetscCall(PetscFree2(D->xexp, D->ximp));
-  PetscCall(PetscFree3(D->xtop, D->xsend, D->xbinom));
+  PetscCall(PetscFree2(D->xtop, D->xbinom));
+  if (D->hasunit) PetscCallMPI(MPI_Type_free(&D->unit));
   PetscCall(PetscSFDestroy(&D->sfmpc));
   PetscCall(PetscFree2(D->faroff, D->far));
   PetscCall(PetscFree5(D->sx, D->sy, D->cq, D->cdx, D->cdy));
@@ -617,20 +623,11 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
   {
     const PetscInt lb = nob - nl; /* own index of the first leaf */
 #pragma omp parallel for schedule(static) if (nr >= FMM_OMP_MIN_POINTS)
-    for (PetscInt b = 0; b < nl; b++) {
-      PetscReal *q = bb + 4 * (lb + b);
-      q[0] = q[1] = q[2] = q[3] = PETSC_MAX_REAL;
-      for (PetscInt k = loff[b]; k < loff[b + 1]; k++) {
-        q[0] = PetscMin(q[0], lp[k].x);
-        q[1] = PetscMin(q[1], lp[k].y);
-        q[2] = PetscMin(q[2], -lp[k].x);
-        q[3] = PetscMin(q[3], -lp[k].y);
-      }
-    }
+    for (PetscInt b = 0; b < nl; b++) PointsBox(lp + loff[b], loff[b + 1] - loff[b], bb + 4 * (lb + b));
     for (PetscInt l = L - 1; l >= l0; l--) {
       const PetscInt nbl = nb0 << (2 * (l - l0)), o = nb0 * ((((PetscInt)1 << (2 * (l - l0))) - 1) / 3), oc = o + nbl;
       for (PetscInt b = 0; b < nbl; b++)
-        for (int j = 0; j < 4; j++) bb[4 * (o + b) + j] = PetscMin(PetscMin(bb[4 * (oc + 4 * b) + j], bb[4 * (oc + 4 * b + 1) + j]), PetscMin(bb[4 * (oc + 4 * b + 2) + j], bb[4 * (oc + 4 * b + 3) + j]));
+        FMMBoxUnion4(bb + 4 * (o + b), bb + 4 * (oc + 4 * b), bb + 4 * (oc + 4 * b + 1), bb + 4 * (oc + 4 * b + 2), bb + 4 * (oc + 4 * b + 3));
     }
     for (PetscInt k = 0; k < 4 * ntop; k++) top[k] = PETSC_MAX_REAL;
     for (PetscInt b = 0; b < nb0; b++)
@@ -639,31 +636,17 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
     for (PetscInt l = l0 - 1; l >= 0; l--) {
       PetscReal *pb = top + 4 * FMMLevelStart(l), *cb = top + 4 * FMMLevelStart(l + 1);
       for (PetscInt b = 0; b < ((PetscInt)1 << (2 * l)); b++)
-        for (int j = 0; j < 4; j++) pb[4 * b + j] = PetscMin(PetscMin(cb[16 * b + j], cb[16 * b + 4 + j]), PetscMin(cb[16 * b + 8 + j], cb[16 * b + 12 + j]));
+        FMMBoxUnion4(pb + 4 * b, cb + 16 * b, cb + 16 * b + 4, cb + 16 * b + 8, cb + 16 * b + 12);
     }
   }
   PetscCall(PetscFree(lp));
   PetscCall(PetscFree(loff));
   /* centres and scales of the slots: top (global numbers), then own boxes below l0; halo boxes appended later */
   {
-    PetscReal  floor_s = 0.0;
+    const PetscReal floor_s = FMMScaleFloor(top);
     PetscReal *cx, *cy, *sc;
-    if (top[0] < PETSC_MAX_REAL) floor_s = 0.5 * PetscSqrtReal(PetscSqr(top[0] + top[2]) + PetscSqr(top[1] + top[3])) * FMM_SCALE_FLOOR;
-    if (floor_s == 0.0) floor_s = 1.0;
     PetscCall(PetscMalloc3(D->nown, &cx, D->nown, &cy, D->nown, &sc));
-    for (PetscInt s = 0; s < D->nown; s++) {
-      const PetscReal *q = s < ntop ? top + 4 * s : bb + 4 * (s - ntop + nb0);
-      PetscReal        rad;
-      if (q[0] == PETSC_MAX_REAL) {
-        cx[s] = cy[s] = 0.0;
-        rad           = 0.0;
-      } else {
-        cx[s] = 0.5 * (q[0] - q[2]);
-        cy[s] = 0.5 * (q[1] - q[3]);
-        rad   = 0.5 * PetscSqrtReal(PetscSqr(q[0] + q[2]) + PetscSqr(q[1] + q[3]));
-      }
-      sc[s] = PetscMax(rad, floor_s);
-    }
+    for (PetscInt s = 0; s < D->nown; s++) FMMBoxCircle(s < ntop ? top + 4 * s : bb + 4 * (s - ntop + nb0), floor_s, &cx[s], &cy[s], &sc[s]);
     D->cx    = cx;
     D->cy    = cy;
     D->scale = sc;
@@ -750,7 +733,7 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
             for (PetscInt j = stroff[tp]; j < stroff[tp + 1]; j++)
               if (OwnerOf(str[j] >> (2 * (l - 1 - l0)), size, n0) != rank)
                 for (int c = 0; c < 4; c++) PetscCall(IntListPush(&want, 4 * str[j] + c));
-          PetscCall(SortUnique(&want.n, want.v));
+          PetscCall(PetscSortRemoveDupsInt(&want.n, want.v));
           rid[l]  = want.v;
           nrid[l] = want.n;
           PetscCall(PetscMalloc1(NGEO * PetscMax(want.n, 1), &rgeo[l]));
@@ -764,7 +747,7 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
           for (int pass = 0; pass < 2; pass++) {
 #pragma omp parallel for schedule(dynamic, 64) if (nbt >= 256)
             for (PetscInt t = 0; t < nbt; t++) {
-              const PetscInt tb = base + t, tslot = owned ? (l == l0 ? cl + tb : ntop + o + t - nb0) : cl + tb;
+              const PetscInt tb = base + t, tslot = FMMDistSlot(D, l, tb);
               const PetscInt ntg = owned ? otgt[o + t] : ttgt[cl + tb];
               const PetscInt tp  = tb / 4 - pbase;
               PetscInt       kf = 0, ks = 0;
@@ -781,9 +764,8 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
                       sy    = D->cy[sslot];
                       ss    = D->scale[sslot];
                     } else if (OwnerOf(s >> (2 * (l - l0)), size, n0) == rank) {
-                      const PetscInt os = OwnIndex(l, s, l0, rank, size, n0);
-                      sslot             = ntop + os - nb0;
-                      nsrc              = osrc[os];
+                      sslot = FMMDistSlot(D, l, s);
+                      nsrc  = osrc[sslot - ntop + nb0];
                       sx                = D->cx[sslot];
                       sy                = D->cy[sslot];
                       ss                = D->scale[sslot];
@@ -827,8 +809,7 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
             }
           }
           for (PetscInt t = 0; t < nbt; t++) {
-            const PetscInt tb = base + t, tslot = owned ? (l == l0 ? cl + tb : ntop + o + t - nb0) : cl + tb;
-            farcnt[tslot] = nfc[t + 1] - nfc[t];
+            farcnt[FMMDistSlot(D, l, base + t)] = nfc[t + 1] - nfc[t];
           }
           if (owned) nfarown += nfc[nbt];
           else nfartop += nfc[nbt];
@@ -851,7 +832,7 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
         nhal = 0;
         for (PetscInt k = 0; k < farl.n; k++)
           if (farl.v[k] < 0) hal[nhal++] = -1 - farl.v[k];
-        PetscCall(SortUnique(&nhal, hal));
+        PetscCall(PetscSortRemoveDupsInt(&nhal, hal));
         D->nslot = D->nown + nhal;
         D->nhb   = nhal;
         PetscCall(PetscMalloc2(D->nown + 1, &D->faroff, PetscMax(farl.n, 1), &D->far));
@@ -910,7 +891,7 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
         PetscCall(PetscMalloc1(PetscMax(nent, 1), &hl));
         for (PetscInt k = 0; k < nent; k++)
           if (OwnerOf(str[k] >> (2 * (L - l0)), size, n0) != rank) hl[nhl++] = str[k];
-        PetscCall(SortUnique(&nhl, hl));
+        PetscCall(PetscSortRemoveDupsInt(&nhl, hl));
         PetscCall(PetscMalloc1(NGEO * PetscMax(nhl, 1), &hg));
         PetscCall(FetchBoxes(comm, L, l0, n0, nob, T, NGEO, nhl, hl, hg));
         D->nhl = nhl;
@@ -1139,17 +1120,7 @@ PetscErrorCode FMMDistHostPlan(FMMDist *D, FMMPlan *P, FMMHostPlan **hp)
   P->N          = N;
   P->M          = D->m;
   P->nfar       = nfar;
-  P->maxleafsrc = P->maxleaftgt = 0;
-  P->nearsrc    = 0;
-  P->p2ppairs   = 0;
-  for (PetscInt b = 0; b < nleaves; b++) {
-    PetscInt ns = 0;
-    P->maxleafsrc = PetscMax(P->maxleafsrc, H->sleaf[b + 1] - H->sleaf[b]);
-    P->maxleaftgt = PetscMax(P->maxleaftgt, H->tleaf[b + 1] - H->tleaf[b]);
-    for (PetscInt j = H->nearoff[b]; j < H->nearoff[b + 1]; j++) ns += H->sleaf[H->near[j] + 1] - H->sleaf[H->near[j]];
-    P->nearsrc += ns;
-    P->p2ppairs += (PetscCount)ns * (H->tleaf[b + 1] - H->tleaf[b]);
-  }
+  FMMPlanStatistics(P, H);
   PetscFunctionReturn(0);
 }
 
@@ -1177,7 +1148,6 @@ PetscErrorCode FMMDistExchangeSetup(FMMDist *D, PetscInt p)
   PetscCall(PetscSFComputeDegreeEnd(D->sfmp, &deg));
   PetscCall(PetscMalloc1(PetscMax(nroot, 1), &cidx));
   for (PetscInt r = 0; r < nroot; r++) cidx[r] = deg[r] > 0 ? nsend++ : -1;
-  D->nxsend = nsend;
   D->nxexp  = nb0 + nsend;
   D->nximp  = D->ntop + D->nhb;
   PetscCall(PetscMalloc2(D->nxexp, &D->xexp, D->nximp, &D->ximp));
@@ -1197,7 +1167,8 @@ PetscErrorCode FMMDistExchangeSetup(FMMDist *D, PetscInt p)
   PetscCall(PetscFree(leafc));
   PetscCall(PetscFree(cidx));
   /* the top's multipoles on the host, and the tables of its M2M */
-  PetscCall(PetscCalloc3((size_t)D->ntop * D->xne, &D->xtop, 1, &D->xsend, (2 * p + 1) * (2 * p + 1), &D->xbinom));
+  PetscCall(PetscCalloc2((size_t)D->ntop * D->xne, &D->xtop, (2 * p + 1) * (2 * p + 1), &D->xbinom));
+  PetscCall(FMMDistUnit(D, D->xne));
   {
     PetscReal *m2l;
     PetscCall(PetscCalloc1(p * p, &m2l));
@@ -1212,15 +1183,12 @@ PetscErrorCode FMMDistExchange(void *ctx, const PetscReal *exp, PetscReal *imp)
 {
   FMMDist       *D  = (FMMDist *)ctx;
   const PetscInt ne = D->xne, nb0 = D->B1 - D->B0, l0 = D->l0, p = ne / 2 - 1;
-  MPI_Datatype   unit;
   MPI_Comm       comm;
 
   PetscFunctionBegin;
   PetscCall(PetscObjectGetComm((PetscObject)D->sfmp, &comm));
   PetscCall(PetscLogEventBegin(MATFMM_Exchange, 0, 0, 0, 0));
-  PetscCallMPI(MPI_Type_contiguous((PetscMPIInt)ne, MPIU_REAL, &unit));
-  PetscCallMPI(MPI_Type_commit(&unit));
-  PetscCall(PetscSFBcastBegin(D->sfmpc, unit, exp + (size_t)nb0 * ne, imp + (size_t)D->ntop * ne, MPI_REPLACE));
+  PetscCall(PetscSFBcastBegin(D->sfmpc, D->unit, exp + (size_t)nb0 * ne, imp + (size_t)D->ntop * ne, MPI_REPLACE));
   /* the top: level l0 summed over the ranks (each row is zero but on its owner), M2M above on every rank */
   PetscCall(PetscArrayzero(D->xtop, (size_t)D->ntop * ne));
   PetscCall(PetscArraycpy(D->xtop + (size_t)(FMMLevelStart(l0) + D->B0) * ne, exp, (size_t)nb0 * ne));
@@ -1236,8 +1204,7 @@ PetscErrorCode FMMDistExchange(void *ctx, const PetscReal *exp, PetscReal *imp)
       }
     }
   PetscCall(PetscArraycpy(imp, D->xtop, (size_t)D->ntop * ne));
-  PetscCall(PetscSFBcastEnd(D->sfmpc, unit, exp + (size_t)nb0 * ne, imp + (size_t)D->ntop * ne, MPI_REPLACE));
-  PetscCallMPI(MPI_Type_free(&unit));
+  PetscCall(PetscSFBcastEnd(D->sfmpc, D->unit, exp + (size_t)nb0 * ne, imp + (size_t)D->ntop * ne, MPI_REPLACE));
   PetscCall(PetscLogEventEnd(MATFMM_Exchange, 0, 0, 0, 0));
   PetscFunctionReturn(0);
 }

@@ -123,6 +123,35 @@ typedef struct {
    of doubles anywhere but next to the origin (1e-9, before, made every box
    of a cluster of radius 1e-9 near every other). */
 #define FMM_SCALE_FLOOR 0x1p-100
+
+/* Box geometry (plan.c, dist.c).  A box's bounding box is stored as
+   (xmin, ymin, -xmax, -ymax), all PETSC_MAX_REAL where it holds no point, so
+   a parent's is the elementwise minimum of its children's */
+static inline void FMMBoxUnion4(PetscReal p[4], const PetscReal *c0, const PetscReal *c1, const PetscReal *c2, const PetscReal *c3)
+{
+  for (int j = 0; j < 4; j++) p[j] = PetscMin(PetscMin(c0[j], c1[j]), PetscMin(c2[j], c3[j]));
+}
+
+/* the radius of the circle about the bounding box's centre that holds it (0: empty) */
+static inline PetscReal FMMBoxRadius(const PetscReal q[4])
+{
+  return q[0] == PETSC_MAX_REAL ? 0.0 : 0.5 * PetscSqrtReal(PetscSqr(q[0] + q[2]) + PetscSqr(q[1] + q[3]));
+}
+
+/* centre and expansion scale of a box (centre 0 where empty), with the floor FMMScaleFloor() of the root's box */
+static inline void FMMBoxCircle(const PetscReal q[4], PetscReal floor_s, PetscReal *cx, PetscReal *cy, PetscReal *scale)
+{
+  const PetscBool empty = q[0] == PETSC_MAX_REAL ? PETSC_TRUE : PETSC_FALSE;
+  *cx                   = empty ? 0.0 : 0.5 * (q[0] - q[2]);
+  *cy                   = empty ? 0.0 : 0.5 * (q[1] - q[3]);
+  *scale                = PetscMax(FMMBoxRadius(q), floor_s);
+}
+
+static inline PetscReal FMMScaleFloor(const PetscReal root[4])
+{
+  const PetscReal f = FMMBoxRadius(root) * FMM_SCALE_FLOOR;
+  return f == 0.0 ? 1.0 : f;
+}
 #define FMM_SPLIT_WINDOW 32
 #define FMM_SPLIT_GAIN   1.5
 #define FMMHalfPerimeter(x0, y0, x1, y1) (((x1) - (x0)) + ((y1) - (y0)))
@@ -357,8 +386,10 @@ typedef struct {
   PetscInt64 nfar, nfartop, p2ppairs; /* M2L of this rank's boxes (+ the top's, on rank 0), of the top; P2P pairs */
   PetscInt  *halbox, *halleaf;     /* [nhb], [nhl] global numbers of the halo's boxes and leaves */
   /* the multipole exchange of a backend that evaluates FMMDistHostPlan() (FMMDistExchangeSetup()) */
-  PetscInt   xne, nxexp, nximp, nxsend, *xexp, *ximp; /* rows sent (this rank's level l0 boxes, then those others need), rows received (the top, the halo) */
-  PetscReal *xtop, *xsend, *xbinom;
+  PetscInt   xne, nxexp, nximp, *xexp, *ximp; /* rows sent (this rank's level l0 boxes, then those others need), rows received (the top, the halo) */
+  PetscReal *xtop, *xbinom;        /* the top's multipoles, the binomials of its M2M */
+  MPI_Datatype unit;               /* an expansion's reals (hasunit: made; FMMDistUnit()) */
+  PetscBool    hasunit;
   PetscSF    sfmpc;                /* the sent rows (roots) -> the halo's */
   PetscInt   maxleafsrc;
   /* the CPU evaluation (src/fmm/cpu/dist.c) */
@@ -406,6 +437,14 @@ typedef struct {
   const char        *whynotdist; /* where the sources are replicated on several ranks: why */
 } Mat_FMM;
 
+/* the slot of box b of level l on this rank of the distributed tree (its own, or the top's) */
+static inline PetscInt FMMDistSlot(const FMMDist *D, PetscInt l, PetscInt b)
+{
+  const PetscInt nb0 = D->B1 - D->B0;
+  if (l <= D->l0) return FMMLevelStart(l) + b;
+  return D->ntop + nb0 * ((((PetscInt)1 << (2 * (l - D->l0))) - 1) / 3) - nb0 + (b - (D->B0 << (2 * (l - D->l0))));
+}
+
 /* the window of extents (powers of two) in which the points are used as given */
 #define FMM_XEXP_MAX 400
 #define FMM_LN2      0.693147180559945309417232121458
@@ -415,6 +454,7 @@ PETSC_INTERN PetscErrorCode MatFMMInvalidate(Mat);
 PETSC_INTERN PetscErrorCode MatFMMComposeSetters(Mat, PetscBool);
 /* plan.c */
 PETSC_INTERN PetscErrorCode FMMPlanBuild(FMMContext *);
+PETSC_INTERN void           FMMPlanStatistics(FMMPlan *, const FMMHostPlan *);
 PETSC_INTERN void           FMMSelect(FMMPoint *, PetscInt, PetscInt, int);
 PETSC_INTERN PetscErrorCode FMMTreeSplit(FMMPoint *, PetscInt, const PetscInt[], PetscInt, PetscBool, PetscInt **);
 PETSC_INTERN PetscErrorCode FMMHostPlanDestroy(FMMHostPlan **);
@@ -424,6 +464,7 @@ PETSC_INTERN PetscErrorCode FMMRepetitionBudget(const FMMContext *, PetscReal);
 PETSC_INTERN PetscErrorCode FMMDistLevels(PetscInt, PetscInt, PetscMPIInt, PetscInt *, PetscInt *);
 PETSC_INTERN PetscErrorCode FMMDistBuild(Mat, FMMDist **);
 PETSC_INTERN PetscErrorCode FMMDistDestroy(FMMDist **);
+PETSC_INTERN PetscErrorCode FMMDistUnit(FMMDist *, PetscInt);
 PETSC_INTERN PetscErrorCode FMMDistHostPlan(FMMDist *, FMMPlan *, FMMHostPlan **);
 PETSC_INTERN PetscErrorCode FMMDistExchangeSetup(FMMDist *, PetscInt);
 PETSC_INTERN PetscErrorCode FMMDistExchange(void *, const PetscReal *, PetscReal *);

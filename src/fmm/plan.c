@@ -236,8 +236,8 @@ PetscErrorCode FMMPlanBuild(FMMContext *ctx)
   PetscInt         t0 = ctx->t0, t1 = t0 + M; /* this rank's targets: global indices [t0, t1) of the sources (same) or of the targets */
   FMMPoint        *pt;                        /* all points: sources i < N, targets N + global index */
   PetscInt        *off, *scnt, *tcnt;
-  const PetscReal *gtgt = ctx->tgt;
-  PetscReal       *bb, *rad; /* all targets (gathered at assembly); box bounding boxes (xmin,ymin,-xmax,-ymax), radii */
+  const PetscReal *gtgt = ctx->tgt; /* all targets (gathered at assembly) */
+  PetscReal       *bb; /* box bounding boxes (xmin, ymin, -xmax, -ymax) */
   PetscInt        *stroff, *str, *far, nfar;
 
   PetscFunctionBegin;
@@ -309,7 +309,7 @@ PetscErrorCode FMMPlanBuild(FMMContext *ctx)
   }
 
   /* box geometry: bounding boxes of the leaves' points, then upward */
-  PetscCall(PetscMalloc2(4 * nboxes, &bb, nboxes, &rad));
+  PetscCall(PetscMalloc1(4 * nboxes, &bb));
   PetscCall(PetscMalloc3(nboxes, &H->cx, nboxes, &H->cy, nboxes, &H->scale));
   {
     PetscReal *leafbb = bb + 4 * FMMLevelStart(L);
@@ -325,25 +325,12 @@ PetscErrorCode FMMPlanBuild(FMMContext *ctx)
     for (PetscInt l = L - 1; l >= 0; l--) {
       PetscReal *pb = bb + 4 * FMMLevelStart(l), *cb = bb + 4 * FMMLevelStart(l + 1);
       for (PetscInt b = 0; b < ((PetscInt)1 << (2 * l)); b++)
-        for (int j = 0; j < 4; j++) pb[4 * b + j] = PetscMin(PetscMin(cb[16 * b + j], cb[16 * b + 4 + j]), PetscMin(cb[16 * b + 8 + j], cb[16 * b + 12 + j]));
+        FMMBoxUnion4(pb + 4 * b, cb + 16 * b, cb + 16 * b + 4, cb + 16 * b + 8, cb + 16 * b + 12);
     }
     /* floor of the expansion scale for boxes of coincident points: any positive
        scale is exact for them, a tiny one would overflow the dipole term */
-    PetscReal floor_s = 0.0;
-    if (bb[0] < PETSC_MAX_REAL) floor_s = 0.5 * PetscSqrtReal(PetscSqr(bb[0] + bb[2]) + PetscSqr(bb[1] + bb[3])) * FMM_SCALE_FLOOR;
-    if (floor_s == 0.0) floor_s = 1.0;
-    for (PetscInt b = 0; b < nboxes; b++) {
-      PetscReal *q = bb + 4 * b;
-      if (q[0] == PETSC_MAX_REAL) { /* no point in this box */
-        H->cx[b] = H->cy[b] = 0.0;
-        rad[b]              = 0.0;
-      } else {
-        H->cx[b] = 0.5 * (q[0] - q[2]);
-        H->cy[b] = 0.5 * (q[1] - q[3]);
-        rad[b]   = 0.5 * PetscSqrtReal(PetscSqr(q[0] + q[2]) + PetscSqr(q[1] + q[3]));
-      }
-      H->scale[b] = PetscMax(rad[b], floor_s);
-    }
+    const PetscReal floor_s = FMMScaleFloor(bb);
+    for (PetscInt b = 0; b < nboxes; b++) FMMBoxCircle(bb + 4 * b, floor_s, &H->cx[b], &H->cy[b], &H->scale[b]);
   }
 
   /* interaction lists by the theta-criterion, level by level: children of the
@@ -410,11 +397,22 @@ PetscErrorCode FMMPlanBuild(FMMContext *ctx)
   H->nearoff = stroff;
   H->near    = str;
 
-  /* statistics */
+  FMMPlanStatistics(P, H);
+
+  PetscCall(PetscFree(off));
+  PetscCall(PetscFree2(scnt, tcnt));
+  PetscCall(PetscFree(bb));
+  PetscCall(PetscFree(pt));
+  PetscFunctionReturn(0);
+}
+
+/* the leaf and near-field statistics of P from the plan's arrays (P->nleaves set) */
+void FMMPlanStatistics(FMMPlan *P, const FMMHostPlan *H)
+{
   P->maxleafsrc = P->maxleaftgt = 0;
   P->nearsrc                    = 0;
   P->p2ppairs                   = 0;
-  for (PetscInt b = 0; b < nleaves; b++) {
+  for (PetscInt b = 0; b < P->nleaves; b++) {
     PetscInt ns = 0;
     P->maxleafsrc = PetscMax(P->maxleafsrc, H->sleaf[b + 1] - H->sleaf[b]);
     P->maxleaftgt = PetscMax(P->maxleaftgt, H->tleaf[b + 1] - H->tleaf[b]);
@@ -422,12 +420,6 @@ PetscErrorCode FMMPlanBuild(FMMContext *ctx)
     P->nearsrc += ns;
     P->p2ppairs += (PetscCount)ns * (H->tleaf[b + 1] - H->tleaf[b]);
   }
-
-  PetscCall(PetscFree(off));
-  PetscCall(PetscFree2(scnt, tcnt));
-  PetscCall(PetscFree2(bb, rad));
-  PetscCall(PetscFree(pt));
-  PetscFunctionReturn(0);
 }
 
 PetscErrorCode FMMHostPlanDestroy(FMMHostPlan **host)

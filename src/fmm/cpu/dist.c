@@ -45,15 +45,8 @@ PetscErrorCode FMMDistSetupCPU(FMMDist *D, const FMMParams *par)
   PetscCall(PetscCalloc2((size_t)D->nslot * D->ne, &D->mpole, (size_t)D->nown * D->ne, &D->local));
   PetscCall(PetscMalloc3(nt, &D->q, nt, &D->dx, nt, &D->dy));
   PetscCall(PetscMalloc4(D->n, &D->sig, D->n + D->nh, &D->sigt, D->m, &D->pot, D->m, &D->potr));
+  PetscCall(FMMDistUnit(D, D->ne));
   PetscFunctionReturn(0);
-}
-
-/* the slot of box b of level l (this rank's, or the top's) */
-static inline PetscInt Slot(const FMMDist *D, PetscInt l, PetscInt b)
-{
-  const PetscInt nb0 = D->B1 - D->B0;
-  if (l <= D->l0) return FMMLevelStart(l) + b;
-  return D->ntop + nb0 * ((((PetscInt)1 << (2 * (l - D->l0))) - 1) / 3) - nb0 + (b - (D->B0 << (2 * (l - D->l0))));
 }
 
 static PetscErrorCode Upward(FMMDist *D, MPI_Comm comm)
@@ -64,7 +57,7 @@ static PetscErrorCode Upward(FMMDist *D, MPI_Comm comm)
   PetscCall(PetscLogEventBegin(MATFMM_P2M, 0, 0, 0, 0));
 #pragma omp parallel for schedule(dynamic, 16) if (D->par)
   for (PetscInt b = 0; b < D->nl; b++) {
-    const PetscInt s  = Slot(D, L, lb + b);
+    const PetscInt s  = FMMDistSlot(D, L, lb + b);
     PetscReal     *A  = D->mpole + (size_t)s * ne, cx = D->cx[s], cy = D->cy[s], is = 1.0 / D->scale[s];
     for (PetscInt k = 0; k < ne; k++) A[k] = 0.0;
     for (PetscInt i = D->sleaf[b]; i < D->sleaf[b + 1]; i++) FMMP2MAdd((int)p, is, (D->sx[i] - cx) * is, (D->sy[i] - cy) * is, D->q[i], D->dx[i], D->dy[i], D->hasd, D->inv, A);
@@ -86,11 +79,11 @@ static PetscErrorCode Upward(FMMDist *D, MPI_Comm comm)
     }
 #pragma omp parallel for schedule(dynamic, 4) if (D->par && b1 - b0 > 8)
     for (PetscInt b = b0; b < b1; b++) {
-      const PetscInt ps = Slot(D, l, b);
+      const PetscInt ps = FMMDistSlot(D, l, b);
       PetscReal      work[4 * (FMM_P_MAX + 1)], *B = D->mpole + (size_t)ps * ne;
       for (PetscInt k = 0; k < ne; k++) B[k] = 0.0;
       for (PetscInt ch = 4 * b; ch < 4 * b + 4; ch++) {
-        const PetscInt cs = Slot(D, l + 1, ch);
+        const PetscInt cs = FMMDistSlot(D, l + 1, ch);
         if (!D->nsb[cs]) continue; /* no sources: its centre is no place to translate from */
         FMMM2M((int)p, D->binom, (D->cx[cs] - D->cx[ps]) / D->scale[ps], (D->cy[cs] - D->cy[ps]) / D->scale[ps], D->scale[cs] / D->scale[ps], D->mpole + (size_t)cs * ne, B, work);
       }
@@ -146,7 +139,7 @@ static PetscErrorCode Downward(FMMDist *D)
     const PetscInt  b0 = own ? D->B0 << (2 * (l - l0)) : 0, b1 = own ? D->B1 << (2 * (l - l0)) : ((PetscInt)1 << (2 * l));
 #pragma omp parallel for schedule(dynamic, 16) if (D->par && b1 - b0 > 8)
     for (PetscInt b = b0; b < b1; b++) {
-      const PetscInt cs = Slot(D, l, b), ps = Slot(D, l - 1, b / 4);
+      const PetscInt cs = FMMDistSlot(D, l, b), ps = FMMDistSlot(D, l - 1, b / 4);
       PetscReal      work[2 * (FMM_P_MAX + 1)];
       if (!D->ntb[cs]) continue; /* no targets: its local expansion is not used */
       FMML2L((int)p, D->binom, (D->cx[cs] - D->cx[ps]) / D->scale[ps], (D->cy[cs] - D->cy[ps]) / D->scale[ps], D->scale[cs] / D->scale[ps], D->local + (size_t)ps * ne, D->local + (size_t)cs * ne, work);
@@ -158,7 +151,7 @@ static PetscErrorCode Downward(FMMDist *D)
     const PetscInt lb = D->B0 << (2 * (L - l0));
 #pragma omp parallel for schedule(dynamic, 16) if (D->par)
     for (PetscInt b = 0; b < D->nl; b++) {
-      const PetscInt   s = Slot(D, L, lb + b);
+      const PetscInt   s = FMMDistSlot(D, L, lb + b);
       const PetscReal *B = D->local + (size_t)s * ne, cx = D->cx[s], cy = D->cy[s], sc = D->scale[s];
       for (PetscInt i = D->tleaf[b]; i < D->tleaf[b + 1]; i++) D->pot[i] += FMML2P((int)p, B, (D->tx[i] - cx) / sc, (D->ty[i] - cy) / sc);
     }
@@ -208,25 +201,21 @@ PetscErrorCode FMMDistPotentials(FMMDist *D, PetscScalar *y)
 /* y (this rank's rows, caller's layout) = K x (its columns); collective */
 PetscErrorCode FMMDistMultCPU(FMMDist *D, const PetscScalar *x, PetscScalar *y)
 {
-  MPI_Comm     comm;
-  MPI_Datatype   unit;
-  const PetscInt n = D->n;
+  MPI_Comm comm;
 
   PetscFunctionBegin;
   PetscCall(PetscObjectGetComm((PetscObject)D->sfsrc, &comm));
   PetscCall(FMMDistDensities(D, x));
 #pragma omp parallel for schedule(static) if (D->par)
-  for (PetscInt i = 0; i < n + D->nh; i++) {
+  for (PetscInt i = 0; i < D->n + D->nh; i++) {
     D->q[i]  = D->cq[i] * D->sigt[i];
     D->dx[i] = D->cdx[i] * D->sigt[i];
     D->dy[i] = D->cdy[i] * D->sigt[i];
   }
   PetscCall(Upward(D, comm));
   /* the remote multipoles arrive while the near field is summed */
-  PetscCallMPI(MPI_Type_contiguous((PetscMPIInt)D->ne, MPIU_REAL, &unit));
-  PetscCallMPI(MPI_Type_commit(&unit));
   PetscCall(PetscLogEventBegin(MATFMM_Exchange, 0, 0, 0, 0));
-  PetscCall(PetscSFBcastBegin(D->sfmp, unit, D->mpole + (size_t)D->ntop * D->ne, D->mpole + (size_t)D->nown * D->ne, MPI_REPLACE));
+  PetscCall(PetscSFBcastBegin(D->sfmp, D->unit, D->mpole + (size_t)D->ntop * D->ne, D->mpole + (size_t)D->nown * D->ne, MPI_REPLACE));
   PetscCall(PetscLogEventEnd(MATFMM_Exchange, 0, 0, 0, 0));
   PetscCall(PetscLogEventBegin(MATFMM_P2P, 0, 0, 0, 0));
   for (PetscInt i = 0; i < D->m; i++) D->pot[i] = 0.0;
@@ -234,9 +223,8 @@ PetscErrorCode FMMDistMultCPU(FMMDist *D, const PetscScalar *x, PetscScalar *y)
   PetscCall(PetscLogFlops(12.0 * (PetscLogDouble)D->p2ppairs));
   PetscCall(PetscLogEventEnd(MATFMM_P2P, 0, 0, 0, 0));
   PetscCall(PetscLogEventBegin(MATFMM_Exchange, 0, 0, 0, 0));
-  PetscCall(PetscSFBcastEnd(D->sfmp, unit, D->mpole + (size_t)D->ntop * D->ne, D->mpole + (size_t)D->nown * D->ne, MPI_REPLACE));
+  PetscCall(PetscSFBcastEnd(D->sfmp, D->unit, D->mpole + (size_t)D->ntop * D->ne, D->mpole + (size_t)D->nown * D->ne, MPI_REPLACE));
   PetscCall(PetscLogEventEnd(MATFMM_Exchange, 0, 0, 0, 0));
-  PetscCallMPI(MPI_Type_free(&unit));
   PetscCall(Downward(D));
 #pragma omp parallel for schedule(static) if (D->par)
   for (PetscInt i = 0; i < D->m; i++) D->potr[D->tperm[i]] = D->pot[i];
