@@ -3,8 +3,9 @@ static char help[] = "MATFMM benchmark: setup, MatMult (median of -reps), time p
   -geometry <square,curve,blob> uniform in the unit square, on a star-shaped closed curve, or 99%% in a\n\
                                 Gaussian blob about (0.3, 0.7) and 1%% uniform in the unit square (default curve)\n\
   -blob_std <s>                 the blob's standard deviation (default 1e-9)\n\
-  -layout <index,x>             curve: the ranks hold the points in index order, or in order of x (ranks\n\
-                                then hold places, as the distributed tree does; default index)\n\
+  -layout <index,x,tree>        curve: the ranks hold the points in index order, in order of x, or as the\n\
+                                distributed tree's parts do (MatFMMGetTreePartition() of a first assembly\n\
+                                on the index order: no point moves between ranks; default index)\n\
   -reps <r>                     timed MatMults (default 10)\n\
   -sample <s>                   targets checked against exact summation (default 200; 0: none)\n\
   -reassemble <k>               then k more assemblies with the points set again (default 0)\n\
@@ -108,6 +109,40 @@ typedef struct {
   PetscInt  g;
 } XKey;
 
+/* -layout tree: the curve's points (global numbers) this rank's part of the distributed tree holds, from a
+   first assembly on the index order (the options of the run apply) */
+static PetscErrorCode TreeLayout(PetscInt N, PetscInt *n, PetscInt **gidx)
+{
+  Mat             A;
+  IS              is;
+  PetscInt        m = PETSC_DECIDE, r0 = 0;
+  const PetscInt *ix;
+  PetscReal      *xy, *nrm, *w;
+
+  PetscFunctionBeginUser;
+  PetscCall(PetscSplitOwnership(PETSC_COMM_WORLD, &m, &N));
+  PetscCallMPI(MPI_Exscan(&m, &r0, 1, MPIU_INT, MPI_SUM, PETSC_COMM_WORLD));
+  PetscCall(PetscMalloc3(2 * m, &xy, 2 * m, &nrm, m, &w));
+  for (PetscInt i = 0; i < m; i++) TestStarCurvePoint(r0 + i, N, &xy[2 * i], &nrm[2 * i], &w[i]);
+  PetscCall(MatCreate(PETSC_COMM_WORLD, &A));
+  PetscCall(MatSetSizes(A, m, m, PETSC_DETERMINE, PETSC_DETERMINE));
+  PetscCall(MatSetType(A, MATFMM));
+  PetscCall(MatFMMSetSources(A, m, xy, nrm, w));
+  PetscCall(MatSetFromOptions(A));
+  PetscCall(MatAssemblyBegin(A, MAT_FINAL_ASSEMBLY));
+  PetscCall(MatAssemblyEnd(A, MAT_FINAL_ASSEMBLY));
+  PetscCall(MatFMMGetTreePartition(A, &is, NULL));
+  PetscCall(ISGetLocalSize(is, n));
+  PetscCall(PetscMalloc1(*n, gidx));
+  PetscCall(ISGetIndices(is, &ix));
+  PetscCall(PetscArraycpy(*gidx, ix, *n));
+  PetscCall(ISRestoreIndices(is, &ix));
+  PetscCall(ISDestroy(&is));
+  PetscCall(MatDestroy(&A));
+  PetscCall(PetscFree3(xy, nrm, w));
+  PetscFunctionReturn(0);
+}
+
 static int CompareX(const void *a, const void *b)
 {
   const XKey *p = (const XKey *)a, *q = (const XKey *)b;
@@ -121,7 +156,7 @@ int main(int argc, char **argv)
   PetscBool          curve = PETSC_TRUE, blob = PETSC_FALSE, hostvecs = PETSC_FALSE, devpts = PETSC_FALSE;
   VecType            vtype;
   char               geom[16] = "curve", lay[16] = "index";
-  PetscInt          *order = NULL;
+  PetscInt          *order = NULL, *tidx = NULL;
   PetscReal         *xy, *nrm, *w, *times, *ltimes, eps = 1e-10, bstd = 1e-9, reas = 0, sets = 0, su[3] = {0, 0, 0}, idle = 0, midle = 0;
   PetscReal         *sxy, *snrm, *sw; /* what MatFMMSetSources() is given: xy, nrm, w or their device copies */
   PetscLogDouble     t0, t1, ta, ts0, ts1, ti0, ti1;
@@ -162,9 +197,10 @@ int main(int argc, char **argv)
   PetscCall(PetscSplitOwnership(PETSC_COMM_WORLD, &n, &N));
   PetscCallMPI(MPI_Scan(&n, &rstart, 1, MPIU_INT, MPI_SUM, PETSC_COMM_WORLD));
   rstart -= n;
+  PetscCheck(!strcmp(lay, "index") || (curve && (!strcmp(lay, "x") || !strcmp(lay, "tree"))), PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-layout %s: expected index, or x or tree with the curve", lay);
+  if (!strcmp(lay, "tree")) PetscCall(TreeLayout(N, &n, &tidx));
   PetscCall(PetscMalloc5(2 * n, &xy, 2 * n, &nrm, n, &w, reps, &times, reps, &ltimes));
   PetscCall(PetscRandomCreate(PETSC_COMM_SELF, &rnd));
-  PetscCheck(!strcmp(lay, "index") || (curve && !strcmp(lay, "x")), PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-layout %s: expected index, or x with the curve", lay);
   if (!strcmp(lay, "x")) { /* every rank sorts all points by x (libc's qsort: PETSc's quicksort crawls on the curve's runs) and takes its run */
     XKey     *ax;
     PetscReal d[2], v;
@@ -180,7 +216,7 @@ int main(int argc, char **argv)
     PetscCall(PetscFree(ax));
   }
   for (PetscInt i = 0; i < n; i++) {
-    PetscInt g = order ? order[rstart + i] : rstart + i;
+    PetscInt g = tidx ? tidx[i] : (order ? order[rstart + i] : rstart + i);
     if (curve) TestStarCurvePoint(g, N, &xy[2 * i], &nrm[2 * i], &w[i]); /* star r(t) = 1 + 0.3 cos 5t, trapezoid rule */
     else {
       PetscCall(PetscRandomGetValueReal(rnd, &xy[2 * i]));
@@ -197,6 +233,7 @@ int main(int argc, char **argv)
   }
 
   PetscCall(PetscFree(order));
+  PetscCall(PetscFree(tidx));
   /* the CUDA context: once per process, timed apart (cuda_init_s) */
   PetscCall(PetscTime(&ti0));
   PetscCall(PetscFMMCUDAInitialize());

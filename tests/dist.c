@@ -13,7 +13,9 @@ static char help[] = "MATFMM with the tree shared out among the ranks (-mat_fmm_
   -mat_fmm_tree_split median the distributed tree is the one-rank tree (the
   top cuts are the medians one rank makes), so the product also equals the
   replicated one to rounding: <= 1e-13; so do the diagonal terms (MatShift,
-  MatDiagonalSet, MatScale, MatMultAdd), and MatGetDiagonal to 1e-15.  Caller layouts are uneven on purpose: rank 0 holds 90% of the
+  MatDiagonalSet, MatScale, MatMultAdd), and MatGetDiagonal to 1e-15.
+  MatFMMGetTreePartition() names each point once; renumbered by it, the
+  points stay on their ranks and the product is the same (1e-9).  Caller layouts are uneven on purpose: rank 0 holds 90% of the
   points, the last rank none (from 3 ranks), and the targets (when separate)
   are split the other way.  Geometries: a closed curve, 16 clusters with 2%
   uniform outliers, uniform points in the square; kernels: single layer,
@@ -66,25 +68,38 @@ static void Share(PetscInt n, PetscBool reverse, PetscInt *start, PetscInt *len)
 }
 
 /* the operator on PETSC_COMM_WORLD, assembled */
-static PetscErrorCode Create(const char *geom, MatFMMKernel kernel, PetscInt N, PetscInt M, MatFMMMethod method, MatFMMDistribution dist, PetscBool median, Mat *Ap)
+/* the points of this rank: by Share(), or those of global numbers sidx, tidx (not NULL) */
+static PetscErrorCode CreateOn(const char *geom, MatFMMKernel kernel, PetscInt N, PetscInt M, MatFMMMethod method, MatFMMDistribution dist, PetscBool median, IS sidx, IS tidx, Mat *Ap)
 {
-  Mat        A;
-  PetscInt   s0 = 0, n = 0, t0 = 0, m = 0;
-  PetscReal *xy, *nrm, *w, *txy = NULL;
+  Mat             A;
+  PetscInt        s0 = 0, n = 0, t0 = 0, m = 0;
+  const PetscInt *si = NULL, *ti = NULL;
+  PetscReal      *xy, *nrm, *w, *txy = NULL;
 
   PetscFunctionBeginUser;
   Share(N, PETSC_FALSE, &s0, &n);
   if (M) Share(M, PETSC_TRUE, &t0, &m);
+  if (sidx) {
+    PetscCall(ISGetLocalSize(sidx, &n));
+    PetscCall(ISGetIndices(sidx, &si));
+  }
+  if (tidx) {
+    PetscCall(ISGetLocalSize(tidx, &m));
+    PetscCall(ISGetIndices(tidx, &ti));
+  }
   PetscCall(PetscMalloc3(2 * n, &xy, 2 * n, &nrm, n, &w));
-  for (PetscInt i = 0; i < n; i++) Point(geom, s0 + i, N, &xy[2 * i], &nrm[2 * i], &w[i]);
+  for (PetscInt i = 0; i < n; i++) Point(geom, si ? si[i] : s0 + i, N, &xy[2 * i], &nrm[2 * i], &w[i]);
   if (M) {
     PetscCall(PetscMalloc1(2 * m, &txy));
     for (PetscInt i = 0; i < m; i++) { /* targets among and around the sources */
-      PetscReal d[2], v;
-      Point(geom, 7 * (t0 + i) + 3, 7 * M, &txy[2 * i], d, &v);
-      txy[2 * i] += 0.01 * PetscSinReal(1.3 * (t0 + i));
+      PetscReal      d[2], v;
+      const PetscInt g = ti ? ti[i] : t0 + i;
+      Point(geom, 7 * g + 3, 7 * M, &txy[2 * i], d, &v);
+      txy[2 * i] += 0.01 * PetscSinReal(1.3 * g);
     }
   }
+  if (si) PetscCall(ISRestoreIndices(sidx, &si));
+  if (ti) PetscCall(ISRestoreIndices(tidx, &ti));
   PetscCall(MatCreate(PETSC_COMM_WORLD, &A));
   PetscCall(MatSetSizes(A, M ? m : n, n, PETSC_DETERMINE, PETSC_DETERMINE));
   PetscCall(MatSetType(A, MATFMM));
@@ -102,6 +117,13 @@ static PetscErrorCode Create(const char *geom, MatFMMKernel kernel, PetscInt N, 
   PetscCall(PetscFree3(xy, nrm, w));
   PetscCall(PetscFree(txy));
   *Ap = A;
+  PetscFunctionReturn(0);
+}
+
+static PetscErrorCode Create(const char *geom, MatFMMKernel kernel, PetscInt N, PetscInt M, MatFMMMethod method, MatFMMDistribution dist, PetscBool median, Mat *Ap)
+{
+  PetscFunctionBeginUser;
+  PetscCall(CreateOn(geom, kernel, N, M, method, dist, median, NULL, NULL, Ap));
   PetscFunctionReturn(0);
 }
 
@@ -180,6 +202,113 @@ static PetscErrorCode OperatorCase(const char *geom, MatFMMKernel kernel, PetscI
   PetscFunctionReturn(0);
 }
 
+/* each of the n global numbers once over the ranks */
+static PetscErrorCode CheckPermutation(IS is, PetscInt n, const char *what)
+{
+  Vec             c;
+  const PetscInt *ix;
+  PetscInt        k;
+  PetscReal       lo, hi;
+
+  PetscFunctionBeginUser;
+  PetscCall(VecCreateMPI(PETSC_COMM_WORLD, PETSC_DECIDE, n, &c));
+  PetscCall(ISGetLocalSize(is, &k));
+  PetscCall(ISGetIndices(is, &ix));
+  for (PetscInt i = 0; i < k; i++) PetscCall(VecSetValue(c, ix[i], 1.0, ADD_VALUES));
+  PetscCall(ISRestoreIndices(is, &ix));
+  PetscCall(VecAssemblyBegin(c));
+  PetscCall(VecAssemblyEnd(c));
+  PetscCall(VecMin(c, NULL, &lo));
+  PetscCall(VecMax(c, NULL, &hi));
+  if (lo != 1.0 || hi != 1.0) {
+    PetscCall(PetscPrintf(PETSC_COMM_WORLD, "FAILED: %s: a point held %g to %g times, expected once\n", what, (double)lo, (double)hi));
+    nfail++;
+  }
+  PetscCall(VecDestroy(&c));
+  PetscFunctionReturn(0);
+}
+
+/* all of is in [lo, hi) on every rank */
+static PetscErrorCode InRange(IS is, PetscInt lo, PetscInt hi, PetscBool *in)
+{
+  const PetscInt *ix;
+  PetscInt        k;
+  PetscMPIInt     ok = 1;
+
+  PetscFunctionBeginUser;
+  PetscCall(ISGetLocalSize(is, &k));
+  PetscCall(ISGetIndices(is, &ix));
+  for (PetscInt i = 0; i < k; i++) ok = ok && ix[i] >= lo && ix[i] < hi;
+  PetscCall(ISRestoreIndices(is, &ix));
+  PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_LAND, PETSC_COMM_WORLD));
+  *in = ok ? PETSC_TRUE : PETSC_FALSE;
+  PetscFunctionReturn(0);
+}
+
+/* MatFMMGetTreePartition(): each point once; the operator on the points renumbered by it holds its tree's
+   parts in its own layout (its partition is its ownership), and gives the same products (the densities
+   renumbered likewise) to the FMM's accuracy */
+static PetscErrorCode PartitionCase(const char *geom, MatFMMKernel kernel, PetscInt N, PetscInt M)
+{
+  Mat             A, B;
+  IS              si, ti, si2, ti2;
+  Vec             x, y, x2, y2, yp;
+  VecScatter      sc;
+  PetscInt        n, lo, hi;
+  const PetscInt *ix;
+  PetscScalar    *xa;
+  PetscBool       in[2];
+  PetscReal       d;
+  char            what[160];
+
+  PetscFunctionBeginUser;
+  PetscCall(Create(geom, kernel, N, M, MATFMM_METHOD_FMM, MATFMM_DISTRIBUTION_TREE, PETSC_FALSE, &A));
+  PetscCall(MatFMMGetTreePartition(A, &si, &ti));
+  PetscCall(PetscSNPrintf(what, sizeof(what), "%s, %s layer, %s: MatFMMGetTreePartition sources", geom, MatFMMKernels[kernel], M ? "separate targets" : "targets = sources"));
+  PetscCall(CheckPermutation(si, N, what));
+  PetscCall(CheckPermutation(ti, M ? M : N, what));
+  PetscCall(CreateOn(geom, kernel, N, M, MATFMM_METHOD_FMM, MATFMM_DISTRIBUTION_TREE, PETSC_FALSE, si, M ? ti : NULL, &B));
+  PetscCall(MatFMMGetTreePartition(B, &si2, &ti2));
+  PetscCall(MatGetOwnershipRangeColumn(B, &lo, &hi));
+  PetscCall(InRange(si2, lo, hi, &in[0]));
+  PetscCall(MatGetOwnershipRange(B, &lo, &hi));
+  PetscCall(InRange(ti2, lo, hi, &in[1]));
+  PetscCall(PetscSNPrintf(what, sizeof(what), "%s, %s layer, %s: renumbered by the partition, no point moves", geom, MatFMMKernels[kernel], M ? "separate targets" : "targets = sources"));
+  PetscCall(TestCheck(what, in[0] && in[1] ? 0.0 : 1.0, 0.0, verbose, &nfail));
+  /* the same product: x2 = x renumbered, y2 against y renumbered */
+  PetscCall(MatCreateVecs(A, &x, &y));
+  PetscCall(FillX(x));
+  PetscCall(MatMult(A, x, y));
+  PetscCall(MatCreateVecs(B, &x2, &y2));
+  PetscCall(ISGetLocalSize(si, &n));
+  PetscCall(ISGetIndices(si, &ix));
+  PetscCall(VecGetArrayWrite(x2, &xa));
+  for (PetscInt i = 0; i < n; i++) xa[i] = PetscCosReal(0.37 * ix[i]);
+  PetscCall(VecRestoreArrayWrite(x2, &xa));
+  PetscCall(ISRestoreIndices(si, &ix));
+  PetscCall(MatMult(B, x2, y2));
+  PetscCall(VecDuplicate(y2, &yp));
+  PetscCall(VecScatterCreate(y, ti, yp, NULL, &sc));
+  PetscCall(VecScatterBegin(sc, y, yp, INSERT_VALUES, SCATTER_FORWARD));
+  PetscCall(VecScatterEnd(sc, y, yp, INSERT_VALUES, SCATTER_FORWARD));
+  PetscCall(TestRelDiff(y2, yp, yp, &d));
+  PetscCall(PetscSNPrintf(what, sizeof(what), "%s, %s layer, %s: renumbered by the partition, same product", geom, MatFMMKernels[kernel], M ? "separate targets" : "targets = sources"));
+  PetscCall(TestCheck(what, d, 1e-9, verbose, &nfail));
+  PetscCall(VecScatterDestroy(&sc));
+  PetscCall(VecDestroy(&x));
+  PetscCall(VecDestroy(&y));
+  PetscCall(VecDestroy(&x2));
+  PetscCall(VecDestroy(&y2));
+  PetscCall(VecDestroy(&yp));
+  PetscCall(ISDestroy(&si));
+  PetscCall(ISDestroy(&ti));
+  PetscCall(ISDestroy(&si2));
+  PetscCall(ISDestroy(&ti2));
+  PetscCall(MatDestroy(&A));
+  PetscCall(MatDestroy(&B));
+  PetscFunctionReturn(0);
+}
+
 static PetscErrorCode RunCase(const char *geom, MatFMMKernel kernel, PetscInt N, PetscInt M)
 {
   Vec       yt, yd, ym, yr;
@@ -227,6 +356,8 @@ int main(int argc, char **argv)
   PetscCall(RunCase("curve", MATFMM_KERNEL_SINGLE, N, M));
   PetscCall(OperatorCase("curve", MATFMM_KERNEL_DOUBLE, N));
   PetscCall(OperatorCase("clusters", MATFMM_KERNEL_COMBINED, N));
+  PetscCall(PartitionCase("curve", MATFMM_KERNEL_DOUBLE, N, 0));
+  PetscCall(PartitionCase("clusters", MATFMM_KERNEL_COMBINED, N, M));
   PetscCall(PetscPrintf(PETSC_COMM_WORLD, "%s\n", nfail ? "SOME CHECKS FAILED" : "all distributed-tree checks passed"));
   PetscCall(PetscFinalize());
   return nfail ? 1 : 0;

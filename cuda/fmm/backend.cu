@@ -422,15 +422,17 @@ static PetscErrorCode FMMCUDASetup(FMMContext *ctx)
      allocates the work arrays and queues the M2L plan; their sizes are read
      in FMMCUDAP2PPlanEnd below */
   PetscCall(FMMCUDAP2PPlanBegin(c, P, c->fmm && par->layout == MATFMM_LAYOUT_TILED && m->p2p_sym && c->kind == 0 && c->logtab && ctx->same && P->M == P->N ? PETSC_TRUE : PETSC_FALSE));
-  PetscCall(Upload(c, &c->sigma, (PetscReal *)NULL, P->N, "the densities"));
+  PetscCall(Upload(c, &c->sigma, (PetscReal *)NULL, ctx->split ? ctx->nin + ctx->nin2 : P->N, "the densities"));
   PetscCall(Upload(c, &c->q, (PetscReal *)NULL, P->N, "the charges"));
   PetscCall(Upload(c, &c->dx, (PetscReal *)NULL, P->N, "the dipoles"));
   PetscCall(Upload(c, &c->dy, (PetscReal *)NULL, P->N, "the dipoles"));
   PetscCall(Upload(c, &c->pot, (PetscReal *)NULL, P->M, "the potentials"));
-  PetscCall(Upload(c, &c->y, (PetscReal *)NULL, P->M, "the potentials"));
+  PetscCall(Upload(c, &c->y, (PetscReal *)NULL, ctx->split ? ctx->nout + ctx->nout2 : P->M, "the potentials"));
+  if (ctx->split) FMMCallCUDA(cudaMemsetAsync(c->y, 0, sizeof(double) * (ctx->nout + ctx->nout2), c->stream)); /* rows other ranks compute: defined */
   if (c->fmm) {
     PetscCall(FMMCUDAM2LSetup(c)); /* the tables of the expansions */
     PetscCall(Upload(c, &c->mpole, (PetscReal *)NULL, (PetscInt64)P->nboxes * c->ne, "the multipole expansions"));
+    if (P->b1) FMMCallCUDA(cudaMemsetAsync(c->mpole, 0, sizeof(double) * P->nboxes * c->ne, c->stream)); /* boxes a rank's part never computes: defined */
     PetscCall(Upload(c, &c->local, (PetscReal *)NULL, (PetscInt64)P->nboxes * c->ne, "the local expansions"));
     PetscCall(FMMCUDAM2LPlan(c, P));
   }
@@ -507,7 +509,11 @@ static PetscErrorCode Begin(FMMContext *ctx, FMM_CUDA *c, const PetscScalar *sig
   FMMCallCUDA(cudaSetDevice(c->dev));
   PetscCall(PetscLogIsActive(&c->sync));
   const FMMMem m = MemOf(c, sigma);
-  if (m == FMM_MEM_HERE) PetscCall(FMMCUDAStrengths(c, &ctx->plan, sigma));
+  if (ctx->split) { /* the caller's densities as they are, then those from the other ranks (FMMContext) */
+    PetscCall(CopyIn(c->stream, c->sigma, sigma, ctx->nin, m));
+    PetscCall(CopyIn(c->stream, c->sigma + ctx->nin, ctx->xin, ctx->nin2, MemOf(c, ctx->xin)));
+    PetscCall(FMMCUDAStrengths(c, &ctx->plan, c->sigma));
+  } else if (m == FMM_MEM_HERE) PetscCall(FMMCUDAStrengths(c, &ctx->plan, sigma));
   else {
     PetscCall(CopyIn(c->stream, c->sigma, sigma, ctx->plan.N, m));
     PetscCall(FMMCUDAStrengths(c, &ctx->plan, c->sigma));
@@ -518,18 +524,21 @@ static PetscErrorCode Begin(FMMContext *ctx, FMM_CUDA *c, const PetscScalar *sig
 /* where a product writes its potentials (local target order): y itself when it
    is device memory of this GPU, else c->y (y NULL: kept there for
    FMMCUDACombineOp); *ym: where y lives */
-static double *Out(FMM_CUDA *c, PetscScalar *y, FMMMem *ym)
+static double *Out(FMMContext *ctx, FMM_CUDA *c, PetscScalar *y, FMMMem *ym)
 {
   *ym = y ? MemOf(c, y) : FMM_MEM_DIRECT;
-  return *ym == FMM_MEM_HERE ? y : c->y;
+  return *ym == FMM_MEM_HERE && !ctx->split ? y : c->y;
 }
 
-/* potentials out from out = Out(c, y, &ym) (scattered: L2P wrote them there already) */
+/* potentials out from out = Out(ctx, c, y, &ym) (scattered: L2P wrote them there already) */
 static PetscErrorCode End(FMMContext *ctx, FMM_CUDA *c, PetscScalar *y, FMMMem ym, double *out, PetscBool scattered)
 {
   PetscFunctionBegin;
   if (!scattered) PetscCall(FMMCUDAScatter(c, &ctx->plan, out));
-  if (y && out != y) PetscCall(CopyOut(c, y, out, ctx->plan.M, ym));
+  if (ctx->split) { /* the caller's rows, then those for the other ranks (FMMContext) */
+    PetscCall(CopyOut(c, y, out, ctx->nout, ym));
+    PetscCall(CopyOut(c, ctx->yout, out + ctx->nout, ctx->nout2, MemOf(c, ctx->yout)));
+  } else if (y && out != y) PetscCall(CopyOut(c, y, out, ctx->plan.M, ym));
   else if (y) FMMCallCUDA(cudaStreamSynchronize(c->stream));
   PetscFunctionReturn(0);
 }
@@ -597,7 +606,7 @@ static PetscErrorCode FMMCUDAMult(FMMContext *ctx, const PetscScalar *sigma, Pet
   const FMMPlan *P = &ctx->plan;
   FMM_CUDA      *c = (FMM_CUDA *)ctx->data;
   FMMMem         ym;
-  double        *out = Out(c, y, &ym);
+  double        *out = Out(ctx, c, y, &ym);
 
   PetscFunctionBegin;
   PetscCheck(c->fmm, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CUDA: set up for the direct method only");
@@ -638,7 +647,7 @@ static PetscErrorCode FMMCUDADirectMult(FMMContext *ctx, const PetscScalar *sigm
 {
   FMM_CUDA *c = (FMM_CUDA *)ctx->data;
   FMMMem    ym;
-  double   *out = Out(c, y, &ym);
+  double   *out = Out(ctx, c, y, &ym);
 
   PetscFunctionBegin;
   PetscCall(Begin(ctx, c, sigma));

@@ -10,12 +10,12 @@
 
 /* L2L for one coefficient l of one child box (FMML2LCoefficient, expansions.h):
    C_l += rho^l sum_{k=l..p} B_k C(k,l) u^(k-l), in the CPU's order and rounding */
-__global__ void L2LKernel(PetscInt nb, int p, int ne, PetscInt pl, PetscInt cl, PetscInt span, const PetscInt *tleaf, const double *cx, const double *cy, const double *scale, const double *binom, double *local)
+__global__ void L2LKernel(PetscInt first, PetscInt nb, int p, int ne, PetscInt pl, PetscInt cl, PetscInt span, const PetscInt *tleaf, const double *cx, const double *cy, const double *scale, const double *binom, double *local)
 {
   FMMWaitPrior();
   const PetscInt t = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   if (t >= nb * (p + 1)) return;
-  const PetscInt b = t / (p + 1);
+  const PetscInt b = first + t / (p + 1);
   const int      l = (int)(t % (p + 1));
   if (tleaf[(b + 1) * span] == tleaf[b * span]) return; /* no targets: local unused */
   const PetscInt par = b / 4;
@@ -30,8 +30,9 @@ PetscErrorCode FMMCUDAL2L(FMM_CUDA *c, const FMMPlan *P)
 {
   PetscFunctionBegin;
   for (PetscInt l = 1; l <= P->L; l++) {
-    PetscInt nb = (PetscInt)1 << (2 * l), span = (PetscInt)1 << (2 * (P->L - l));
-    FMMLaunch(L2LKernel, FMMCUDABlocks(nb * (c->p + 1), 128), 128, 0, c->stream, nb, (int)c->p, (int)c->ne, FMMLevelStart(l - 1), FMMLevelStart(l), span, c->tleaf, c->cx, c->cy, c->scale, c->binom, c->local);
+    PetscInt first, nb, span = (PetscInt)1 << (2 * (P->L - l));
+    FMMPlanLevelBoxes(P, l, &first, &nb);
+    FMMLaunch(L2LKernel, FMMCUDABlocks(nb * (c->p + 1), 128), 128, 0, c->stream, first, nb, (int)c->p, (int)c->ne, FMMLevelStart(l - 1), FMMLevelStart(l), span, c->tleaf, c->cx, c->cy, c->scale, c->binom, c->local);
     FMMCheckLaunch();
   }
   PetscFunctionReturn(0);

@@ -216,15 +216,15 @@ __global__ void __launch_bounds__(32 * M2L_WARPS) M2LChunkKernel(PetscInt npairs
 }
 
 /* local[t] = sum of the partials of box t, in order (zero for boxes without far field) */
-__global__ void M2LSumKernel(PetscInt nboxes, int ne, const PetscInt *tpart, const double *part, double *local)
+__global__ void M2LSumKernel(PetscInt first, PetscInt nboxes, int ne, const PetscInt *tpart, const double *part, double *local)
 {
   FMMWaitPrior();
   const PetscInt64 idx = (PetscInt64)blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= (PetscInt64)nboxes * ne) return;
-  const PetscInt t = (PetscInt)(idx / ne), col = (PetscInt)(idx % ne);
+  const PetscInt t = first + (PetscInt)(idx / ne), col = (PetscInt)(idx % ne);
   double         acc = 0.0;
   for (PetscInt k = tpart[t]; k < tpart[t + 1]; k++) acc += part[k * ne + col];
-  local[idx] = acc;
+  local[(PetscInt64)t * ne + col] = acc;
 }
 
 /* sums of runs of equal target box over the 32 pairs of a chunk: column col of
@@ -646,7 +646,15 @@ PetscErrorCode FMMCUDAM2L(FMM_CUDA *c, const FMMPlan *P)
     FMMLaunch(kern, FMMCUDABlocks(c->nchunks, M2L_WARPS), 32 * M2L_WARPS, shmem, c->stream, c->npairs, (int)c->p, (int)c->ne, stride, c->far, c->pairtgt, c->chunkpart, c->cx, c->cy, c->scale, c->mpole, c->m2l, c->part);
     FMMCheckLaunch();
   }
-  FMMLaunch(M2LSumKernel, FMMCUDABlocks((PetscInt64)P->nboxes * c->ne, 256), 256, 0, c->stream, P->nboxes, (int)c->ne, c->tpart, c->part, c->local);
-  FMMCheckLaunch();
+  if (!P->b1) {
+    FMMLaunch(M2LSumKernel, FMMCUDABlocks((PetscInt64)P->nboxes * c->ne, 256), 256, 0, c->stream, 0, P->nboxes, (int)c->ne, c->tpart, c->part, c->local);
+    FMMCheckLaunch();
+  } else
+    for (PetscInt l = 0; l <= P->L; l++) { /* a rank's part of the distributed tree: its boxes (and the top's) */
+      PetscInt first, nb;
+      FMMPlanLevelBoxes(P, l, &first, &nb);
+      FMMLaunch(M2LSumKernel, FMMCUDABlocks((PetscInt64)nb * c->ne, 256), 256, 0, c->stream, FMMLevelStart(l) + first, nb, (int)c->ne, c->tpart, c->part, c->local);
+      FMMCheckLaunch();
+    }
   PetscFunctionReturn(0);
 }

@@ -130,30 +130,32 @@ static const P2MFastFn P2MFastKernels[][2] = {{NULL, NULL}, {P2M_FAST(2)}, {P2M_
 
 PetscErrorCode FMMCUDAP2M(FMM_CUDA *c, const FMMPlan *P)
 {
-  const PetscInt l0 = FMMLevelStart(P->L);
-  const int      stride = (int)c->ne + 1;
-  const size_t   shmem  = (size_t)P2M_WARPS * 32 * stride * sizeof(double);
+  const int    stride = (int)c->ne + 1;
+  const size_t shmem  = (size_t)P2M_WARPS * 32 * stride * sizeof(double);
+  PetscInt     first, nl, l0; /* the leaves this plan evaluates (all but on a rank of the distributed tree) */
 
   PetscFunctionBegin;
+  FMMPlanLevelBoxes(P, P->L, &first, &nl);
+  l0 = FMMLevelStart(P->L) + first;
   if (c->pp) {
-    FMMLaunch(P2MFastKernels[c->pp / 2][c->kind != 0], FMMCUDABlocks((PetscInt64)P2M_GROUP * P->nleaves, 128), 128, 0, c->stream, P->nleaves, (int)c->p, (int)c->ne, c->sleaf, c->sx, c->sy, c->q, c->dx, c->dy, c->cx + l0, c->cy + l0, c->scale + l0, c->mpole + l0 * c->ne);
+    FMMLaunch(P2MFastKernels[c->pp / 2][c->kind != 0], FMMCUDABlocks((PetscInt64)P2M_GROUP * nl, 128), 128, 0, c->stream, nl, (int)c->p, (int)c->ne, c->sleaf + first, c->sx, c->sy, c->q, c->dx, c->dy, c->cx + l0, c->cy + l0, c->scale + l0, c->mpole + l0 * c->ne);
     FMMCheckLaunch();
     PetscFunctionReturn(0);
   }
   if (shmem > 49152) FMMCallCUDA(cudaFuncSetAttribute((const void *)P2MKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shmem));
-  FMMLaunch(P2MKernel, FMMCUDABlocks(P->nleaves, P2M_WARPS), 32 * P2M_WARPS, shmem, c->stream, P->nleaves, (int)c->p, (int)c->ne, stride, c->kind != 0, c->sleaf, c->sx, c->sy, c->q, c->dx, c->dy, c->cx + l0, c->cy + l0, c->scale + l0, c->mpole + l0 * c->ne);
+  FMMLaunch(P2MKernel, FMMCUDABlocks(nl, P2M_WARPS), 32 * P2M_WARPS, shmem, c->stream, nl, (int)c->p, (int)c->ne, stride, c->kind != 0, c->sleaf + first, c->sx, c->sy, c->q, c->dx, c->dy, c->cx + l0, c->cy + l0, c->scale + l0, c->mpole + l0 * c->ne);
   FMMCheckLaunch();
   PetscFunctionReturn(0);
 }
 
 /* M2M for one coefficient l of one parent (FMMM2MCoefficient, expansions.h):
    B_0 = sum A_0,  B_l = sum over children of -A_0 u^l/l + sum_{k=1..l} C(l-1,k-1) A_k rho^k u^(l-k) */
-__global__ void M2MKernel(PetscInt nb, int p, int ne, PetscInt pl, PetscInt cl, PetscInt span, const PetscInt *sleaf, const double *cx, const double *cy, const double *scale, const double *binom, double *mpole)
+__global__ void M2MKernel(PetscInt first, PetscInt nb, int p, int ne, PetscInt pl, PetscInt cl, PetscInt span, const PetscInt *sleaf, const double *cx, const double *cy, const double *scale, const double *binom, double *mpole)
 {
   FMMWaitPrior();
   const PetscInt t = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   if (t >= nb * (p + 1)) return;
-  const PetscInt b = t / (p + 1);
+  const PetscInt b = first + t / (p + 1);
   const int      l = (int)(t % (p + 1));
   const double   pcx = cx[pl + b], pcy = cy[pl + b], ps = scale[pl + b];
   double         sr = 0.0, si = 0.0;
@@ -175,8 +177,9 @@ PetscErrorCode FMMCUDAM2M(FMM_CUDA *c, const FMMPlan *P)
 {
   PetscFunctionBegin;
   for (PetscInt l = P->L - 1; l >= 0; l--) {
-    PetscInt nb = (PetscInt)1 << (2 * l), span = (PetscInt)1 << (2 * (P->L - l - 1));
-    FMMLaunch(M2MKernel, FMMCUDABlocks(nb * (c->p + 1), 128), 128, 0, c->stream, nb, (int)c->p, (int)c->ne, FMMLevelStart(l), FMMLevelStart(l + 1), span, c->sleaf, c->cx, c->cy, c->scale, c->binom, c->mpole);
+    PetscInt first, nb, span = (PetscInt)1 << (2 * (P->L - l - 1));
+    FMMPlanLevelBoxes(P, l, &first, &nb);
+    FMMLaunch(M2MKernel, FMMCUDABlocks(nb * (c->p + 1), 128), 128, 0, c->stream, first, nb, (int)c->p, (int)c->ne, FMMLevelStart(l), FMMLevelStart(l + 1), span, c->sleaf, c->cx, c->cy, c->scale, c->binom, c->mpole);
     FMMCheckLaunch();
   }
   PetscFunctionReturn(0);

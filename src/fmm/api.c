@@ -736,6 +736,59 @@ PetscErrorCode MatFMMGetTreeLeaves(Mat A, PetscInt *nleaves, const PetscInt *src
 }
 
 /*@
+   MatFMMGetTreePartition - Gets the sources and targets that this rank's
+   part of the distributed tree holds (`MatFMMSetDistribution()`): a layout
+   in which a product moves no densities and no potentials between ranks.
+
+   Collective on A
+
+   Input Parameter:
+.  A - the assembled `MATFMM`
+
+   Output Parameters (each may be NULL):
++  sources - the global indices of the sources (columns of A, in the numbering of the caller's layout) this
+             rank's part holds, in the tree's order (so neighbours in space are near in the list)
+-  targets - likewise the targets (rows of A); the same as sources where the targets are the sources
+
+   Notes:
+   With `-mat_fmm_distribution tree` each product moves every density from
+   the rank that holds it in the caller's layout to the rank whose part of
+   the tree holds its source, and the potentials back. A caller free to
+   choose its layout renumbers its unknowns with these sets (each rank then
+   holds `ISGetLocalSize()` of them, in this order) and creates the matrix
+   again with the renumbered points: the same tree (the partition depends
+   on the places of the points, not on their numbering; ties are broken by
+   the global index), and the moves stay on each rank.  The caller destroys
+   the sets.
+
+   With the replicated sources (one rank, or `MATFMM_DISTRIBUTION_REPLICATED`)
+   every layout moves the same: the sets are this rank's ownership ranges.
+
+   Errors:
+.  `PETSC_ERR_ARG_WRONGSTATE` - A not assembled
+
+   Level: advanced
+
+.seealso: `MATFMM`, `MatFMMSetDistribution()`, `ISPartitioningToNumbering()`
+@*/
+PetscErrorCode MatFMMGetTreePartition(Mat A, IS *sources, IS *targets)
+{
+  Mat_FMM *fmm;
+  MPI_Comm comm;
+
+  PetscFunctionBegin;
+  PetscCall(FMMGet(A, &fmm));
+  comm = PetscObjectComm((PetscObject)A);
+  PetscCheck(fmm->setup, comm, PETSC_ERR_ARG_WRONGSTATE, "Assemble the MATFMM first (MatAssemblyBegin/End)");
+  if (fmm->dist) PetscCall(FMMDistPartition(fmm->dist, A->cmap->rstart, A->rmap->rstart, sources, targets));
+  else {
+    if (sources) PetscCall(ISCreateStride(comm, A->cmap->n, A->cmap->rstart, 1, sources));
+    if (targets) PetscCall(ISCreateStride(comm, A->rmap->n, A->rmap->rstart, 1, targets));
+  }
+  PetscFunctionReturn(0);
+}
+
+/*@
    MatFMMGetDevice - Gets the device a `MATFMM` computes on: after assembly
    the one in use (`MATFMM_DEVICE_CPU` or `MATFMM_DEVICE_CUDA`), before it the one requested.
 

@@ -264,37 +264,110 @@ static PetscErrorCode MakeSF(MPI_Comm comm, PetscInt nroots, PetscInt nleaves, P
   PetscFunctionReturn(0);
 }
 
-/* the moves of sf (contiguous leaves) that stay on this rank (leaf[], root[]) and an SF of the others (leaves
-   named by their index) */
-static PetscErrorCode SplitLocal(PetscSF sf, PetscInt *nloc, PetscInt **leaf, PetscInt **root, PetscSF *rest)
+/* sf's roots that have leaves, numbered in root order (croot[0..nc): their indices), and sfc: the same
+   leaves, each pointing at its root's number; sfc may be NULL (the numbers only) */
+static PetscErrorCode CompactRoots(PetscSF sf, PetscInt *nc, PetscInt **croot, PetscSF *sfc)
 {
   MPI_Comm           comm;
-  PetscMPIInt        rank;
-  PetscInt           nroots, nleaves, nl = 0, nr = 0, *il;
+  PetscInt           nroots, nleaves, lstart, lend, *num, *lnum;
+  const PetscInt    *deg, *ilocal;
   const PetscSFNode *rem;
   PetscSFNode       *rr;
 
   PetscFunctionBegin;
   PetscCall(PetscObjectGetComm((PetscObject)sf, &comm));
+  PetscCall(PetscSFGetGraph(sf, &nroots, &nleaves, &ilocal, &rem));
+  PetscCall(PetscSFGetLeafRange(sf, &lstart, &lend));
+  PetscCall(PetscSFComputeDegreeBegin(sf, &deg));
+  PetscCall(PetscSFComputeDegreeEnd(sf, &deg));
+  PetscCall(PetscMalloc1(PetscMax(nroots, 1), &num));
+  PetscCall(PetscMalloc1(PetscMax(lend + 1, 1), &lnum));
+  *nc = 0;
+  for (PetscInt r = 0; r < nroots; r++) num[r] = deg[r] ? (*nc)++ : -1;
+  PetscCall(PetscMalloc1(PetscMax(*nc, 1), croot));
+  for (PetscInt r = 0; r < nroots; r++)
+    if (num[r] >= 0) (*croot)[num[r]] = r;
+  PetscCall(PetscSFBcastBegin(sf, MPIU_INT, num, lnum, MPI_REPLACE));
+  PetscCall(PetscSFBcastEnd(sf, MPIU_INT, num, lnum, MPI_REPLACE));
+  PetscCall(PetscMalloc1(nleaves, &rr));
+  for (PetscInt k = 0; k < nleaves; k++) rr[k] = (PetscSFNode){rem[k].rank, lnum[ilocal ? ilocal[k] : k]};
+  PetscCall(PetscSFCreate(comm, sfc));
+  PetscCall(PetscSFSetGraph(*sfc, *nc, nleaves, (PetscInt *)ilocal, PETSC_COPY_VALUES, rr, PETSC_OWN_POINTER));
+  PetscCall(PetscSFSetUp(*sfc));
+  PetscCall(PetscFree(num));
+  PetscCall(PetscFree(lnum));
+  PetscFunctionReturn(0);
+}
+
+/* the moves of sf (the caller's nc points, contiguous leaves -> this rank's slots, its roots; one leaf a root)
+   as a number for each slot: its leaf where that is on this rank (0..nc), else nc + its number among the
+   slots fed from other ranks, which *sfr (leaves: the caller's indices) moves; *nr of them */
+static PetscErrorCode SplitMoves(PetscSF sf, PetscInt **slot, PetscInt *nr, PetscSF *sfr)
+{
+  MPI_Comm           comm;
+  PetscMPIInt        rank;
+  PetscInt           nroots, nleaves, n = 0, *il, *croot;
+  const PetscSFNode *rem;
+  PetscSFNode       *rr;
+  PetscSF            rest;
+
+  PetscFunctionBegin;
+  PetscCall(PetscObjectGetComm((PetscObject)sf, &comm));
   PetscCallMPI(MPI_Comm_rank(comm, &rank));
   PetscCall(PetscSFGetGraph(sf, &nroots, &nleaves, NULL, &rem));
-  for (PetscInt k = 0; k < nleaves; k++) nl += rem[k].rank == rank ? 1 : 0;
-  PetscCall(PetscMalloc2(PetscMax(nl, 1), leaf, PetscMax(nl, 1), root));
-  PetscCall(PetscMalloc1(nleaves - nl, &il));
-  PetscCall(PetscMalloc1(nleaves - nl, &rr));
-  *nloc = 0;
-  for (PetscInt k = 0; k < nleaves; k++) {
-    if (rem[k].rank == rank) {
-      (*leaf)[*nloc]   = k;
-      (*root)[(*nloc)++] = rem[k].index;
-    } else {
-      il[nr]   = k;
-      rr[nr++] = rem[k];
+  PetscCall(PetscMalloc1(PetscMax(nroots, 1), slot));
+  for (PetscInt r = 0; r < nroots; r++) (*slot)[r] = -1;
+  for (PetscInt k = 0; k < nleaves; k++) n += rem[k].rank == rank ? 0 : 1;
+  PetscCall(PetscMalloc1(n, &il));
+  PetscCall(PetscMalloc1(n, &rr));
+  for (PetscInt k = 0, j = 0; k < nleaves; k++) {
+    if (rem[k].rank == rank) (*slot)[rem[k].index] = k;
+    else {
+      il[j]   = k;
+      rr[j++] = rem[k];
     }
   }
-  PetscCall(PetscSFCreate(comm, rest));
-  PetscCall(PetscSFSetGraph(*rest, nroots, nr, il, PETSC_OWN_POINTER, rr, PETSC_OWN_POINTER));
-  PetscCall(PetscSFSetUp(*rest));
+  PetscCall(PetscSFCreate(comm, &rest));
+  PetscCall(PetscSFSetGraph(rest, nroots, n, il, PETSC_OWN_POINTER, rr, PETSC_OWN_POINTER));
+  PetscCall(PetscSFSetUp(rest));
+  PetscCall(CompactRoots(rest, nr, &croot, sfr));
+  PetscCall(PetscSFDestroy(&rest));
+  for (PetscInt j = 0; j < *nr; j++) (*slot)[croot[j]] = nleaves + j;
+  for (PetscInt r = 0; r < nroots; r++) PetscCheck((*slot)[r] >= 0, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM: slot %" PetscInt_FMT " of this rank's points is fed by no caller's point", r);
+  PetscCall(PetscFree(croot));
+  PetscFunctionReturn(0);
+}
+
+/* a product's moves between the caller's layout and the tree's (the numbers of FMMDist: nxc ... hsend) */
+static PetscErrorCode FMMDistIOSetup(FMMDist *D)
+{
+  PetscInt *slot, *croot, nleaves;
+
+  PetscFunctionBegin;
+  PetscCall(PetscSFGetGraph(D->sfsrc, NULL, &nleaves, NULL, NULL));
+  D->nxc = nleaves;
+  PetscCall(SplitMoves(D->sfsrc, &slot, &D->nrr, &D->sfin));
+  PetscCall(PetscMalloc1(PetscMax(D->n, 1), &D->cin));
+  for (PetscInt i = 0; i < D->n; i++) D->cin[i] = slot[D->sperm[i]];
+  PetscCall(PetscFree(slot));
+  if (D->same) {
+    D->myc  = D->nxc;
+    D->nrt  = D->nrr;
+    D->cout = D->cin;
+  } else {
+    PetscCall(PetscSFGetGraph(D->sftgt, NULL, &nleaves, NULL, NULL));
+    D->myc = nleaves;
+    PetscCall(SplitMoves(D->sftgt, &slot, &D->nrt, &D->sfout));
+    PetscCall(PetscMalloc1(PetscMax(D->m, 1), &D->cout));
+    for (PetscInt i = 0; i < D->m; i++) D->cout[i] = slot[D->tperm[i]];
+    PetscCall(PetscFree(slot));
+  }
+  /* the halo: from the sources other ranks' near lists name, gathered */
+  PetscCall(CompactRoots(D->sfhalo, &D->nhs, &croot, &D->sfhc));
+  PetscCall(PetscMalloc1(PetscMax(D->nhs, 1), &D->hsrc));
+  for (PetscInt j = 0; j < D->nhs; j++) D->hsrc[j] = D->cin[croot[j]];
+  PetscCall(PetscFree(croot));
+  PetscCall(PetscMalloc3(D->nrr + D->nh, &D->din, D->nrt, &D->dout, D->nhs, &D->hsend));
   PetscFunctionReturn(0);
 }
 
@@ -379,10 +452,13 @@ PetscErrorCode FMMDistDestroy(FMMDist **dp)
   PetscCall(PetscSFDestroy(&D->sfsrc));
   if (D->sftgt) PetscCall(PetscSFDestroy(&D->sftgt));
   PetscCall(PetscSFDestroy(&D->sfhalo));
-  PetscCall(PetscFree2(D->lsleaf, D->lsroot));
-  PetscCall(PetscFree2(D->ltleaf, D->ltroot));
-  PetscCall(PetscSFDestroy(&D->sfsrcr));
-  PetscCall(PetscSFDestroy(&D->sftgtr));
+  PetscCall(PetscFree(D->cin));
+  if (!D->same) PetscCall(PetscFree(D->cout));
+  PetscCall(PetscFree(D->hsrc));
+  PetscCall(PetscSFDestroy(&D->sfin));
+  PetscCall(PetscSFDestroy(&D->sfout));
+  PetscCall(PetscSFDestroy(&D->sfhc));
+  PetscCall(PetscFree3(D->din, D->dout, D->hsend));
   PetscCall(PetscSFDestroy(&D->sfmp));
   PetscCall(FMMDistResetCPU(D));
   PetscCall(PetscFree(*dp));
@@ -950,10 +1026,6 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
   }
   PetscCall(PetscFree(T));
 
-  /* the products' moves between the caller's layout and this rank's: the part that stays here by threads */
-  PetscCall(SplitLocal(D->sfsrc, &D->nls, &D->lsleaf, &D->lsroot, &D->sfsrcr));
-  if (!same) PetscCall(SplitLocal(D->sftgt, &D->nlt, &D->ltleaf, &D->ltroot, &D->sftgtr));
-
   /* 6. the halo's sources: points and coefficients, once */
   {
     MPI_Datatype five;
@@ -999,6 +1071,37 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
     }
     PetscCall(PetscFree2(pk, hk));
   }
+  PetscCall(FMMDistIOSetup(D));
+  PetscFunctionReturn(0);
+}
+
+/* the global indices (in the caller's numbering: the first of this rank's is r0) of the points sf moves to
+   this rank's slots, in tree order (perm: tree position -> slot); collective */
+static PetscErrorCode TreeOrderIndices(PetscSF sf, PetscInt r0, PetscInt n, const PetscInt perm[], IS *is)
+{
+  MPI_Comm  comm;
+  PetscInt  nroots, nleaves, *g, *s, *idx;
+
+  PetscFunctionBegin;
+  PetscCall(PetscObjectGetComm((PetscObject)sf, &comm));
+  PetscCall(PetscSFGetGraph(sf, &nroots, &nleaves, NULL, NULL));
+  PetscCall(PetscMalloc2(PetscMax(nleaves, 1), &g, PetscMax(nroots, 1), &s));
+  for (PetscInt k = 0; k < nleaves; k++) g[k] = r0 + k;
+  PetscCall(PetscSFReduceBegin(sf, MPIU_INT, g, s, MPI_REPLACE));
+  PetscCall(PetscSFReduceEnd(sf, MPIU_INT, g, s, MPI_REPLACE));
+  PetscCall(PetscMalloc1(PetscMax(n, 1), &idx));
+  for (PetscInt i = 0; i < n; i++) idx[i] = s[perm[i]];
+  PetscCall(ISCreateGeneral(comm, n, idx, PETSC_OWN_POINTER, is));
+  PetscCall(PetscFree2(g, s));
+  PetscFunctionReturn(0);
+}
+
+/* FMMDistPartition - the sources and the targets this rank's part holds (MatFMMGetTreePartition()); collective */
+PetscErrorCode FMMDistPartition(FMMDist *D, PetscInt s0, PetscInt t0, IS *src, IS *tgt)
+{
+  PetscFunctionBegin;
+  if (src) PetscCall(TreeOrderIndices(D->sfsrc, s0, D->n, D->sperm, src));
+  if (tgt) PetscCall(TreeOrderIndices(D->sftgt ? D->sftgt : D->sfsrc, D->sftgt ? t0 : s0, D->m, D->tperm, tgt));
   PetscFunctionReturn(0);
 }
 
@@ -1023,9 +1126,10 @@ static PetscInt SlotBox(const FMMDist *D, PetscInt t)
   FMMDistHostPlan - this rank's part of the distributed tree as a plan in the
   one-rank numbering (FMMHostPlan: every box and leaf of the global pyramid),
   for a backend that evaluates such plans (the CUDA backend).  Its sources are
-  this rank's and the halo's (N = n + nh: sperm indexes the densities
-  [this rank's as received | the halo's]); its targets this rank's (tperm:
-  their slots as received).  Boxes this rank does not see get the root's
+  this rank's and the halo's (N = n + nh); sperm numbers the densities as
+  the product gives them (the caller's x, then D->din: FMMContext's split),
+  tperm the potentials likewise (the caller's y, then D->dout); its targets
+  are this rank's.  Boxes this rank does not see get the root's
   centre and scale (their expansions are never read: far lists name this
   rank's boxes, the top's and the halo's, whose multipoles the exchange
   overwrites after M2M).
@@ -1058,7 +1162,7 @@ PetscErrorCode FMMDistHostPlan(FMMDist *D, FMMPlan *P, FMMHostPlan **hp)
       h++;
     }
     for (PetscInt i = i0; i < i1; i++, k++) {
-      H->sperm[k] = i; /* the densities in tree order, the halo's after (FMMDistDensities()) */
+      H->sperm[k] = i < D->n ? D->cin[i] : D->nxc + D->nrr + (i - D->n); /* the caller's x, then din (FMMDistDensities()) */
       H->sx[k]    = D->sx[i];
       H->sy[k]    = D->sy[i];
       H->cq[k]    = D->cq[i];
@@ -1071,7 +1175,7 @@ PetscErrorCode FMMDistHostPlan(FMMDist *D, FMMPlan *P, FMMHostPlan **hp)
   for (PetscInt g = 0, k = 0; g < nleaves; g++) {
     if (g >= lbase && g < lbase + D->nl)
       for (PetscInt i = D->tleaf[g - lbase]; i < D->tleaf[g - lbase + 1]; i++, k++) {
-        H->tperm[k] = D->tperm[i];
+        H->tperm[k] = D->cout[i];
         H->tx[k]    = D->tx[i];
         H->ty[k]    = D->ty[i];
       }
@@ -1120,6 +1224,9 @@ PetscErrorCode FMMDistHostPlan(FMMDist *D, FMMPlan *P, FMMHostPlan **hp)
   P->N          = N;
   P->M          = D->m;
   P->nfar       = nfar;
+  P->l0         = l0;
+  P->b0         = D->B0;
+  P->b1         = D->B1;
   FMMPlanStatistics(P, H);
   PetscFunctionReturn(0);
 }

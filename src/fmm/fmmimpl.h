@@ -89,7 +89,20 @@ typedef struct {
   PetscInt   nfar;     /* M2L pairs: faroff[nboxes] */
   PetscInt   nearsrc;  /* sum over leaves of the neighbour sources (indexing layout length) */
   PetscCount p2ppairs; /* target-source pairs the near field sums */
+  PetscInt   l0, b0, b1; /* a rank's part of the distributed tree: the subtrees of boxes b0..b1-1 of level l0 (b1 = 0: all) */
 } FMMPlan;
+
+/* the boxes of level l that a plan evaluates below its part's level l0 (FMMPlan): first, count */
+static inline void FMMPlanLevelBoxes(const FMMPlan *P, PetscInt l, PetscInt *first, PetscInt *n)
+{
+  if (P->b1 > P->b0 && l >= P->l0) {
+    *first = P->b0 << (2 * (l - P->l0));
+    *n     = (P->b1 - P->b0) << (2 * (l - P->l0));
+  } else {
+    *first = 0;
+    *n     = (PetscInt)1 << (2 * l);
+  }
+}
 
 typedef struct {
   /* sources in tree order */
@@ -279,6 +292,13 @@ typedef struct {
   const PetscInt   *xexp, *ximp;
   PetscErrorCode  (*exchange)(void *, const PetscReal *, PetscReal *);
   void             *xctx;
+  /* and its densities and potentials in two pieces each: mult(ctx, x, y) reads x[0..nin) then xin[0..nin2)
+     (sperm numbers them so) and writes y[0..nout) then yout[0..nout2) (tperm likewise); x and y are the
+     caller's arrays, so what stays on the rank moves on the device (split false: N and M, one piece each) */
+  PetscBool          split;
+  PetscInt           nin, nin2, nout, nout2;
+  const PetscScalar *xin;
+  PetscScalar       *yout;
   void             *bmat;   /* the backend's per-Mat state */
   void             *data;   /* the backend's state of this assembly */
 } FMMContext;
@@ -381,8 +401,13 @@ typedef struct {
   PetscInt  *sperm, *tperm;        /* tree position -> the point's slot as received (root of sfsrc, sftgt) */
   PetscSF    sfsrc, sftgt;         /* the caller's sources (leaves) -> this rank's (roots); targets likewise (NULL: same) */
   PetscSF    sfhalo, sfmp;         /* owners' sources in tree order -> the halo's; owners' multipoles (slots ntop..nown) -> halo slots */
-  PetscInt   nls, nlt, *lsleaf, *lsroot, *ltleaf, *ltroot; /* the moves of sfsrc, sftgt that stay on this rank: caller's index, slot */
-  PetscSF    sfsrcr, sftgtr;       /* and the others (leaves: the caller's indices) */
+  /* each product's moves (FMMDistIOSetup()): a density is the caller's x[c] (c < nxc) or din[c - nxc], din holding
+     the nrr densities from other ranks (sfin) and then the halo's nh (sfhc: from hsend, gathered at hsrc[0..nhs));
+     a potential goes to the caller's y[c] (c < myc) or dout[c - myc], which sfout sends to the other ranks' y */
+  PetscInt     nxc, myc, nrr, nrt, nhs;
+  PetscInt    *cin, *cout, *hsrc;  /* [n], [m] tree order; [nhs] */
+  PetscSF      sfin, sfout, sfhc;  /* sfout NULL: sfin (the targets are the sources) */
+  PetscScalar *din, *dout, *hsend; /* [nrr + nh], [nrt], [nhs] */
   PetscInt64 nfar, nfartop, p2ppairs; /* M2L of this rank's boxes (+ the top's, on rank 0), of the top; P2P pairs */
   PetscInt  *halbox, *halleaf;     /* [nhb], [nhl] global numbers of the halo's boxes and leaves */
   /* the multipole exchange of a backend that evaluates FMMDistHostPlan() (FMMDistExchangeSetup()) */
@@ -397,7 +422,7 @@ typedef struct {
   PetscBool  hasq, hasd, par;
   PetscReal *binom, *m2l, *inv, *mpole, *local; /* tables; [nslot * ne] */
   PetscReal *q, *dx, *dy;          /* [n + nh] strengths */
-  PetscScalar *sig, *sigt, *pot, *potr; /* [n] densities as received, in tree order; [m] potentials in tree order, as received */
+  PetscScalar *pot;                /* [m] potentials in tree order */
 } FMMDist;
 
 typedef struct {
@@ -465,6 +490,7 @@ PETSC_INTERN PetscErrorCode FMMDistLevels(PetscInt, PetscInt, PetscMPIInt, Petsc
 PETSC_INTERN PetscErrorCode FMMDistBuild(Mat, FMMDist **);
 PETSC_INTERN PetscErrorCode FMMDistDestroy(FMMDist **);
 PETSC_INTERN PetscErrorCode FMMDistUnit(FMMDist *, PetscInt);
+PETSC_INTERN PetscErrorCode FMMDistPartition(FMMDist *, PetscInt, PetscInt, IS *, IS *);
 PETSC_INTERN PetscErrorCode FMMDistHostPlan(FMMDist *, FMMPlan *, FMMHostPlan **);
 PETSC_INTERN PetscErrorCode FMMDistExchangeSetup(FMMDist *, PetscInt);
 PETSC_INTERN PetscErrorCode FMMDistExchange(void *, const PetscReal *, PetscReal *);

@@ -32,6 +32,10 @@ PetscErrorCode MatFMMInvalidate(Mat A)
   fmm->ctx.exchange = NULL;
   fmm->ctx.xctx     = NULL;
   fmm->ctx.nxexp = fmm->ctx.nximp = 0;
+  fmm->ctx.split = PETSC_FALSE;
+  fmm->ctx.nin = fmm->ctx.nin2 = fmm->ctx.nout = fmm->ctx.nout2 = 0;
+  fmm->ctx.xin  = NULL;
+  fmm->ctx.yout = NULL;
   PetscCall(PetscMemzero(&fmm->ctx.plan, sizeof(fmm->ctx.plan)));
   PetscCall(PetscSFDestroy(&fmm->sf));
   PetscCall(FMMPointsRelease(fmm));
@@ -221,8 +225,14 @@ static PetscErrorCode SetupDistributed(Mat A)
     ctx->ximp     = D->ximp;
     ctx->exchange = FMMDistExchange;
     ctx->xctx     = D;
+    ctx->split    = PETSC_TRUE;
+    ctx->nin      = D->nxc;
+    ctx->nin2     = D->nrr + D->nh;
+    ctx->xin      = D->din;
+    ctx->nout     = D->myc;
+    ctx->nout2    = D->nrt;
+    ctx->yout     = D->dout;
     PetscCall((*fmm->ops->setup)(ctx));
-    PetscCall(PetscMalloc4(D->n, &D->sig, D->n + D->nh, &D->sigt, D->m, &D->pot, D->m, &D->potr));
     fmm->setup   = PETSC_TRUE;
     A->assembled = PETSC_TRUE;
     PetscFunctionReturn(0);
@@ -384,7 +394,7 @@ static PetscErrorCode DistMult(Mat A, const PetscScalar *x, PetscScalar *y)
   if (D->mpole) PetscCall(FMMDistMultCPU(D, x, y));
   else {
     PetscCall(FMMDistDensities(D, x));
-    PetscCall((*fmm->ops->mult)(&fmm->ctx, D->sigt, D->potr));
+    PetscCall((*fmm->ops->mult)(&fmm->ctx, x, y)); /* the caller's arrays and D's din, dout (ctx split) */
     PetscCall(FMMDistPotentials(D, y));
   }
   PetscFunctionReturn(0);
@@ -628,7 +638,7 @@ static PetscErrorCode ViewDistributed(Mat A, PetscViewer viewer)
   PetscCallMPI(MPI_Comm_size(PetscObjectComm((PetscObject)A), &size));
   PetscCall(PetscViewerASCIIPrintf(viewer, "  MPI: distributed tree on %d ranks: the top %" PetscInt_FMT " levels cut by all ranks (median cuts), each rank owns boxes of level %" PetscInt_FMT " and the levels below; %" PetscInt64_FMT " M2L of the top levels on every rank\n", (int)size, D->l0, D->l0, D->nfartop));
   PetscCall(PetscViewerASCIIPushSynchronized(viewer));
-  PetscCall(PetscViewerASCIISynchronizedPrintf(viewer, "    [%d] boxes %" PetscInt_FMT "..%" PetscInt_FMT " of level %" PetscInt_FMT ": %" PetscInt_FMT " sources, %" PetscInt_FMT " targets, %" PetscInt_FMT " leaves; halo: %" PetscInt_FMT " sources in %" PetscInt_FMT " leaves, %" PetscInt_FMT " remote multipoles; %" PetscInt64_FMT " M2L, %" PetscInt64_FMT " P2P pairs\n", (int)rank, D->B0, D->B1 - 1, D->l0, D->n, D->m, D->nl, D->nh, D->nhl, D->nhb, D->nfar - (rank ? 0 : D->nfartop), D->p2ppairs));
+  PetscCall(PetscViewerASCIISynchronizedPrintf(viewer, "    [%d] boxes %" PetscInt_FMT "..%" PetscInt_FMT " of level %" PetscInt_FMT ": %" PetscInt_FMT " sources, %" PetscInt_FMT " targets, %" PetscInt_FMT " leaves; halo: %" PetscInt_FMT " sources in %" PetscInt_FMT " leaves, %" PetscInt_FMT " remote multipoles; %" PetscInt64_FMT " M2L, %" PetscInt64_FMT " P2P pairs; moves %" PetscInt_FMT " densities in, %" PetscInt_FMT " potentials out\n", (int)rank, D->B0, D->B1 - 1, D->l0, D->n, D->m, D->nl, D->nh, D->nhl, D->nhb, D->nfar - (rank ? 0 : D->nfartop), D->p2ppairs, D->nrr, D->nrt));
   PetscCall(PetscViewerFlush(viewer));
   PetscCall(PetscViewerASCIIPopSynchronized(viewer));
   PetscFunctionReturn(0);

@@ -323,8 +323,16 @@ static PetscErrorCode FMMCPUMult(FMMContext *ctx, const PetscScalar *sigma, Pets
   const FMMPlan     *P = &ctx->plan;
   const FMMHostPlan *H = ctx->host;
   FMM_CPU           *c = (FMM_CPU *)ctx->data;
+  PetscScalar       *in = NULL, *out = y;
 
   PetscFunctionBegin;
+  if (ctx->split) { /* the distributed tree's plan: its densities and potentials in one array each */
+    PetscCall(PetscMalloc2(ctx->nin + ctx->nin2, &in, ctx->nout + ctx->nout2, &out));
+    PetscCall(PetscArraycpy(in, sigma, ctx->nin));
+    PetscCall(PetscArraycpy(in + ctx->nin, ctx->xin, ctx->nin2));
+    PetscCall(PetscArraycpy(out, y, ctx->nout)); /* rows other ranks compute keep what they held */
+    sigma = in;
+  }
   Strengths(P, H, c, sigma);
   PetscCall(Upward(P, H, c));
   if (ctx->exchange) { /* the distributed tree's plan (FMMDistHostPlan()): rows out, rows in */
@@ -351,7 +359,12 @@ static PetscErrorCode FMMCPUMult(FMMContext *ctx, const PetscScalar *sigma, Pets
   }
   PetscCall(PetscLogFlops(FMMFlops(FMM_PHASE_P2P, c->p, P)));
   PetscCall(PetscLogEventEnd(MATFMM_P2P, 0, 0, 0, 0));
-  for (PetscInt i = 0; i < P->M; i++) y[H->tperm[i]] = c->pot[i];
+  for (PetscInt i = 0; i < P->M; i++) out[H->tperm[i]] = c->pot[i];
+  if (ctx->split) {
+    PetscCall(PetscArraycpy(y, out, ctx->nout));
+    PetscCall(PetscArraycpy(ctx->yout, out + ctx->nout, ctx->nout2));
+    PetscCall(PetscFree2(in, out));
+  }
   PetscFunctionReturn(0);
 }
 

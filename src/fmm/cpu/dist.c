@@ -2,11 +2,11 @@
   The product of the distributed tree (src/fmm/dist.c) on the CPU: the pass
   of src/fmm/cpu/backend.c on this rank's boxes, with the exchanges between:
 
-    densities to the owners of the sources (sfsrc), then to the halo (sfhalo)
+    densities to the owners of the sources (sfin), then to the halo (sfhc)
     P2M, M2M of this rank's boxes; the multipoles of level l0 summed over the
       ranks (MPI_Allreduce), M2M above l0 on every rank
     the remote multipoles of the far lists (sfmp), while P2P runs
-    M2L, L2L, L2P; the potentials back to the caller's rows (sftgt)
+    M2L, L2L, L2P; the potentials back to the caller's rows (sfout)
 
   Each output is written by one thread in a fixed order, as in backend.c.
 */
@@ -24,7 +24,7 @@ PetscErrorCode FMMDistResetCPU(FMMDist *D)
   PetscCall(PetscFree3(D->binom, D->m2l, D->inv));
   PetscCall(PetscFree2(D->mpole, D->local));
   PetscCall(PetscFree3(D->q, D->dx, D->dy));
-  PetscCall(PetscFree4(D->sig, D->sigt, D->pot, D->potr));
+  PetscCall(PetscFree(D->pot));
   PetscFunctionReturn(0);
 }
 
@@ -44,7 +44,7 @@ PetscErrorCode FMMDistSetupCPU(FMMDist *D, const FMMParams *par)
   FMMInverses((int)D->p, D->inv);
   PetscCall(PetscCalloc2((size_t)D->nslot * D->ne, &D->mpole, (size_t)D->nown * D->ne, &D->local));
   PetscCall(PetscMalloc3(nt, &D->q, nt, &D->dx, nt, &D->dy));
-  PetscCall(PetscMalloc4(D->n, &D->sig, D->n + D->nh, &D->sigt, D->m, &D->pot, D->m, &D->potr));
+  PetscCall(PetscMalloc1(D->m, &D->pot));
   PetscCall(FMMDistUnit(D, D->ne));
   PetscFunctionReturn(0);
 }
@@ -161,39 +161,30 @@ static PetscErrorCode Downward(FMMDist *D)
   PetscFunctionReturn(0);
 }
 
-/* the densities x (this rank's columns, the caller's layout) to their owners,
-   in tree order (sigt[0..n)), and the halo's after them; collective */
+/* the densities from the caller's x (this rank's columns) that the tree's part on this rank takes from
+   elsewhere: those of other ranks' columns (din[0..nrr)), then the halo's (din[nrr..nrr + nh)); collective */
 PetscErrorCode FMMDistDensities(FMMDist *D, const PetscScalar *x)
 {
-  const PetscInt n = D->n;
-
   PetscFunctionBegin;
   PetscCall(PetscLogEventBegin(MATFMM_Exchange, 0, 0, 0, 0));
-  PetscCall(PetscSFReduceBegin(D->sfsrcr, MPIU_SCALAR, x, D->sig, MPI_REPLACE));
-#pragma omp parallel for schedule(static) if (D->nls >= FMM_OMP_MIN_POINTS)
-  for (PetscInt k = 0; k < D->nls; k++) D->sig[D->lsroot[k]] = x[D->lsleaf[k]];
-  PetscCall(PetscSFReduceEnd(D->sfsrcr, MPIU_SCALAR, x, D->sig, MPI_REPLACE));
-#pragma omp parallel for schedule(static) if (n >= FMM_OMP_MIN_POINTS)
-  for (PetscInt i = 0; i < n; i++) D->sigt[i] = D->sig[D->sperm[i]];
-  PetscCall(PetscSFBcastBegin(D->sfhalo, MPIU_SCALAR, D->sigt, D->sigt + n, MPI_REPLACE));
-  PetscCall(PetscSFBcastEnd(D->sfhalo, MPIU_SCALAR, D->sigt, D->sigt + n, MPI_REPLACE));
+  PetscCall(PetscSFReduceBegin(D->sfin, MPIU_SCALAR, x, D->din, MPI_REPLACE));
+  PetscCall(PetscSFReduceEnd(D->sfin, MPIU_SCALAR, x, D->din, MPI_REPLACE));
+  for (PetscInt j = 0; j < D->nhs; j++) D->hsend[j] = D->hsrc[j] < D->nxc ? x[D->hsrc[j]] : D->din[D->hsrc[j] - D->nxc];
+  PetscCall(PetscSFBcastBegin(D->sfhc, MPIU_SCALAR, D->hsend, D->din + D->nrr, MPI_REPLACE));
+  PetscCall(PetscSFBcastEnd(D->sfhc, MPIU_SCALAR, D->hsend, D->din + D->nrr, MPI_REPLACE));
   PetscCall(PetscLogEventEnd(MATFMM_Exchange, 0, 0, 0, 0));
   PetscFunctionReturn(0);
 }
 
-/* the potentials potr (this rank's targets as received) to the caller's rows y; collective */
+/* the potentials of the caller's rows y that other ranks computed (their dout); collective */
 PetscErrorCode FMMDistPotentials(FMMDist *D, PetscScalar *y)
 {
-  const PetscBool same = D->sftgt ? PETSC_FALSE : PETSC_TRUE;
-  const PetscInt  nl = same ? D->nls : D->nlt, *lf = same ? D->lsleaf : D->ltleaf, *lr = same ? D->lsroot : D->ltroot;
-  PetscSF         sf = same ? D->sfsrcr : D->sftgtr;
+  PetscSF sf = D->sfout ? D->sfout : D->sfin;
 
   PetscFunctionBegin;
   PetscCall(PetscLogEventBegin(MATFMM_Exchange, 0, 0, 0, 0));
-  PetscCall(PetscSFBcastBegin(sf, MPIU_SCALAR, D->potr, y, MPI_REPLACE));
-#pragma omp parallel for schedule(static) if (nl >= FMM_OMP_MIN_POINTS)
-  for (PetscInt k = 0; k < nl; k++) y[lf[k]] = D->potr[lr[k]];
-  PetscCall(PetscSFBcastEnd(sf, MPIU_SCALAR, D->potr, y, MPI_REPLACE));
+  PetscCall(PetscSFBcastBegin(sf, MPIU_SCALAR, D->dout, y, MPI_REPLACE));
+  PetscCall(PetscSFBcastEnd(sf, MPIU_SCALAR, D->dout, y, MPI_REPLACE));
   PetscCall(PetscLogEventEnd(MATFMM_Exchange, 0, 0, 0, 0));
   PetscFunctionReturn(0);
 }
@@ -208,9 +199,11 @@ PetscErrorCode FMMDistMultCPU(FMMDist *D, const PetscScalar *x, PetscScalar *y)
   PetscCall(FMMDistDensities(D, x));
 #pragma omp parallel for schedule(static) if (D->par)
   for (PetscInt i = 0; i < D->n + D->nh; i++) {
-    D->q[i]  = D->cq[i] * D->sigt[i];
-    D->dx[i] = D->cdx[i] * D->sigt[i];
-    D->dy[i] = D->cdy[i] * D->sigt[i];
+    const PetscInt c = i < D->n ? D->cin[i] : D->nxc + D->nrr + (i - D->n);
+    const PetscScalar s = c < D->nxc ? x[c] : D->din[c - D->nxc];
+    D->q[i]             = D->cq[i] * s;
+    D->dx[i]            = D->cdx[i] * s;
+    D->dy[i]            = D->cdy[i] * s;
   }
   PetscCall(Upward(D, comm));
   /* the remote multipoles arrive while the near field is summed */
@@ -227,7 +220,11 @@ PetscErrorCode FMMDistMultCPU(FMMDist *D, const PetscScalar *x, PetscScalar *y)
   PetscCall(PetscLogEventEnd(MATFMM_Exchange, 0, 0, 0, 0));
   PetscCall(Downward(D));
 #pragma omp parallel for schedule(static) if (D->par)
-  for (PetscInt i = 0; i < D->m; i++) D->potr[D->tperm[i]] = D->pot[i];
+  for (PetscInt i = 0; i < D->m; i++) {
+    const PetscInt c = D->cout[i];
+    if (c < D->myc) y[c] = D->pot[i];
+    else D->dout[c - D->myc] = D->pot[i];
+  }
   PetscCall(FMMDistPotentials(D, y));
   PetscFunctionReturn(0);
 }
