@@ -510,12 +510,16 @@ static PetscErrorCode Begin(FMMContext *ctx, FMM_CUDA *c, const PetscScalar *sig
   PetscCall(PetscLogIsActive(&c->sync));
   const FMMMem m = MemOf(c, sigma);
   if (ctx->split) { /* the caller's densities as they are, then those from the other ranks (FMMContext) */
+    PetscCall(PhaseBegin(c, MATFMM_Copy));
     PetscCall(CopyIn(c->stream, c->sigma, sigma, ctx->nin, m));
     PetscCall(CopyIn(c->stream, c->sigma + ctx->nin, ctx->xin, ctx->nin2, MemOf(c, ctx->xin)));
+    PetscCall(PhaseEnd(c, MATFMM_Copy, 0));
     PetscCall(FMMCUDAStrengths(c, &ctx->plan, c->sigma));
   } else if (m == FMM_MEM_HERE) PetscCall(FMMCUDAStrengths(c, &ctx->plan, sigma));
   else {
+    PetscCall(PhaseBegin(c, MATFMM_Copy));
     PetscCall(CopyIn(c->stream, c->sigma, sigma, ctx->plan.N, m));
+    PetscCall(PhaseEnd(c, MATFMM_Copy, 0));
     PetscCall(FMMCUDAStrengths(c, &ctx->plan, c->sigma));
   }
   PetscFunctionReturn(0);
@@ -536,9 +540,15 @@ static PetscErrorCode End(FMMContext *ctx, FMM_CUDA *c, PetscScalar *y, FMMMem y
   PetscFunctionBegin;
   if (!scattered) PetscCall(FMMCUDAScatter(c, &ctx->plan, out));
   if (ctx->split) { /* the caller's rows, then those for the other ranks (FMMContext) */
+    PetscCall(PhaseBegin(c, MATFMM_Copy));
     PetscCall(CopyOut(c, y, out, ctx->nout, ym));
     PetscCall(CopyOut(c, ctx->yout, out + ctx->nout, ctx->nout2, MemOf(c, ctx->yout)));
-  } else if (y && out != y) PetscCall(CopyOut(c, y, out, ctx->plan.M, ym));
+    PetscCall(PhaseEnd(c, MATFMM_Copy, 0));
+  } else if (y && out != y) {
+    PetscCall(PhaseBegin(c, MATFMM_Copy));
+    PetscCall(CopyOut(c, y, out, ctx->plan.M, ym));
+    PetscCall(PhaseEnd(c, MATFMM_Copy, 0));
+  }
   else if (y) FMMCallCUDA(cudaStreamSynchronize(c->stream));
   PetscFunctionReturn(0);
 }

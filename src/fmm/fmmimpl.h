@@ -25,7 +25,7 @@ typedef PetscOptionItems *FMMOptionItems;
 typedef PetscOptionItems FMMOptionItems;
 #endif
 
-PETSC_INTERN PetscLogEvent MATFMM_Exchange, MATFMM_Partition, MATFMM_Setup, MATFMM_Tree, MATFMM_P2M, MATFMM_M2M, MATFMM_M2L, MATFMM_L2L, MATFMM_L2P, MATFMM_P2P, MATFMM_Direct;
+PETSC_INTERN PetscLogEvent MATFMM_Exchange, MATFMM_Copy, MATFMM_Partition, MATFMM_Setup, MATFMM_Tree, MATFMM_P2M, MATFMM_M2M, MATFMM_M2L, MATFMM_L2L, MATFMM_L2P, MATFMM_P2P, MATFMM_Direct;
 
 /* the largest expansion order: the limit of MatFMMSetExpansionOrder(), the
    cap of the order chosen from the tolerance, and the size of the backends'
