@@ -469,13 +469,17 @@ typedef struct {
   int          nbatch;
   Strides      sy, sz;
   PetscBool    sync;
-  /* across ranks (KBA): octant batches in this rank's order, their ids (the same on every rank),
-     the chunks' messages on the device and in page-locked host memory: [y, z][two buffers] in, and out
-     [y, z][batch] a whole face each, so that no send is waited on before the sweep's end */
-  int          kba, nkb, kbid[16], nch;
+  /* across ranks (KBA): octant batches in this rank's order, their ids (the same on every rank), levels
+     (SweepOctantOrder()) and slots (their place among the batches of their level, which may run at once:
+     a stream each, and the chunks' messages on the device and in page-locked host memory: [y, z][slot]
+     in (two host buffers) and out); the faces out in [y, z][batch], a whole face each, so that no send
+     is waited on before the sweep's end */
+  int          kba, nkb, kbid[16], klev[16], kslot[16], nslot, nch;
   OctBatch     kb[16];
-  double      *dmin[2], *dmout[2], *hin[2][2], *hout[2][16], *pxs;
-  MPI_Request  rin[2][2], *rout[2];
+  cudaStream_t kst[4];
+  cudaEvent_t  kev[16], kready, kjoin[4];
+  double      *dmin[2][4], *dmout[2][4], *hin[2][4][2], *hout[2][16], *pxs;
+  MPI_Request  rin[2][4][2], *rout[2];
 } SweepCUDA;
 
 PetscErrorCode SweepCUDADeviceCount(int *n)
@@ -519,13 +523,22 @@ static PetscErrorCode SweepCUDADestroy(Mat A)
   Free(&c->fy), Free(&c->fz), Free(&c->phio), Free(&c->x), Free(&c->y), Free(&c->mat), Free(&c->lmom), Free(&c->lines);
   Free(&c->tasks), Free(&c->ticket), Free(&c->progress);
   for (int ax = 0; ax < 2; ax++) {
-    Free(&c->dmin[ax]), Free(&c->dmout[ax]);
-    for (int b = 0; b < 2; b++)
-      if (c->hin[ax][b]) (void)cudaFreeHost(c->hin[ax][b]);
+    for (int sl = 0; sl < 4; sl++) {
+      Free(&c->dmin[ax][sl]), Free(&c->dmout[ax][sl]);
+      for (int b = 0; b < 2; b++)
+        if (c->hin[ax][sl][b]) (void)cudaFreeHost(c->hin[ax][sl][b]);
+    }
     for (int b = 0; b < 16; b++)
       if (c->hout[ax][b]) (void)cudaFreeHost(c->hout[ax][b]);
     PetscCall(PetscFree(c->rout[ax]));
   }
+  for (int sl = 0; sl < 4; sl++) {
+    if (c->kst[sl]) (void)cudaStreamDestroy(c->kst[sl]);
+    if (c->kjoin[sl]) (void)cudaEventDestroy(c->kjoin[sl]);
+  }
+  for (int b = 0; b < 16; b++)
+    if (c->kev[b]) (void)cudaEventDestroy(c->kev[b]);
+  if (c->kready) (void)cudaEventDestroy(c->kready);
   Free(&c->pxs);
   for (int f = 0; f < 6; f++) Free(&c->refl[f]);
   if (c->ev0) (void)cudaEventDestroy(c->ev0);
@@ -679,25 +692,36 @@ static PetscErrorCode SweepCUDASetup(Mat A)
   for (int f = 2; f < 6; f++) c->kba = c->kba || P->nbr[f] >= 0;
   if (c->kba) { /* across ranks: the octant batches of SweepKBABatches(), in this rank's order */
     SweepBatch sb[16];
-    int        maxn = 0;
+    int        maxn = 0, nlev[4] = {0, 0, 0, 0};
     c->nkb = (int)SweepKBABatches(P, P->iy, P->iz, sb);
+    c->nslot = 0;
     for (int i = 0; i < c->nkb; i++) {
       c->kb[i].n = (int)sb[i].n;
       for (PetscInt q = 0; q < sb[i].n; q++) c->kb[i].oct[q] = (int)sb[i].oct[q];
-      c->kbid[i] = (int)sb[i].id;
-      maxn       = PetscMax(maxn, c->kb[i].n);
+      c->kbid[i]  = (int)sb[i].id;
+      c->klev[i]  = (int)P->octlevel[sb[i].oct[0]];
+      c->kslot[i] = nlev[c->klev[i]]++;
+      c->nslot    = PetscMax(c->nslot, c->kslot[i] + 1);
+      maxn        = PetscMax(maxn, c->kb[i].n);
+      SweepCallCUDA(cudaEventCreateWithFlags(&c->kev[i], cudaEventDisableTiming));
+    }
+    PetscCheck(c->nslot <= 4, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATSWEEP: %d octant batches of one level", c->nslot);
+    SweepCallCUDA(cudaEventCreateWithFlags(&c->kready, cudaEventDisableTiming));
+    for (int sl = 0; sl < c->nslot; sl++) {
+      SweepCallCUDA(cudaStreamCreateWithFlags(&c->kst[sl], cudaStreamNonBlocking));
+      SweepCallCUDA(cudaEventCreateWithFlags(&c->kjoin[sl], cudaEventDisableTiming));
     }
     c->nch = (int)((P->nx + P->chunk - 1) / P->chunk);
     for (int ax = 0; ax < 2; ax++)
-      for (int b = 0; b < 2; b++) c->rin[ax][b] = MPI_REQUEST_NULL; /* not 0 in every MPI */
+      for (int sl = 0; sl < 4; sl++)
+        for (int b = 0; b < 2; b++) c->rin[ax][sl][b] = MPI_REQUEST_NULL; /* not 0 in every MPI */
     for (int ax = 0; ax < 2; ax++) {
       const size_t cap = (size_t)maxn * ng * (ax ? P->ny : P->nz) * P->chunk * na;
       if (P->nbr[2 + 2 * ax] < 0 && P->nbr[3 + 2 * ax] < 0) continue;
-      PetscCall(Alloc(&c->dmin[ax], cap, (const double *)NULL, c->stream));
-      PetscCall(Alloc(&c->dmout[ax], cap, (const double *)NULL, c->stream));
-      for (int b = 0; b < 2; b++) {
-        SweepCallCUDA(cudaMallocHost((void **)&c->hin[ax][b], cap * sizeof(double)));
-        c->rin[ax][b] = MPI_REQUEST_NULL;
+      for (int sl = 0; sl < c->nslot; sl++) {
+        PetscCall(Alloc(&c->dmin[ax][sl], cap, (const double *)NULL, c->stream));
+        PetscCall(Alloc(&c->dmout[ax][sl], cap, (const double *)NULL, c->stream));
+        for (int b = 0; b < 2; b++) SweepCallCUDA(cudaMallocHost((void **)&c->hin[ax][sl][b], cap * sizeof(double)));
       }
       PetscCall(PetscMalloc1((size_t)c->nkb * c->nch, &c->rout[ax]));
       for (int b = 0; b < c->nkb; b++) {
@@ -793,74 +817,114 @@ static inline PetscMPIInt KBATag(int b, PetscInt ch, PetscInt nch, int ax)
   The sweep across ranks (Koch, Baker & Alcouffe, as the CPU backend): per
   octant batch, per chunk of x cells, the faces entering the block from the
   ranks upstream in y and z are received (the next chunk's receive posted
-  first), go up to the GPU, the chunk is swept by diagonals, and the faces
-  leaving it come down and are sent, each into its own place of a face
-  buffer of its batch, waited on at the sweep's end.  Each rank takes the batches in the
-  order of its depth in their direction (fewest ranks upstream first), so
-  that ranks at opposite ends of the grid start at once; a rank only ever
-  waits on ranks of smaller depth, so the order cannot deadlock.  Messages
-  are staged through page-locked host memory (MPI need not be CUDA-aware).
+  once this one's arrive), go up to the GPU, the chunk is swept by
+  diagonals, and the faces leaving it come down and are sent, each into its
+  own place of a face buffer of its batch, waited on at the sweep's end.
+  The batches of one level (they share no data: SweepOctantOrder()) each
+  run on a stream of their own, and the host starts a batch's next chunk as
+  soon as its faces are in and its last chunk is done, taking the batches in
+  this rank's order (fewest ranks upstream first): so while a batch waits on
+  its upstream ranks the others keep the GPU busy, and once the pipeline is
+  full the launches of all the level's octants run at once, as on one rank
+  (SNAP's interleaved octants, on the GPU).  A batch of a later level starts
+  once every batch of the earlier ones is done (the reflective faces).  The
+  host never blocks on MPI, so no order of arrival deadlocks.  Messages are
+  staged through page-locked host memory (MPI need not be CUDA-aware).
 */
-/* waits for the GPU's queued work while testing the sends and receives in flight: MPI moves large messages
-   (rendezvous) only while the ranks call it, so a rank that just sat in cudaStreamSynchronize() would hold
-   back its neighbours' transfers for a whole chunk */
-static PetscErrorCode KBAWaitGPU(SweepCUDA *c, PetscInt nch)
-{
-  cudaError_t e;
-
-  PetscFunctionBegin;
-  while ((e = cudaStreamQuery(c->stream)) == cudaErrorNotReady) {
-    int flag;
-    for (int ax = 0; ax < 2; ax++) {
-      if (c->rout[ax]) PetscCallMPI(MPI_Testall((PetscMPIInt)(c->nkb * nch), c->rout[ax], &flag, MPI_STATUSES_IGNORE));
-      for (int b = 0; b < 2 && c->hin[ax][b]; b++)
-        if (c->rin[ax][b] != MPI_REQUEST_NULL) PetscCallMPI(MPI_Test(&c->rin[ax][b], &flag, MPI_STATUS_IGNORE));
-    }
-  }
-  SweepCallCUDA(e);
-  PetscFunctionReturn(0);
-}
-
 static PetscErrorCode SweepKBA(const SweepProblem *P, SweepCUDA *c, SweepArgs *k)
 {
-  const PetscInt cw = P->chunk, nch = (P->nx + cw - 1) / cw, na = P->Q.nang, ng = P->ng;
+  const PetscInt cw = P->chunk, nch = c->nch, na = P->Q.nang, ng = P->ng;
+  int            next[16], fly[16], left = c->nkb; /* next chunk to start, the chunk in flight (-1: none) */
+  PetscBool      posted[16];                      /* the first chunk's receives posted */
+  PetscMPIInt    up[16][2], dn[16][2];
 
   PetscFunctionBegin;
   for (int f = 0; f < 6; f++) k->msgf[f] = P->nbr[f] >= 0;
   k->pxs = c->pxs;
+  SweepCallCUDA(cudaEventRecord(c->kready, c->stream)); /* the source is computed */
+  for (int sl = 0; sl < c->nslot; sl++) SweepCallCUDA(cudaStreamWaitEvent(c->kst[sl], c->kready, 0));
   for (int bi = 0; bi < c->nkb; bi++) {
-    const OctBatch   *b = &c->kb[bi];
-    const int         o0 = b->oct[0];
-    const PetscMPIInt up[2] = {P->nbr[2 + ((o0 >> 1) & 1)], P->nbr[4 + ((o0 >> 2) & 1)]}, dn[2] = {P->nbr[3 - ((o0 >> 1) & 1)], P->nbr[5 - ((o0 >> 2) & 1)]};
-    for (int q = 0; q < b->n; q++) k->bo[b->oct[q]] = q;
+    const int o0 = c->kb[bi].oct[0];
+    next[bi]     = 0;
+    fly[bi]      = -1;
+    posted[bi]   = PETSC_FALSE;
     for (int ax = 0; ax < 2; ax++) {
-      k->min[1 + ax]  = c->dmin[ax];
-      k->mout[1 + ax] = c->dmout[ax];
-      if (up[ax] >= 0) PetscCallMPI(MPI_Irecv(c->hin[ax][0], (PetscMPIInt)(b->n * ng * (ax ? P->ny : P->nz) * PetscMin(cw, P->nx) * na), MPIU_REAL, up[ax], KBATag(c->kbid[bi], 0, nch, ax), P->comm, &c->rin[ax][0]));
+      up[bi][ax] = P->nbr[2 + 2 * ax + ((o0 >> (1 + ax)) & 1)];
+      dn[bi][ax] = P->nbr[3 + 2 * ax - ((o0 >> (1 + ax)) & 1)];
     }
-    for (PetscInt ch = 0; ch < nch; ch++) {
-      const PetscInt i0 = ch * cw, i1 = PetscMin(P->nx, i0 + cw), par = ch & 1;
+  }
+  while (left) {
+    PetscBool moved = PETSC_FALSE;
+    for (int bi = 0; bi < c->nkb; bi++) {
+      const OctBatch *b  = &c->kb[bi];
+      const int       sl = c->kslot[bi];
+      if (fly[bi] >= 0) { /* the chunk in flight: its faces down? then send them */
+        const PetscInt i0 = fly[bi] * cw, i1 = PetscMin(P->nx, i0 + cw);
+        cudaError_t    e  = cudaEventQuery(c->kev[bi]);
+        if (e == cudaErrorNotReady) continue;
+        SweepCallCUDA(e);
+        for (int ax = 0; ax < 2; ax++)
+          if (dn[bi][ax] >= 0) PetscCallMPI(MPI_Isend(c->hout[ax][bi] + (size_t)b->n * ng * (ax ? P->ny : P->nz) * i0 * na, (PetscMPIInt)((size_t)b->n * ng * (ax ? P->ny : P->nz) * (i1 - i0) * na), MPIU_REAL, dn[bi][ax], KBATag(c->kbid[bi], fly[bi], nch, ax), P->comm, &c->rout[ax][bi * nch + fly[bi]]));
+        fly[bi] = -1;
+        moved   = PETSC_TRUE;
+        if (next[bi] == nch) left--;
+      }
+      if (next[bi] == nch) continue;
+      {
+        PetscBool ready = PETSC_TRUE;
+        for (int bj = 0; bj < c->nkb && ready; bj++) /* the earlier levels done (their slots free) */
+          if (c->klev[bj] < c->klev[bi] && (next[bj] < nch || fly[bj] >= 0)) ready = PETSC_FALSE;
+        if (!ready) continue;
+        if (!posted[bi]) { /* the first chunk's faces */
+          for (int ax = 0; ax < 2; ax++)
+            if (up[bi][ax] >= 0) PetscCallMPI(MPI_Irecv(c->hin[ax][sl][0], (PetscMPIInt)(b->n * ng * (ax ? P->ny : P->nz) * PetscMin(cw, P->nx) * na), MPIU_REAL, up[bi][ax], KBATag(c->kbid[bi], 0, nch, ax), P->comm, &c->rin[ax][sl][0]));
+          posted[bi] = PETSC_TRUE;
+        }
+        for (int ax = 0; ax < 2 && ready; ax++)
+          if (up[bi][ax] >= 0) {
+            int flag;
+            PetscCallMPI(MPI_Test(&c->rin[ax][sl][next[bi] & 1], &flag, MPI_STATUS_IGNORE));
+            ready = flag ? PETSC_TRUE : PETSC_FALSE;
+          }
+        if (!ready) continue;
+      }
+      { /* the chunk: the next receive, the faces up, the diagonals, the faces down */
+        const PetscInt ch = next[bi], i0 = ch * cw, i1 = PetscMin(P->nx, i0 + cw), par = ch & 1;
+        SweepArgs      kk = *k;
+        for (int q = 0; q < b->n; q++) kk.bo[b->oct[q]] = q;
+        for (int ax = 0; ax < 2; ax++) {
+          const size_t cnt = (size_t)b->n * ng * (ax ? P->ny : P->nz) * (i1 - i0) * na;
+          kk.min[1 + ax]   = c->dmin[ax][sl];
+          kk.mout[1 + ax]  = c->dmout[ax][sl];
+          if (up[bi][ax] < 0) continue;
+          if (ch + 1 < nch) PetscCallMPI(MPI_Irecv(c->hin[ax][sl][!par], (PetscMPIInt)((size_t)b->n * ng * (ax ? P->ny : P->nz) * (PetscMin(P->nx, i1 + cw) - i1) * na), MPIU_REAL, up[bi][ax], KBATag(c->kbid[bi], ch + 1, nch, ax), P->comm, &c->rin[ax][sl][!par]));
+          SweepCallCUDA(cudaMemcpyAsync(c->dmin[ax][sl], c->hin[ax][sl][par], cnt * sizeof(double), cudaMemcpyHostToDevice, c->kst[sl]));
+        }
+        kk.i0 = (int)i0;
+        kk.i1 = (int)i1;
+        for (int s = 0; s < c->ndiag; s++) {
+          const int       nl    = c->lineoff[s + 1] - c->lineoff[s];
+          const long long items = (long long)nl * ng * b->n;
+          c->diag<<<(unsigned)((items + c->K - 1) / c->K), c->K * kk.nang, c->smem, c->kst[sl]>>>(kk, *b, c->lines + c->lineoff[s], nl, c->K);
+          SweepCallCUDA(cudaGetLastError());
+        }
+        for (int ax = 0; ax < 2; ax++)
+          if (dn[bi][ax] >= 0) SweepCallCUDA(cudaMemcpyAsync(c->hout[ax][bi] + (size_t)b->n * ng * (ax ? P->ny : P->nz) * i0 * na, c->dmout[ax][sl], sizeof(double) * b->n * ng * (ax ? P->ny : P->nz) * (i1 - i0) * na, cudaMemcpyDeviceToHost, c->kst[sl]));
+        SweepCallCUDA(cudaEventRecord(c->kev[bi], c->kst[sl]));
+        fly[bi] = (int)ch;
+        next[bi]++;
+        moved = PETSC_TRUE;
+      }
+    }
+    if (!moved) /* MPI moves large messages (rendezvous) only while the ranks call it */
       for (int ax = 0; ax < 2; ax++) {
-        const size_t cnt = (size_t)b->n * ng * (ax ? P->ny : P->nz) * (i1 - i0) * na;
-        if (up[ax] < 0) continue;
-        PetscCallMPI(MPI_Wait(&c->rin[ax][par], MPI_STATUS_IGNORE));
-        if (ch + 1 < nch) PetscCallMPI(MPI_Irecv(c->hin[ax][!par], (PetscMPIInt)((size_t)b->n * ng * (ax ? P->ny : P->nz) * (PetscMin(P->nx, i1 + cw) - i1) * na), MPIU_REAL, up[ax], KBATag(c->kbid[bi], ch + 1, nch, ax), P->comm, &c->rin[ax][!par]));
-        SweepCallCUDA(cudaMemcpyAsync(c->dmin[ax], c->hin[ax][par], cnt * sizeof(double), cudaMemcpyHostToDevice, c->stream));
+        int flag;
+        if (c->rout[ax]) PetscCallMPI(MPI_Testall((PetscMPIInt)(c->nkb * nch), c->rout[ax], &flag, MPI_STATUSES_IGNORE));
       }
-      k->i0 = (int)i0;
-      k->i1 = (int)i1;
-      for (int s = 0; s < c->ndiag; s++) {
-        const int       nl    = c->lineoff[s + 1] - c->lineoff[s];
-        const long long items = (long long)nl * ng * b->n;
-        c->diag<<<(unsigned)((items + c->K - 1) / c->K), c->K * k->nang, c->smem, c->stream>>>(*k, *b, c->lines + c->lineoff[s], nl, c->K);
-        SweepCallCUDA(cudaGetLastError());
-      }
-      for (int ax = 0; ax < 2; ax++)
-        if (dn[ax] >= 0) SweepCallCUDA(cudaMemcpyAsync(c->hout[ax][bi] + (size_t)b->n * ng * (ax ? P->ny : P->nz) * i0 * na, c->dmout[ax], sizeof(double) * b->n * ng * (ax ? P->ny : P->nz) * (i1 - i0) * na, cudaMemcpyDeviceToHost, c->stream));
-      PetscCall(KBAWaitGPU(c, nch)); /* the faces are down, and the received ones up (their buffers free) */
-      for (int ax = 0; ax < 2; ax++)
-        if (dn[ax] >= 0) PetscCallMPI(MPI_Isend(c->hout[ax][bi] + (size_t)b->n * ng * (ax ? P->ny : P->nz) * i0 * na, (PetscMPIInt)((size_t)b->n * ng * (ax ? P->ny : P->nz) * (i1 - i0) * na), MPIU_REAL, dn[ax], KBATag(c->kbid[bi], ch, nch, ax), P->comm, &c->rout[ax][bi * nch + ch]));
-    }
+  }
+  for (int sl = 0; sl < c->nslot; sl++) { /* the moments' sum after every batch */
+    SweepCallCUDA(cudaEventRecord(c->kjoin[sl], c->kst[sl]));
+    SweepCallCUDA(cudaStreamWaitEvent(c->stream, c->kjoin[sl], 0));
   }
   /* the sends are waited on only now: a rank waiting on a send of a batch whose receiver is still busy with
      others (that may wait on this rank) could deadlock once messages are too large to be sent eagerly */
