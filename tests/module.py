@@ -131,6 +131,31 @@ inside = np.all((xy[T.sources] >= box[leaf_of, :2]) & (xy[T.sources] <= box[leaf
 check("fmm leafBoxes: each source inside its leaf's box", bool(inside))
 A.destroy()
 
+# the tree's parts: each source and target once over the ranks, and renumbered by them the same product
+A = petscfmm.createFMM(xy[mine], nrm[mine], w[mine], tgt[t0:t0 + ml], kernel="double", device="cpu", assemble=False)
+fmm.setDistribution(A, "tree")
+A.assemble()
+S, T = fmm.getTreePartition(A)
+SA, TA = S.allGather(), T.allGather()
+check("fmm getTreePartition: each of the N sources and M targets once",
+      np.array_equal(np.sort(SA.getIndices()), np.arange(N)) and np.array_equal(np.sort(TA.getIndices()), np.arange(M)))
+SA.destroy()
+TA.destroy()
+A.destroy()
+B = petscfmm.createFMM(xy[S.getIndices()], nrm[S.getIndices()], w[S.getIndices()], tgt[T.getIndices()], kernel="double",
+                       device="cpu", assemble=False)
+fmm.setDistribution(B, "tree")
+B.assemble()
+x, y = B.createVecs()
+x.setArray(dens[S.getIndices()])
+B.mult(x, y)
+e, r = y.duplicate(), y.duplicate()
+r.setArray(direct(tgt[T.getIndices()], 1, 0))
+e.setArray(y.getArray(readonly=True) - r.getArray(readonly=True))
+check("fmm renumbered by getTreePartition: relerr <= 1e-9 against the sum", e.norm() <= 1e-9 * r.norm())
+for o in (S, T, x, y, e, r, B):
+    o.destroy()
+
 # setType('fmm') works once the package is imported, and -mat_type through the options
 B = PETSc.Mat().create(comm=COMM)
 B.setSizes(((nl, None), (nl, None)))

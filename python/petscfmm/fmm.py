@@ -31,7 +31,7 @@ from . import _lib
 
 __all__ = ["create", "setSources", "setTargets", "setKernel", "setClusteringThreshold", "setExpansionOrder",
            "setTolerance", "setTheta", "setLayout", "setMethod", "setDevice", "setDistribution", "getExpansionOrder",
-           "getClusteringThreshold", "getDevice", "getTreeInfo", "getTreeLeaves", "leafBoxes",
+           "getClusteringThreshold", "getDevice", "getTreeInfo", "getTreeLeaves", "getTreePartition", "leafBoxes",
            "cudaDeviceCount", "cudaInitialize", "KERNELS", "LAYOUTS", "METHODS", "DEVICES", "DISTRIBUTIONS"]
 
 #: names of the kernels, layouts, methods and devices, as the C enums number them
@@ -258,6 +258,43 @@ def getTreeLeaves(A):
     soff = _a.as_array(so, n + 1, PETSc.IntType)
     toff = _a.as_array(to, n + 1, PETSc.IntType)
     return TreeLeaves(soff, _a.as_array(s, int(soff[-1]), PETSc.IntType), toff, _a.as_array(t, int(toff[-1]), PETSc.IntType))
+
+
+def getTreePartition(A):
+    """The sources and targets this rank's part of the distributed tree holds (MatFMMGetTreePartition()).
+
+    Returns
+    -------
+    (sources, targets) : two PETSc.IS on A's communicator
+        the global indices (in the numbering of the caller's layout) of the
+        sources (columns) and targets (rows) this rank's part holds, in the
+        tree's order; renumbered by them (each rank then holding its sets'
+        points), a new matrix moves no density between ranks. With the
+        replicated sources, this rank's ownership ranges. The caller
+        destroys them.
+
+    Raises
+    ------
+    PETSc.Error
+        A is not assembled (PETSC_ERR_ARG_WRONGSTATE).
+    """
+    from petsc4py import PETSc
+    h = _mat(A)
+    sets = [_lib.Ptr(), _lib.Ptr()]
+    _call("MatFMMGetTreePartition", h, ctypes.byref(sets[0]), ctypes.byref(sets[1]))
+    out = []
+    try:
+        for s in sets:
+            n, idx = _lib.PetscInt(), ctypes.POINTER(_lib.PetscInt)()
+            _call("ISGetLocalSize", s, ctypes.byref(n))
+            _call("ISGetIndices", s, ctypes.byref(idx))
+            arr = _a.as_array(idx, n.value, PETSc.IntType)
+            _call("ISRestoreIndices", s, ctypes.byref(idx))
+            out.append(PETSc.IS().createGeneral(arr, comm=A.getComm()))
+    finally:
+        for s in sets:
+            _call("ISDestroy", ctypes.byref(s))
+    return tuple(out)
 
 
 def _boxes(off, xy):

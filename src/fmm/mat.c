@@ -166,7 +166,7 @@ static PetscErrorCode ChooseDistribution(Mat A, PetscBool *dist)
   PetscCallMPI(MPI_Comm_size(comm, &size));
   PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, &mixed, 1, MPI_INT, MPI_LOR, comm));
   PetscCall(FMMDistLevels(U, fmm->par.ct, size, &L, &l0));
-  if (fmm->device_used == MATFMM_DEVICE_CUDA && fmm->distribution == MATFMM_DISTRIBUTION_AUTO) why = "with CUDA, auto keeps the replicated sources, measured faster for now (docs/distributed-fmm.md); -mat_fmm_distribution tree shares the tree out";
+  if (fmm->device_used == MATFMM_DEVICE_CUDA && fmm->distribution == MATFMM_DISTRIBUTION_AUTO) why = "with CUDA, auto keeps the replicated sources, faster unless the caller numbers its points by the tree's parts (MatFMMGetTreePartition(), docs/distributed-fmm.md); -mat_fmm_distribution tree shares the tree out";
   else if (fmm->par.method != MATFMM_METHOD_FMM) why = "-mat_fmm_method direct sums over all sources";
   else if (fmm->par.layout != MATFMM_LAYOUT_TILED) why = "the distributed tree has the tiled near-field layout only";
   else if (fmm->xexp) why = "the coordinates are scaled (their extent is outside [2^-400, 2^400])";
