@@ -398,6 +398,7 @@ int main(int argc, char **argv)
     PetscCall(MatFMMSetTargets(D, ns, txy));
     PetscCall(MatSetFromOptions(D));
     PetscCall(MatFMMSetMethod(D, MATFMM_METHOD_DIRECT));
+    PetscCall(MatFMMSetDistribution(D, MATFMM_DISTRIBUTION_AUTO)); /* the exact sum holds all sources (-mat_fmm_distribution tree is the product's) */
     PetscCall(MatAssemblyBegin(D, MAT_FINAL_ASSEMBLY));
     PetscCall(MatAssemblyEnd(D, MAT_FINAL_ASSEMBLY));
     PetscCall(MatCreateVecs(D, NULL, &yd));

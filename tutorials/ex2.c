@@ -7,6 +7,8 @@ and trapezoid weights), or in tight clusters; targets are the sources.\n\
   -tol <tol>                         fail unless relerr <= tol (default: no test)\n\
   -tree_file <file>                  write the tree's leaves (the points of each leaf box) for a picture:\n\
                                      tutorials/plot_tree.py <file> tree.png\n\
+  -renumber <bool>                   number each rank's points as its part of the distributed tree holds them\n\
+                                     (MatFMMGetTreePartition()) and create the operator again (default false)\n\
 Every -mat_fmm_ option applies (see -help).\n\n";
 
 /*
@@ -18,6 +20,16 @@ Every -mat_fmm_ option applies (see -help).\n\n";
   -tree_file <file> writes the leaf boxes of the tree (MatFMMGetTreeLeaves()):
   a header line, then one line "leaf x y" per point in tree order, for
   tutorials/plot_tree.py, which draws each leaf's bounding box over its points.
+
+  -renumber, on several ranks with -mat_fmm_distribution tree: a product moves
+  each density from the rank that holds it to the rank whose part of the tree
+  holds its point, and the potential back. A program free to number its
+  unknowns asks the assembled operator which points each rank's part holds
+  (MatFMMGetTreePartition()), gives each rank those points in that order, and
+  creates the operator again: the same tree, and nothing moves (-mat_view
+  prints the moves of each rank). Here every rank holds all N points, so the
+  renumbering is a gather; a program whose data is distributed would move it
+  once with a VecScatter from the IS.
 */
 #include <petscfmm.h>
 
@@ -76,6 +88,7 @@ static PetscErrorCode CreateOperator(MPI_Comm comm, PetscInt n, const PetscReal 
   PetscCall(MatFMMSetSources(*A, n, xy, nrm, w));
   PetscCall(MatSetFromOptions(*A));
   PetscCall(MatFMMSetMethod(*A, method)); /* after the options: the reference is always exact */
+  if (method == MATFMM_METHOD_DIRECT) PetscCall(MatFMMSetDistribution(*A, MATFMM_DISTRIBUTION_AUTO)); /* it sums over all sources */
   PetscCall(MatAssemblyBegin(*A, MAT_FINAL_ASSEMBLY));
   PetscCall(MatAssemblyEnd(*A, MAT_FINAL_ASSEMBLY));
   PetscFunctionReturn(0);
@@ -106,9 +119,9 @@ int main(int argc, char **argv)
 {
   PetscInt       N = 10000, n, rstart, p, L;
   Geometry       g     = GEOM_CURVE;
-  PetscBool      check = PETSC_TRUE;
+  PetscBool      check = PETSC_TRUE, renumber = PETSC_FALSE;
   char           treefile[PETSC_MAX_PATH_LEN] = "";
-  PetscReal     *xy, *nrm, *w, relerr = -1, nrm2, tol = -1;
+  PetscReal     *xy, *nrm, *w, *lxy = NULL, *lnrm = NULL, *lw = NULL, relerr = -1, nrm2, tol = -1;
   PetscLogDouble t0, t1, t2, tsetup;
   Mat            A, B;
   Vec            x, y, yref;
@@ -124,6 +137,7 @@ int main(int argc, char **argv)
   PetscCall(PetscOptionsBool("-check", "Compare with exact summation", NULL, check, &check, NULL));
   PetscCall(PetscOptionsReal("-tol", "Fail unless the relative error is at most this", NULL, tol, &tol, NULL));
   PetscCall(PetscOptionsString("-tree_file", "Write the tree's leaf boxes to this file (tutorials/plot_tree.py draws them)", NULL, treefile, treefile, sizeof(treefile), NULL));
+  PetscCall(PetscOptionsBool("-renumber", "Number each rank's points as its part of the distributed tree holds them (MatFMMGetTreePartition())", NULL, renumber, &renumber, NULL));
   PetscOptionsEnd();
   PetscCheck(N >= 1, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-n %" PetscInt_FMT " must be >= 1", N);
 
@@ -134,8 +148,31 @@ int main(int argc, char **argv)
   PetscCallMPI(MPI_Scan(&n, &rstart, 1, MPIU_INT, MPI_SUM, PETSC_COMM_WORLD));
   rstart -= n;
 
+  lxy  = xy + 2 * rstart;
+  lnrm = nrm + 2 * rstart;
+  lw   = w + rstart;
   PetscCall(PetscTime(&t0));
-  PetscCall(CreateOperator(PETSC_COMM_WORLD, n, xy + 2 * rstart, nrm + 2 * rstart, w + rstart, MATFMM_METHOD_FMM, &A));
+  PetscCall(CreateOperator(PETSC_COMM_WORLD, n, lxy, lnrm, lw, MATFMM_METHOD_FMM, &A));
+  if (renumber) { /* this rank's points: those its part of the tree holds, in the tree's order */
+    IS              is;
+    const PetscInt *ix;
+    PetscCall(MatFMMGetTreePartition(A, &is, NULL));
+    PetscCall(MatDestroy(&A));
+    PetscCall(ISGetLocalSize(is, &n));
+    PetscCall(ISGetIndices(is, &ix));
+    PetscCall(PetscMalloc3(2 * n, &lxy, 2 * n, &lnrm, n, &lw));
+    for (PetscInt i = 0; i < n; i++) {
+      lxy[2 * i]      = xy[2 * ix[i]];
+      lxy[2 * i + 1]  = xy[2 * ix[i] + 1];
+      lnrm[2 * i]     = nrm[2 * ix[i]];
+      lnrm[2 * i + 1] = nrm[2 * ix[i] + 1];
+      lw[i]           = w[ix[i]];
+    }
+    PetscCall(ISRestoreIndices(is, &ix));
+    PetscCall(ISDestroy(&is));
+    PetscCall(PetscTime(&t0));
+    PetscCall(CreateOperator(PETSC_COMM_WORLD, n, lxy, lnrm, lw, MATFMM_METHOD_FMM, &A));
+  }
   PetscCall(PetscTime(&t1));
   tsetup = t1 - t0;
   if (treefile[0]) PetscCall(WriteTree(A, treefile, g, xy));
@@ -150,7 +187,7 @@ int main(int argc, char **argv)
   PetscCall(PetscTime(&t2));
 
   if (check) {
-    PetscCall(CreateOperator(PETSC_COMM_WORLD, n, xy + 2 * rstart, nrm + 2 * rstart, w + rstart, MATFMM_METHOD_DIRECT, &B));
+    PetscCall(CreateOperator(PETSC_COMM_WORLD, n, lxy, lnrm, lw, MATFMM_METHOD_DIRECT, &B));
     PetscCall(VecDuplicate(y, &yref));
     PetscCall(MatMult(B, x, yref));
     PetscCall(VecNorm(yref, NORM_2, &nrm2));
@@ -175,6 +212,7 @@ int main(int argc, char **argv)
   PetscCall(VecDestroy(&x));
   PetscCall(VecDestroy(&y));
   PetscCall(MatDestroy(&A));
+  if (renumber) PetscCall(PetscFree3(lxy, lnrm, lw));
   PetscCall(PetscFree3(xy, nrm, w));
   PetscCall(PetscFinalize());
   return 0;
@@ -195,4 +233,9 @@ int main(int argc, char **argv)
     nsize: 2
     args: -n 3000 -geometry square -mat_fmm_ct 20 -mat_fmm_p 12 -mat_view ::ascii_info -check 0 -mat_fmm_device cpu
     filter: grep -v summary
+  test:
+    suffix: renumber
+    nsize: 3
+    args: -n 4000 -geometry curve -renumber -mat_fmm_device cpu -mat_fmm_distribution tree -mat_fmm_eps 1e-10 -tol 1e-9 -mat_view ::ascii_info
+    filter: sed -n -e 's/.*; moves/moves/p' -e '/^check:/p'
 TEST*/
