@@ -486,8 +486,10 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
   PetscReal       *rxy, *rnrm = NULL, *rw = NULL, *txy = NULL, *bb, *T, *top;
   PetscInt        *rgi, *tgi = NULL;
   PetscBool        anynrm, anywts;
+  PetscLogDouble   tm[8]; /* the stages' start times, for -info */
 
   PetscFunctionBegin;
+  PetscCall(PetscTime(&tm[0]));
   PetscCallMPI(MPI_Comm_rank(comm, &rank));
   PetscCallMPI(MPI_Comm_size(comm, &size));
   PetscCall(FMMDistLevels(U, par->ct, size, &L, &l0));
@@ -519,6 +521,7 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
   for (PetscInt k = 0; k < mt; k++) pt[ns + k] = (FMMPoint){fmm->tgt.xy[2 * k], fmm->tgt.xy[2 * k + 1], N + t0 + k, ns + k};
   PetscCall(TopLevels(comm, pt, u, U, l0, &off, &cnt));
 
+  PetscCall(PetscTime(&tm[1]));
   /* 2. the points to the owners of their boxes: sources and targets each in
      box order, then by rank (an SF from the caller's layout, leaves) to the
      owner's (roots) */
@@ -612,6 +615,7 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
 
   PetscCall(PetscLogEventEnd(MATFMM_Partition, A, 0, 0, 0));
 
+  PetscCall(PetscTime(&tm[2]));
   /* 3. this rank's subtrees: its boxes of level l0 split down to the leaves */
   {
     PetscInt *off0, is = 0, it = 0, k = 0;
@@ -692,6 +696,7 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
   PetscCall(PetscFree(rw));
   if (!same) PetscCall(PetscFree2(txy, tgi));
 
+  PetscCall(PetscTime(&tm[3]));
   /* 4. box geometry: bounding boxes of this rank's boxes (OwnIndex order),
      then level l0 of all ranks and the top, on every rank */
   PetscCall(PetscMalloc1(4 * nob, &bb));
@@ -772,6 +777,7 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
       T[NGEO * o + 4]  = (PetscReal)osst[o];
     }
 
+    PetscCall(PetscTime(&tm[4]));
     /* 5. interaction lists, level by level, as plan.c: children of the
        parent's strongly coupled boxes are far (M2L) where separated, else
        strongly coupled; strong pairs of leaves are the near field.  Levels
@@ -1026,6 +1032,7 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
   }
   PetscCall(PetscFree(T));
 
+  PetscCall(PetscTime(&tm[5]));
   /* 6. the halo's sources: points and coefficients, once */
   {
     MPI_Datatype five;
@@ -1071,7 +1078,10 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
     }
     PetscCall(PetscFree2(pk, hk));
   }
+  PetscCall(PetscTime(&tm[6]));
   PetscCall(FMMDistIOSetup(D));
+  PetscCall(PetscTime(&tm[7]));
+  PetscCall(PetscInfo(A, "distributed tree on this rank: top cuts %.3f s, points to their owners %.3f s, subtrees %.3f s, box geometry %.3f s, lists %.3f s, halo %.3f s, moves %.3f s\n", tm[1] - tm[0], tm[2] - tm[1], tm[3] - tm[2], tm[4] - tm[3], tm[5] - tm[4], tm[6] - tm[5], tm[7] - tm[6]));
   PetscFunctionReturn(0);
 }
 
