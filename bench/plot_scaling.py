@@ -9,28 +9,11 @@ with a range and no single value is drawn as a bar from low to high.  Needs matp
 """
 
 import argparse
-import collections
 import os
 
+from plot import read_figures  # the same file format as bench/figures.dat
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def read(path):
-    """{panel: {series: [(gpus, value, low, high)]}} of a scaling.dat file (None for '-')."""
-    out = collections.defaultdict(lambda: collections.defaultdict(list))
-    with open(path) as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip() or line.startswith("#"):
-                continue
-            fields = [v.strip() for v in line.split(" | ", 6)]
-            if len(fields) != 7:
-                raise ValueError("%s:%d: expected 7 fields separated by ' | ', got %d" % (path, lineno, len(fields)))
-            panel, series, p, value, low, high, _ = fields
-            num = [None if v == "-" else float(v) for v in (value, low, high)]
-            if num[0] is None and (num[1] is None or num[2] is None):
-                raise ValueError("%s:%d: a value or a range is needed" % (path, lineno))
-            out[panel][series].append((int(p), *num))
-    return out
 
 
 def main():
@@ -42,17 +25,17 @@ def main():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    data = read(args.data)
+    data = read_figures(args.data)  # x = GPUs
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), dpi=80)
     for ax, panel, title, ylabel in ((axes[0], "weak", "Weak scaling", "efficiency (1 GPU time / P GPU time)"),
                                      (axes[1], "strong", "Strong scaling", "speedup over 1 GPU")):
-        gp = sorted({p for rows in data[panel].values() for p, *_ in rows})
+        gp = sorted({int(p) for rows in data[panel].values() for p, *_ in rows})
         ax.plot(gp, [1.0] * len(gp) if panel == "weak" else gp, "k:", label="ideal")
         for k, (series, rows) in enumerate(sorted(data[panel].items())):
             rows.sort()
-            mid = [v if v is not None else 0.5 * (lo + hi) for _, v, lo, hi in rows]
-            err = [[m - (lo if lo is not None else m) for (_, _, lo, _), m in zip(rows, mid)],
-                   [(hi if hi is not None else m) - m for (_, _, _, hi), m in zip(rows, mid)]]
+            mid = [v if v is not None else 0.5 * (lo + hi) for _, v, lo, hi, _ in rows]
+            err = [[m - (lo if lo is not None else m) for (_, _, lo, _, _), m in zip(rows, mid)],
+                   [(hi if hi is not None else m) - m for (_, _, _, hi, _), m in zip(rows, mid)]]
             style = "--" if "model" in series else "-"
             ax.errorbar([r[0] for r in rows], mid, yerr=err, fmt="o" + style, capsize=3, label=series)
         ax.set_xticks(gp)

@@ -299,14 +299,15 @@ static PetscErrorCode CompactRoots(PetscSF sf, PetscInt *nc, PetscInt **croot, P
   PetscFunctionReturn(0);
 }
 
-/* the moves of sf (the caller's nc points, contiguous leaves -> this rank's slots, its roots; one leaf a root)
-   as a number for each slot: its leaf where that is on this rank (0..nc), else nc + its number among the
-   slots fed from other ranks, which *sfr (leaves: the caller's indices) moves; *nr of them */
-static PetscErrorCode SplitMoves(PetscSF sf, PetscInt **slot, PetscInt *nr, PetscSF *sfr)
+/* the moves of sf (the caller's *nc points, contiguous leaves -> this rank's slots, its roots; one leaf a
+   root) as a number for each of this rank's n points in tree order (perm: its slot): its leaf where that
+   is on this rank (0..nc), else nc + its number among the slots fed from other ranks, which *sfr (leaves:
+   the caller's indices) moves; *nr of them */
+static PetscErrorCode SplitMoves(PetscSF sf, PetscInt n, const PetscInt perm[], PetscInt *nc, PetscInt **num, PetscInt *nr, PetscSF *sfr)
 {
   MPI_Comm           comm;
   PetscMPIInt        rank;
-  PetscInt           nroots, nleaves, n = 0, *il, *croot;
+  PetscInt           nroots, nleaves, nrem = 0, *il, *croot, *slot;
   const PetscSFNode *rem;
   PetscSFNode       *rr;
   PetscSF            rest;
@@ -315,53 +316,45 @@ static PetscErrorCode SplitMoves(PetscSF sf, PetscInt **slot, PetscInt *nr, Pets
   PetscCall(PetscObjectGetComm((PetscObject)sf, &comm));
   PetscCallMPI(MPI_Comm_rank(comm, &rank));
   PetscCall(PetscSFGetGraph(sf, &nroots, &nleaves, NULL, &rem));
-  PetscCall(PetscMalloc1(PetscMax(nroots, 1), slot));
-  for (PetscInt r = 0; r < nroots; r++) (*slot)[r] = -1;
-  for (PetscInt k = 0; k < nleaves; k++) n += rem[k].rank == rank ? 0 : 1;
-  PetscCall(PetscMalloc1(n, &il));
-  PetscCall(PetscMalloc1(n, &rr));
+  PetscCall(PetscMalloc1(PetscMax(nroots, 1), &slot));
+  for (PetscInt r = 0; r < nroots; r++) slot[r] = -1;
+  for (PetscInt k = 0; k < nleaves; k++) nrem += rem[k].rank == rank ? 0 : 1;
+  PetscCall(PetscMalloc1(nrem, &il));
+  PetscCall(PetscMalloc1(nrem, &rr));
   for (PetscInt k = 0, j = 0; k < nleaves; k++) {
-    if (rem[k].rank == rank) (*slot)[rem[k].index] = k;
+    if (rem[k].rank == rank) slot[rem[k].index] = k;
     else {
       il[j]   = k;
       rr[j++] = rem[k];
     }
   }
   PetscCall(PetscSFCreate(comm, &rest));
-  PetscCall(PetscSFSetGraph(rest, nroots, n, il, PETSC_OWN_POINTER, rr, PETSC_OWN_POINTER));
+  PetscCall(PetscSFSetGraph(rest, nroots, nrem, il, PETSC_OWN_POINTER, rr, PETSC_OWN_POINTER));
   PetscCall(PetscSFSetUp(rest));
   PetscCall(CompactRoots(rest, nr, &croot, sfr));
   PetscCall(PetscSFDestroy(&rest));
-  for (PetscInt j = 0; j < *nr; j++) (*slot)[croot[j]] = nleaves + j;
-  for (PetscInt r = 0; r < nroots; r++) PetscCheck((*slot)[r] >= 0, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM: slot %" PetscInt_FMT " of this rank's points is fed by no caller's point", r);
+  for (PetscInt j = 0; j < *nr; j++) slot[croot[j]] = nleaves + j;
+  for (PetscInt r = 0; r < nroots; r++) PetscCheck(slot[r] >= 0, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM: slot %" PetscInt_FMT " of this rank's points is fed by no caller's point", r);
+  PetscCall(PetscMalloc1(PetscMax(n, 1), num));
+  for (PetscInt i = 0; i < n; i++) (*num)[i] = slot[perm[i]];
+  *nc = nleaves;
   PetscCall(PetscFree(croot));
+  PetscCall(PetscFree(slot));
   PetscFunctionReturn(0);
 }
 
 /* a product's moves between the caller's layout and the tree's (the numbers of FMMDist: nxc ... hsend) */
 static PetscErrorCode FMMDistIOSetup(FMMDist *D)
 {
-  PetscInt *slot, *croot, nleaves;
+  PetscInt *croot;
 
   PetscFunctionBegin;
-  PetscCall(PetscSFGetGraph(D->sfsrc, NULL, &nleaves, NULL, NULL));
-  D->nxc = nleaves;
-  PetscCall(SplitMoves(D->sfsrc, &slot, &D->nrr, &D->sfin));
-  PetscCall(PetscMalloc1(PetscMax(D->n, 1), &D->cin));
-  for (PetscInt i = 0; i < D->n; i++) D->cin[i] = slot[D->sperm[i]];
-  PetscCall(PetscFree(slot));
+  PetscCall(SplitMoves(D->sfsrc, D->n, D->sperm, &D->nxc, &D->cin, &D->nrr, &D->sfin));
   if (D->same) {
     D->myc  = D->nxc;
     D->nrt  = D->nrr;
     D->cout = D->cin;
-  } else {
-    PetscCall(PetscSFGetGraph(D->sftgt, NULL, &nleaves, NULL, NULL));
-    D->myc = nleaves;
-    PetscCall(SplitMoves(D->sftgt, &slot, &D->nrt, &D->sfout));
-    PetscCall(PetscMalloc1(PetscMax(D->m, 1), &D->cout));
-    for (PetscInt i = 0; i < D->m; i++) D->cout[i] = slot[D->tperm[i]];
-    PetscCall(PetscFree(slot));
-  }
+  } else PetscCall(SplitMoves(D->sftgt, D->m, D->tperm, &D->myc, &D->cout, &D->nrt, &D->sfout));
   /* the halo: from the sources other ranks' near lists name, gathered */
   PetscCall(CompactRoots(D->sfhalo, &D->nhs, &croot, &D->sfhc));
   PetscCall(PetscMalloc1(PetscMax(D->nhs, 1), &D->hsrc));
