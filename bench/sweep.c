@@ -5,7 +5,7 @@ static char help[] = "MATSWEEP benchmark: the grind time of one transport sweep 
   -mat_sweep_nang <n>         directions per octant (default here 36), -mat_sweep_groups (default here 16),\n\
   -mat_sweep_device, -mat_sweep_layout, -mat_sweep_fixup, ...: every -mat_sweep_ option applies\n\
   -breakdown                  then -reps more products with PETSc's logging on: per product, the Sweep\n\
-                              event and the CPU backend's SweepKBAWait (its waits on other ranks), max over ranks\n\n";
+                              event and SweepKBAWait (waits on other ranks; CUDA: the GPU idle meanwhile), max over ranks\n\n";
 
 /*
   Prints

@@ -968,6 +968,12 @@ int main(int argc, char **argv)
     output_file: output/sweep_ranks_4_fixup.out
     requires: cuda
   test:
+    suffix: cuda_ranks_2_host
+    nsize: 2
+    args: -case ranks -mat_sweep_nang 3 -mat_sweep_device cuda -mat_sweep_cuda_ipc 0
+    output_file: output/sweep_ranks_2.out
+    requires: cuda
+  test:
     suffix: cuda_ranks_2_large
     nsize: 2
     args: -case ranks -mat_sweep_nang 16 -py 1 -pz 2 -mat_sweep_device cuda

@@ -473,13 +473,18 @@ typedef struct {
      (SweepOctantOrder()) and slots (their place among the batches of their level, which may run at once:
      a stream each, and the chunks' messages on the device and in page-locked host memory: [y, z][slot]
      in (two host buffers) and out); the faces out in [y, z][batch], a whole face each, so that no send
-     is waited on before the sweep's end */
-  int          kba, nkb, kbid[16], klev[16], kslot[16], nslot, nch;
+     is waited on before the sweep's end.  up, dn: the ranks upstream and downstream of each batch.
+     Between the ranks of one host (-mat_sweep_cuda_ipc) a batch's faces go GPU to GPU instead: the
+     receiver's two buffers rbuf[y, z][batch][chunk parity], mapped by the sender (peer, CUDA IPC); a
+     message of no data says a chunk's faces are in, another (rack, sack) that its buffer is free */
+  int          kba, nkb, kbid[16], klev[16], kslot[16], nslot, nch, up[16][2], dn[16][2], ipc;
+  int          ipcin[2][16], ipcout[2][16];
   OctBatch     kb[16];
   cudaStream_t kst[4];
   cudaEvent_t  kev[16], kready, kjoin[4];
-  double      *dmin[2][4], *dmout[2][4], *hin[2][4][2], *hout[2][16], *pxs;
-  MPI_Request  rin[2][4][2], *rout[2];
+  double      *dmin[2][4], *dmout[2][4], *hin[2][4][2], *hout[2][16], *pxs, *rbuf[2][16][2], *peer[2][16][2];
+  MPI_Request  rin[2][4][2], *rout[2], *rack[2], *sack[2];
+  PetscLogDouble kwait; /* the last sweep: host time with no batch on the GPU (waiting on other ranks) */
 } SweepCUDA;
 
 PetscErrorCode SweepCUDADeviceCount(int *n)
@@ -528,9 +533,15 @@ static PetscErrorCode SweepCUDADestroy(Mat A)
       for (int b = 0; b < 2; b++)
         if (c->hin[ax][sl][b]) (void)cudaFreeHost(c->hin[ax][sl][b]);
     }
-    for (int b = 0; b < 16; b++)
+    for (int b = 0; b < 16; b++) {
       if (c->hout[ax][b]) (void)cudaFreeHost(c->hout[ax][b]);
+      for (int par = 0; par < 2; par++) {
+        if (c->peer[ax][b][par]) (void)cudaIpcCloseMemHandle(c->peer[ax][b][par]);
+        Free(&c->rbuf[ax][b][par]);
+      }
+    }
     PetscCall(PetscFree(c->rout[ax]));
+    PetscCall(PetscFree2(c->rack[ax], c->sack[ax]));
   }
   for (int sl = 0; sl < 4; sl++) {
     if (c->kst[sl]) (void)cudaStreamDestroy(c->kst[sl]);
@@ -547,6 +558,99 @@ static PetscErrorCode SweepCUDADestroy(Mat A)
   (void)cudaGetLastError();
   PetscCall(PetscFree(c->lineoff));
   PetscCall(PetscFree(sw->backend));
+  PetscFunctionReturn(0);
+}
+
+/* the tag of the faces of chunk ch of batch id b crossing the y (ax 0) or z (ax 1) faces; the notices
+   that a chunk's buffer is free (CUDA IPC) go the other way, with tags after all of these */
+static inline PetscMPIInt KBATag(int b, PetscInt ch, PetscInt nch, int ax)
+{
+  return (PetscMPIInt)(2 * (b * nch + ch) + ax);
+}
+static inline PetscMPIInt KBAAckTag(int b, PetscInt ch, PetscInt nch, int ax)
+{
+  return (PetscMPIInt)(32 * nch) + KBATag(b, ch, nch, ax);
+}
+
+/*
+  Which faces between ranks go GPU to GPU: a link (axis, batch) whose two
+  ranks share a host (MPI_COMM_TYPE_SHARED), where both ask for it
+  (-mat_sweep_cuda_ipc) and CUDA maps the receiver's buffers in the
+  sender's process.  The receiver offers its buffers' handles, the sender
+  answers whether it mapped them; a link that fails keeps the host path.
+  Collective on P->comm.
+*/
+static PetscErrorCode KBAPeerSetup(const SweepProblem *P, SweepCUDA *c, int maxn)
+{
+  typedef struct {
+    int                ok;
+    cudaIpcMemHandle_t h[2];
+  } Offer;
+  Offer       offin[2][16], offout[2][16];
+  int         okin[2][16], okout[2][16];
+  MPI_Request req[64];
+  int         nreq = 0;
+  MPI_Comm    node;
+  MPI_Group   gw, gn;
+  PetscMPIInt tag = 0; /* one a link (batch ids < 16): every message of a sweep is received within it */
+
+  PetscFunctionBegin;
+  PetscCallMPI(MPI_Comm_split_type(P->comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  PetscCallMPI(MPI_Comm_group(P->comm, &gw));
+  PetscCallMPI(MPI_Comm_group(node, &gn));
+  for (int ax = 0; ax < 2; ax++)
+    for (int b = 0; b < c->nkb; b++) {
+      okin[ax][b] = okout[ax][b] = 0;
+      if (c->up[b][ax] >= 0) { /* offer this batch's buffers to the rank upstream */
+        PetscMPIInt r = c->up[b][ax], rn;
+        const size_t cap = (size_t)maxn * P->ng * (ax ? P->ny : P->nz) * P->chunk * P->Q.nang;
+        PetscCallMPI(MPI_Group_translate_ranks(gw, 1, &r, gn, &rn));
+        offin[ax][b].ok = c->ipc && rn != MPI_UNDEFINED;
+        for (int par = 0; par < 2 && offin[ax][b].ok; par++) {
+          PetscCall(Alloc(&c->rbuf[ax][b][par], cap, (const double *)NULL, c->stream));
+          if (cudaIpcGetMemHandle(&offin[ax][b].h[par], c->rbuf[ax][b][par]) != cudaSuccess) offin[ax][b].ok = 0;
+        }
+        (void)cudaGetLastError();
+        PetscCallMPI(MPI_Isend(&offin[ax][b], (PetscMPIInt)sizeof(Offer), MPI_BYTE, r, tag + 2 * c->kbid[b] + ax, P->comm, &req[nreq++]));
+      }
+      if (c->dn[b][ax] >= 0) PetscCallMPI(MPI_Irecv(&offout[ax][b], (PetscMPIInt)sizeof(Offer), MPI_BYTE, c->dn[b][ax], tag + 2 * c->kbid[b] + ax, P->comm, &req[nreq++]));
+    }
+  PetscCallMPI(MPI_Waitall(nreq, req, MPI_STATUSES_IGNORE));
+  nreq = 0;
+  for (int ax = 0; ax < 2; ax++)
+    for (int b = 0; b < c->nkb; b++) {
+      if (c->dn[b][ax] >= 0) { /* map the offered buffers, and say whether that worked */
+        okout[ax][b] = c->ipc && offout[ax][b].ok;
+        for (int par = 0; par < 2 && okout[ax][b]; par++)
+          if (cudaIpcOpenMemHandle((void **)&c->peer[ax][b][par], offout[ax][b].h[par], cudaIpcMemLazyEnablePeerAccess) != cudaSuccess) okout[ax][b] = 0;
+        (void)cudaGetLastError();
+        PetscCallMPI(MPI_Isend(&okout[ax][b], 1, MPI_INT, c->dn[b][ax], tag + 32 + 2 * c->kbid[b] + ax, P->comm, &req[nreq++]));
+      }
+      if (c->up[b][ax] >= 0) PetscCallMPI(MPI_Irecv(&okin[ax][b], 1, MPI_INT, c->up[b][ax], tag + 32 + 2 * c->kbid[b] + ax, P->comm, &req[nreq++]));
+    }
+  PetscCallMPI(MPI_Waitall(nreq, req, MPI_STATUSES_IGNORE));
+  for (int ax = 0; ax < 2; ax++) {
+    for (int b = 0; b < c->nkb; b++) {
+      c->ipcin[ax][b]  = okin[ax][b];
+      c->ipcout[ax][b] = okout[ax][b];
+      if (okout[ax][b] && c->hout[ax][b]) { /* not staged */
+        (void)cudaFreeHost(c->hout[ax][b]);
+        c->hout[ax][b] = NULL;
+      }
+      for (int par = 0; par < 2; par++) {
+        if (!okin[ax][b]) Free(&c->rbuf[ax][b][par]);
+        if (!okout[ax][b] && c->peer[ax][b][par]) {
+          (void)cudaIpcCloseMemHandle(c->peer[ax][b][par]);
+          c->peer[ax][b][par] = NULL;
+        }
+      }
+    }
+    PetscCall(PetscMalloc2((size_t)c->nkb * c->nch, &c->rack[ax], (size_t)c->nkb * c->nch, &c->sack[ax]));
+    for (int i = 0; i < c->nkb * c->nch; i++) c->rack[ax][i] = c->sack[ax][i] = MPI_REQUEST_NULL;
+  }
+  PetscCallMPI(MPI_Group_free(&gw));
+  PetscCallMPI(MPI_Group_free(&gn));
+  PetscCallMPI(MPI_Comm_free(&node));
   PetscFunctionReturn(0);
 }
 
@@ -651,6 +755,11 @@ static PetscErrorCode SweepCUDASetup(Mat A)
   }
   PetscCall(PetscOptionsRangeInt("-mat_sweep_cuda_lines", "CUDA sweep: lines of cells a thread marches at once (1, 2 or 4)", "MATSWEEP", c->J, &c->J, NULL, 1, 4));
   PetscCall(PetscOptionsRangeInt("-mat_sweep_cuda_minblocks", "CUDA sweep: blocks of 256 threads an SM should hold (2: up to 128 registers a thread, 4: 64)", "MATSWEEP", c->minb, &c->minb, NULL, 2, 4));
+  {
+    PetscBool ipc = PETSC_TRUE;
+    PetscCall(PetscOptionsBool("-mat_sweep_cuda_ipc", "CUDA sweep across ranks: faces between ranks of one host go GPU to GPU (CUDA IPC); false: through host memory and MPI", "MATSWEEP", ipc, &ipc, NULL));
+    c->ipc = ipc ? 1 : 0;
+  }
   PetscOptionsEnd();
   PetscCheck(c->J == 1 || c->J == 2 || c->J == 4, PetscObjectComm((PetscObject)A), PETSC_ERR_ARG_OUTOFRANGE, "-mat_sweep_cuda_lines %d: expected 1, 2 or 4", c->J);
   PetscCheck(c->minb == 2 || c->minb == 4, PetscObjectComm((PetscObject)A), PETSC_ERR_ARG_OUTOFRANGE, "-mat_sweep_cuda_minblocks %d: expected 2 or 4", c->minb);
@@ -700,6 +809,11 @@ static PetscErrorCode SweepCUDASetup(Mat A)
       for (PetscInt q = 0; q < sb[i].n; q++) c->kb[i].oct[q] = (int)sb[i].oct[q];
       c->kbid[i]  = (int)sb[i].id;
       c->klev[i]  = (int)P->octlevel[sb[i].oct[0]];
+      for (int ax = 0; ax < 2; ax++) { /* the octants of a batch share their signs along y and z */
+        const int o0 = c->kb[i].oct[0];
+        c->up[i][ax] = (int)P->nbr[2 + 2 * ax + ((o0 >> (1 + ax)) & 1)];
+        c->dn[i][ax] = (int)P->nbr[3 + 2 * ax - ((o0 >> (1 + ax)) & 1)];
+      }
       c->kslot[i] = nlev[c->klev[i]]++;
       c->nslot    = PetscMax(c->nslot, c->kslot[i] + 1);
       maxn        = PetscMax(maxn, c->kb[i].n);
@@ -731,6 +845,7 @@ static PetscErrorCode SweepCUDASetup(Mat A)
       }
     }
     if (P->chunk < P->nx) PetscCall(Alloc(&c->pxs, (size_t)8 * ng * P->ny * P->nz * na, (const double *)NULL, c->stream));
+    PetscCall(KBAPeerSetup(P, c, maxn));
   }
   c->K = (int)PetscMax(1, 256 / na);
 #define SWEEP_PICK(KER, J_, T_, B_) (J_ == 1 ? KER<1, T_, B_> : (J_ == 2 ? KER<2, T_, B_> : KER<4, T_, B_>))
@@ -807,12 +922,6 @@ static PetscBool OnDevice(const SweepCUDA *c, const void *a)
   return at.type == cudaMemoryTypeDevice && at.device == c->dev ? PETSC_TRUE : PETSC_FALSE;
 }
 
-/* the tag of the faces of chunk ch of batch id b crossing the y (ax 0) or z (ax 1) faces */
-static inline PetscMPIInt KBATag(int b, PetscInt ch, PetscInt nch, int ax)
-{
-  return (PetscMPIInt)(2 * (b * nch + ch) + ax);
-}
-
 /*
   The sweep across ranks (Koch, Baker & Alcouffe, as the CPU backend): per
   octant batch, per chunk of x cells, the faces entering the block from the
@@ -828,33 +937,38 @@ static inline PetscMPIInt KBATag(int b, PetscInt ch, PetscInt nch, int ax)
   full the launches of all the level's octants run at once, as on one rank
   (SNAP's interleaved octants, on the GPU).  A batch of a later level starts
   once every batch of the earlier ones is done (the reflective faces).  The
-  host never blocks on MPI, so no order of arrival deadlocks.  Messages are
-  staged through page-locked host memory (MPI need not be CUDA-aware).
+  host never blocks on MPI, so no order of arrival deadlocks.  Between the
+  ranks of one host (KBAPeerSetup()) a chunk's faces are copied GPU to GPU
+  into the receiver's buffer for that chunk's parity, and a message of no
+  data says they are in; the receiver answers with another once the chunk
+  is swept, before the buffer is filled again (two chunks later).  Other
+  faces are staged through page-locked host memory (MPI need not be
+  CUDA-aware).
 */
 static PetscErrorCode SweepKBA(const SweepProblem *P, SweepCUDA *c, SweepArgs *k)
 {
   const PetscInt cw = P->chunk, nch = c->nch, na = P->Q.nang, ng = P->ng;
   int            next[16], fly[16], left = c->nkb; /* next chunk to start, the chunk in flight (-1: none) */
-  PetscBool      posted[16];                      /* the first chunk's receives posted */
-  PetscMPIInt    up[16][2], dn[16][2];
+  PetscBool      posted[16], waiting = PETSC_FALSE; /* the first chunk's receives posted; the GPU idle */
+  PetscLogDouble tw = 0;
+  const int(*up)[2] = c->up, (*dn)[2] = c->dn;
 
   PetscFunctionBegin;
   for (int f = 0; f < 6; f++) k->msgf[f] = P->nbr[f] >= 0;
   k->pxs = c->pxs;
   SweepCallCUDA(cudaEventRecord(c->kready, c->stream)); /* the source is computed */
   for (int sl = 0; sl < c->nslot; sl++) SweepCallCUDA(cudaStreamWaitEvent(c->kst[sl], c->kready, 0));
+  c->kwait = 0;
   for (int bi = 0; bi < c->nkb; bi++) {
-    const int o0 = c->kb[bi].oct[0];
-    next[bi]     = 0;
-    fly[bi]      = -1;
-    posted[bi]   = PETSC_FALSE;
-    for (int ax = 0; ax < 2; ax++) {
-      up[bi][ax] = P->nbr[2 + 2 * ax + ((o0 >> (1 + ax)) & 1)];
-      dn[bi][ax] = P->nbr[3 + 2 * ax - ((o0 >> (1 + ax)) & 1)];
-    }
+    next[bi]   = 0;
+    fly[bi]    = -1;
+    posted[bi] = PETSC_FALSE;
+    for (int ax = 0; ax < 2; ax++) /* the notices that our chunks' buffers downstream are free */
+      if (c->ipcout[ax][bi])
+        for (int ch = 0; ch < nch; ch++) PetscCallMPI(MPI_Irecv(NULL, 0, MPIU_REAL, dn[bi][ax], KBAAckTag(c->kbid[bi], ch, nch, ax), P->comm, &c->rack[ax][bi * nch + ch]));
   }
   while (left) {
-    PetscBool moved = PETSC_FALSE;
+    PetscBool moved = PETSC_FALSE, busy = PETSC_FALSE;
     for (int bi = 0; bi < c->nkb; bi++) {
       const OctBatch *b  = &c->kb[bi];
       const int       sl = c->kslot[bi];
@@ -863,8 +977,11 @@ static PetscErrorCode SweepKBA(const SweepProblem *P, SweepCUDA *c, SweepArgs *k
         cudaError_t    e  = cudaEventQuery(c->kev[bi]);
         if (e == cudaErrorNotReady) continue;
         SweepCallCUDA(e);
-        for (int ax = 0; ax < 2; ax++)
-          if (dn[bi][ax] >= 0) PetscCallMPI(MPI_Isend(c->hout[ax][bi] + (size_t)b->n * ng * (ax ? P->ny : P->nz) * i0 * na, (PetscMPIInt)((size_t)b->n * ng * (ax ? P->ny : P->nz) * (i1 - i0) * na), MPIU_REAL, dn[bi][ax], KBATag(c->kbid[bi], fly[bi], nch, ax), P->comm, &c->rout[ax][bi * nch + fly[bi]]));
+        for (int ax = 0; ax < 2; ax++) {
+          const PetscMPIInt cnt = c->ipcout[ax][bi] ? 0 : (PetscMPIInt)((size_t)b->n * ng * (ax ? P->ny : P->nz) * (i1 - i0) * na); /* GPU to GPU: the faces are there */
+          if (dn[bi][ax] >= 0) PetscCallMPI(MPI_Isend(cnt ? c->hout[ax][bi] + (size_t)b->n * ng * (ax ? P->ny : P->nz) * i0 * na : NULL, cnt, MPIU_REAL, dn[bi][ax], KBATag(c->kbid[bi], fly[bi], nch, ax), P->comm, &c->rout[ax][bi * nch + fly[bi]]));
+          if (c->ipcin[ax][bi]) PetscCallMPI(MPI_Isend(NULL, 0, MPIU_REAL, up[bi][ax], KBAAckTag(c->kbid[bi], fly[bi], nch, ax), P->comm, &c->sack[ax][bi * nch + fly[bi]])); /* its buffer is free */
+        }
         fly[bi] = -1;
         moved   = PETSC_TRUE;
         if (next[bi] == nch) left--;
@@ -877,9 +994,15 @@ static PetscErrorCode SweepKBA(const SweepProblem *P, SweepCUDA *c, SweepArgs *k
         if (!ready) continue;
         if (!posted[bi]) { /* the first chunk's faces */
           for (int ax = 0; ax < 2; ax++)
-            if (up[bi][ax] >= 0) PetscCallMPI(MPI_Irecv(c->hin[ax][sl][0], (PetscMPIInt)(b->n * ng * (ax ? P->ny : P->nz) * PetscMin(cw, P->nx) * na), MPIU_REAL, up[bi][ax], KBATag(c->kbid[bi], 0, nch, ax), P->comm, &c->rin[ax][sl][0]));
+            if (up[bi][ax] >= 0) PetscCallMPI(MPI_Irecv(c->ipcin[ax][bi] ? NULL : c->hin[ax][sl][0], c->ipcin[ax][bi] ? 0 : (PetscMPIInt)(b->n * ng * (ax ? P->ny : P->nz) * PetscMin(cw, P->nx) * na), MPIU_REAL, up[bi][ax], KBATag(c->kbid[bi], 0, nch, ax), P->comm, &c->rin[ax][sl][0]));
           posted[bi] = PETSC_TRUE;
         }
+        for (int ax = 0; ax < 2 && ready; ax++)
+          if (c->ipcout[ax][bi] && next[bi] >= 2) { /* the buffer downstream that this chunk fills is free */
+            int flag;
+            PetscCallMPI(MPI_Test(&c->rack[ax][bi * nch + next[bi] - 2], &flag, MPI_STATUS_IGNORE));
+            ready = flag ? PETSC_TRUE : PETSC_FALSE;
+          }
         for (int ax = 0; ax < 2 && ready; ax++)
           if (up[bi][ax] >= 0) {
             int flag;
@@ -894,11 +1017,11 @@ static PetscErrorCode SweepKBA(const SweepProblem *P, SweepCUDA *c, SweepArgs *k
         for (int q = 0; q < b->n; q++) kk.bo[b->oct[q]] = q;
         for (int ax = 0; ax < 2; ax++) {
           const size_t cnt = (size_t)b->n * ng * (ax ? P->ny : P->nz) * (i1 - i0) * na;
-          kk.min[1 + ax]   = c->dmin[ax][sl];
+          kk.min[1 + ax]   = c->ipcin[ax][bi] ? c->rbuf[ax][bi][par] : c->dmin[ax][sl];
           kk.mout[1 + ax]  = c->dmout[ax][sl];
           if (up[bi][ax] < 0) continue;
-          if (ch + 1 < nch) PetscCallMPI(MPI_Irecv(c->hin[ax][sl][!par], (PetscMPIInt)((size_t)b->n * ng * (ax ? P->ny : P->nz) * (PetscMin(P->nx, i1 + cw) - i1) * na), MPIU_REAL, up[bi][ax], KBATag(c->kbid[bi], ch + 1, nch, ax), P->comm, &c->rin[ax][sl][!par]));
-          SweepCallCUDA(cudaMemcpyAsync(c->dmin[ax][sl], c->hin[ax][sl][par], cnt * sizeof(double), cudaMemcpyHostToDevice, c->kst[sl]));
+          if (ch + 1 < nch) PetscCallMPI(MPI_Irecv(c->ipcin[ax][bi] ? NULL : c->hin[ax][sl][!par], c->ipcin[ax][bi] ? 0 : (PetscMPIInt)((size_t)b->n * ng * (ax ? P->ny : P->nz) * (PetscMin(P->nx, i1 + cw) - i1) * na), MPIU_REAL, up[bi][ax], KBATag(c->kbid[bi], ch + 1, nch, ax), P->comm, &c->rin[ax][sl][!par]));
+          if (!c->ipcin[ax][bi]) SweepCallCUDA(cudaMemcpyAsync(c->dmin[ax][sl], c->hin[ax][sl][par], cnt * sizeof(double), cudaMemcpyHostToDevice, c->kst[sl]));
         }
         kk.i0 = (int)i0;
         kk.i1 = (int)i1;
@@ -908,8 +1031,11 @@ static PetscErrorCode SweepKBA(const SweepProblem *P, SweepCUDA *c, SweepArgs *k
           c->diag<<<(unsigned)((items + c->K - 1) / c->K), c->K * kk.nang, c->smem, c->kst[sl]>>>(kk, *b, c->lines + c->lineoff[s], nl, c->K);
           SweepCallCUDA(cudaGetLastError());
         }
-        for (int ax = 0; ax < 2; ax++)
-          if (dn[bi][ax] >= 0) SweepCallCUDA(cudaMemcpyAsync(c->hout[ax][bi] + (size_t)b->n * ng * (ax ? P->ny : P->nz) * i0 * na, c->dmout[ax][sl], sizeof(double) * b->n * ng * (ax ? P->ny : P->nz) * (i1 - i0) * na, cudaMemcpyDeviceToHost, c->kst[sl]));
+        for (int ax = 0; ax < 2; ax++) {
+          const size_t bytes = sizeof(double) * b->n * ng * (ax ? P->ny : P->nz) * (i1 - i0) * na;
+          if (c->ipcout[ax][bi]) SweepCallCUDA(cudaMemcpyAsync(c->peer[ax][bi][par], c->dmout[ax][sl], bytes, cudaMemcpyDeviceToDevice, c->kst[sl]));
+          else if (dn[bi][ax] >= 0) SweepCallCUDA(cudaMemcpyAsync(c->hout[ax][bi] + (size_t)b->n * ng * (ax ? P->ny : P->nz) * i0 * na, c->dmout[ax][sl], bytes, cudaMemcpyDeviceToHost, c->kst[sl]));
+        }
         SweepCallCUDA(cudaEventRecord(c->kev[bi], c->kst[sl]));
         fly[bi] = (int)ch;
         next[bi]++;
@@ -921,15 +1047,29 @@ static PetscErrorCode SweepKBA(const SweepProblem *P, SweepCUDA *c, SweepArgs *k
         int flag;
         if (c->rout[ax]) PetscCallMPI(MPI_Testall((PetscMPIInt)(c->nkb * nch), c->rout[ax], &flag, MPI_STATUSES_IGNORE));
       }
+    for (int bi = 0; bi < c->nkb; bi++) busy = (PetscBool)(busy || fly[bi] >= 0);
+    if (!busy != waiting && (left || waiting)) { /* the GPU waits on other ranks from now, or no longer */
+      PetscLogDouble t;
+      PetscCall(PetscTime(&t));
+      if (!busy) PetscCall(PetscLogEventBegin(MATSWEEP_KBAWait, 0, 0, 0, 0));
+      else PetscCall(PetscLogEventEnd(MATSWEEP_KBAWait, 0, 0, 0, 0));
+      if (busy) c->kwait += t - tw;
+      tw      = t;
+      waiting = (PetscBool)!busy;
+    }
   }
+  if (waiting) PetscCall(PetscLogEventEnd(MATSWEEP_KBAWait, 0, 0, 0, 0)); /* not reached: the last chunk was in flight */
   for (int sl = 0; sl < c->nslot; sl++) { /* the moments' sum after every batch */
     SweepCallCUDA(cudaEventRecord(c->kjoin[sl], c->kst[sl]));
     SweepCallCUDA(cudaStreamWaitEvent(c->stream, c->kjoin[sl], 0));
   }
   /* the sends are waited on only now: a rank waiting on a send of a batch whose receiver is still busy with
      others (that may wait on this rank) could deadlock once messages are too large to be sent eagerly */
-  for (int ax = 0; ax < 2; ax++)
+  for (int ax = 0; ax < 2; ax++) {
     if (c->rout[ax]) PetscCallMPI(MPI_Waitall((PetscMPIInt)(c->nkb * nch), c->rout[ax], MPI_STATUSES_IGNORE));
+    if (c->rack[ax]) PetscCallMPI(MPI_Waitall((PetscMPIInt)(c->nkb * nch), c->rack[ax], MPI_STATUSES_IGNORE));
+    if (c->sack[ax]) PetscCallMPI(MPI_Waitall((PetscMPIInt)(c->nkb * nch), c->sack[ax], MPI_STATUSES_IGNORE));
+  }
   PetscFunctionReturn(0);
 }
 
@@ -1035,6 +1175,22 @@ static PetscErrorCode SweepCUDAView(Mat A, PetscViewer v)
   if (c->pipe) PetscCall(PetscViewerASCIIPrintf(v, "  CUDA: GPU %d, line march, pipelined: %d lines a thread, %d launches (octant batches) of %d blocks, %d line groups x %" PetscInt_FMT " angles a block\n", c->dev, c->J, c->nbatch, c->pgrid, c->K, sw->P.Q.nang));
   else PetscCall(PetscViewerASCIIPrintf(v, "  CUDA: GPU %d, line march, by diagonals: %d lines a thread, %d launches x %d octant batches, %d line groups x %" PetscInt_FMT " angles a block\n", c->dev, c->J, c->ndiag, c->nbatch, c->K, sw->P.Q.nang));
   if (sw->nsweeps && sw->last_device_s > 0) PetscCall(PetscViewerASCIIPrintf(v, "  CUDA: the last sweep's kernels %.4g s (grind time %.4g ns)\n", (double)sw->last_device_s, 1e9 * (double)sw->last_device_s / ((double)sw->P.ncells * sw->P.Q.ndir * sw->P.ng)));
+  if (c->kba) {
+    int         nl = 0, ni = 0;
+    PetscMPIInt rank;
+    PetscCallMPI(MPI_Comm_rank(sw->P.comm, &rank));
+    for (int ax = 0; ax < 2; ax++)
+      for (int b = 0; b < c->nkb; b++) {
+        nl += (c->up[b][ax] >= 0) + (c->dn[b][ax] >= 0);
+        ni += c->ipcin[ax][b] + c->ipcout[ax][b];
+      }
+    PetscCall(PetscViewerASCIIPushSynchronized(v));
+    PetscCall(PetscViewerASCIISynchronizedPrintf(v, "  [%d] CUDA across ranks: faces of %d of %d links (batch, axis, direction) GPU to GPU (CUDA IPC), the others through host memory", (int)rank, ni, nl));
+    if (sw->nsweeps) PetscCall(PetscViewerASCIISynchronizedPrintf(v, "; the last sweep's GPU idle, waiting on other ranks, %.4g s", (double)c->kwait));
+    PetscCall(PetscViewerASCIISynchronizedPrintf(v, "\n"));
+    PetscCall(PetscViewerFlush(v));
+    PetscCall(PetscViewerASCIIPopSynchronized(v));
+  }
   PetscFunctionReturn(0);
 }
 

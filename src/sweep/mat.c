@@ -610,7 +610,8 @@ static PetscErrorCode MatDestroy_Sweep(Mat A)
 .  -mat_sweep_domain <lx,ly,lz> - the box (default 1,1,1)
 .  -mat_sweep_layout <DGZ,DZG,GDZ,GZD,ZDG,ZGD> - memory layout of the angular working arrays (default GZD)
 .  -mat_sweep_chunk <n> - x cells the KBA pipeline sends at once between ranks (default 4 on the CPU, a quarter of the line on the GPU)
--  -mat_sweep_device <auto,cpu,cuda> - where to sweep (default auto)
+.  -mat_sweep_device <auto,cpu,cuda> - where to sweep (default auto)
+-  -mat_sweep_cuda_ipc <bool> - CUDA backend on several ranks: faces between the ranks of one host go GPU to GPU by CUDA IPC (default true); false stages them through host memory
 
    Usage:
 .vb
@@ -633,12 +634,14 @@ static PetscErrorCode MatDestroy_Sweep(Mat A)
    `-mat_view` prints the grid, quadrature, groups, moments, boundaries,
    layout, device and the last sweep's grind time; `-log_view` shows the
    events SweepSetup, SweepSource (S phi) and Sweep, and on several ranks
-   with the CPU backend SweepKBAWait (inside Sweep: waiting for the faces
-   from upstream and for the buffers of earlier sends).  On several ranks the
+   SweepKBAWait (inside Sweep: on the CPU, waiting for the faces from
+   upstream and for the buffers of earlier sends; with CUDA, the time the
+   GPU has no chunk to sweep while faces are awaited).  On several ranks the
    grid must be split in y and z only (`-da_processors_x 1`) and both
    backends sweep as SNAP does (KBA, `MatSweepSetChunk()`), the CUDA backend
-   with one GPU per rank (rank modulo the GPUs of its host), its messages
-   staged through page-locked host memory.
+   with one GPU per rank (rank modulo the GPUs of its host); faces between
+   ranks of one host go GPU to GPU (CUDA IPC, `-mat_sweep_cuda_ipc`), others
+   through page-locked host memory and MPI (which need not be CUDA-aware).
 
    Level: beginner
 

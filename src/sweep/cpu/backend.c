@@ -354,6 +354,13 @@ static PetscErrorCode SweepCPUSweep(Mat A, const PetscScalar *x, PetscScalar *y,
         PetscReal *bf = c->buf + c->bufsz * t, *s = bf, *ps = bf + na, *py = bf + 2 * na, *pz = py + (size_t)na * cw, *px = c->px + (size_t)g * ny * P->nz * na;
         if (c->dfast) SweepChunk(P, c, oct, g, i0, i1, &F, qang, y, px, py, pz, s, ps, 1, 1, na);
         else SweepChunk(P, c, oct, g, i0, i1, &F, qang, y, px, py, pz, s, ps, i1 - i0, (i1 - i0) * ny, 1);
+        if (t == 0 && nch > 1) /* the main thread (MPI_THREAD_FUNNELED) moves the messages in flight on: without
+                                  a single-copy transport MPI moves a large message only while both ranks call it */
+          for (PetscInt ax = 0; ax < 2; ax++) {
+            int flag;
+            (void)MPI_Testall(2, c->req[ax][0], &flag, MPI_STATUSES_IGNORE);
+            (void)MPI_Testall(2, c->req[ax][1], &flag, MPI_STATUSES_IGNORE);
+          }
       }
       for (PetscInt ax = 0; ax < 2; ax++)
         if (dn[ax] >= 0) PetscCallMPI(MPI_Isend(c->msg[ax][1][b], (PetscMPIInt)(P->ng * (ax ? ny : P->nz) * (i1 - i0) * na), MPIU_REAL, dn[ax], Tag(o, ch, nch, ax), P->comm, &c->req[ax][1][b]));
