@@ -1,7 +1,8 @@
 static char help[] = "Accuracy of the whole MATFMM product against the exact sum, computed here.\n\
   -n <N>                               number of points, targets = sources (default 20000)\n\
-  -geometry <square,curve,clusters>    uniform in the unit square, a closed star-shaped curve, or 16 tight clusters\n\
-  -cluster_radius <r>                  radius of the clusters (default 1e-6)\n\
+  -geometry <square,curve,clusters,blob> uniform in the unit square, a closed star-shaped curve, 16 tight\n\
+                                       clusters, or 99%% in a Gaussian blob and 1%% uniform\n\
+  -cluster_radius <r>                  radius of the clusters, the blob's standard deviation (default 1e-6)\n\
   -kernel <single,double,combined>     the operator (combined: 0.7 D - 1.3 S)\n\
   -mat_fmm_eps <eps>                   the tolerance, also the required relative 2-norm error (default 1e-10)\n\
   -ps <p1,p2,...>                      expansion orders of the convergence study (default 4,8,16,24)\n\
@@ -22,8 +23,8 @@ static char help[] = "Accuracy of the whole MATFMM product against the exact sum
 #include <petscfmm.h>
 #include "testutil.h"
 
-typedef enum { GEOM_SQUARE, GEOM_CURVE, GEOM_CLUSTERS } Geometry;
-static const char *const Geometries[] = {"square", "curve", "clusters", "Geometry", "GEOM_", NULL};
+typedef enum { GEOM_SQUARE, GEOM_CURVE, GEOM_CLUSTERS, GEOM_BLOB } Geometry;
+static const char *const Geometries[] = {"square", "curve", "clusters", "blob", "Geometry", "GEOM_", NULL};
 
 static PetscErrorCode MakePoints(Geometry g, PetscInt N, PetscReal crad, PetscReal *xy, PetscReal *nrm, PetscReal *w)
 {
@@ -53,6 +54,12 @@ static PetscErrorCode MakePoints(Geometry g, PetscInt N, PetscReal crad, PetscRe
         xy[2 * i]     = a;
         xy[2 * i + 1] = b;
       } else TestClusterPoint((i % 5 == 0) ? 0 : i % 16, crad, a, b, &xy[2 * i]);
+    } break;
+    case GEOM_BLOB: { /* 99% in a Gaussian blob of standard deviation crad about (0.3, 0.7) (Box-Muller), 1% uniform: the
+                         spread leaves next to the blob are walked point by point (src/fmm/walk.c) */
+      const PetscReal rr = crad * PetscSqrtReal(-2 * PetscLogReal(PetscMax(a, PETSC_MIN_REAL)));
+      xy[2 * i]          = i % 100 ? 0.3 + rr * PetscCosReal(2 * PETSC_PI * b) : a;
+      xy[2 * i + 1]      = i % 100 ? 0.7 + rr * PetscSinReal(2 * PETSC_PI * b) : b;
     } break;
     }
   }
@@ -142,7 +149,7 @@ int main(int argc, char **argv)
   PetscCall(PetscOptionsReal("-mat_fmm_theta", "theta (read here for the error model)", NULL, theta, &theta, NULL));
   PetscCall(PetscOptionsBool("-verbose", "Print errors", NULL, verbose, &verbose, NULL));
   PetscOptionsEnd();
-  PetscCall(PetscSNPrintf(desc, sizeof(desc), "N=%" PetscInt_FMT " %s%s %s", N, Geometries[g], g == GEOM_CLUSTERS ? " (tight)" : "", MatFMMKernels[kernel]));
+  PetscCall(PetscSNPrintf(desc, sizeof(desc), "N=%" PetscInt_FMT " %s%s %s", N, Geometries[g], g == GEOM_CLUSTERS ? " (tight)" : (g == GEOM_BLOB ? " (and outliers)" : ""), MatFMMKernels[kernel]));
 
   PetscCall(PetscMalloc3(2 * N, &xy, 2 * N, &nrm, N, &w));
   PetscCall(MakePoints(g, N, crad, xy, nrm, w));
@@ -211,6 +218,22 @@ int main(int argc, char **argv)
   test:
     suffix: clusters
     args: -geometry clusters -kernel combined -mat_fmm_eps 1e-10 -malloc_dump
+  test:
+    suffix: blob
+    args: -geometry blob -kernel combined -mat_fmm_eps 1e-10 -malloc_dump
+  test:
+    suffix: blob_single
+    args: -geometry blob -cluster_radius 1e-9 -kernel single -mat_fmm_eps 1e-10 -ps 8,16
+  test:
+    suffix: blob_walked
+    args: -geometry blob -kernel double -mat_fmm_eps 1e-6 -ps 8,16 -mat_view -mat_fmm_device cpu
+    filter: grep walked
+  test:
+    suffix: blob_walked_cuda
+    args: -geometry blob -kernel double -mat_fmm_eps 1e-6 -ps 8,16 -mat_view -mat_fmm_device cuda -mat_fmm_cuda_walks
+    filter: grep walked
+    output_file: output/accuracy_blob_walked.out
+    requires: cuda
   test:
     suffix: curve_median
     args: -geometry curve -kernel double -mat_fmm_eps 1e-10 -mat_fmm_tree_split median -malloc_dump

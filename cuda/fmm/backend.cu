@@ -18,6 +18,7 @@
     -mat_fmm_cuda_split_local <bool> the tree's last splitting rounds in shared memory (default true)
     -mat_fmm_cuda_tree_key_bits <b> the tree's sort keys: b quantized bits (1 to 32, default 32) or 64
     -mat_fmm_cuda_tree_list_room <n> the strong lists' room per box (far lists: 3n) before their sizes are known (default 16)
+    -mat_fmm_cuda_walks <bool> the walks of spread leaves next to dense ones (walk.cu; default false)
   and, read once per process without a prefix (device.cu):
     -mat_fmm_cuda_pool_reserve <MB> GPU memory the pool maps up front
 */
@@ -63,7 +64,7 @@ static PetscErrorCode FMMCUDAReset(FMMContext *ctx)
   Free(c, &c->sigma), Free(c, &c->q), Free(c, &c->dx), Free(c, &c->dy), Free(c, &c->mpole), Free(c, &c->local), Free(c, &c->pot), Free(c, &c->y), Free(c, &c->dpart);
   Free(c, &c->items), Free(c, &c->leafnsc), Free(c, &c->leafpart), Free(c, &c->p2ppart);
   Free(c, &c->nbroff), Free(c, &c->nearscan), Free(c, &c->entrysrc), Free(c, &c->nbr), Free(c, &c->nbrt), Free(c, &c->gxy), Free(c, &c->gq), Free(c, &c->gdx), Free(c, &c->gdy), Free(c, &c->recoff), Free(c, &c->rec);
-  Free(c, &c->xidx), Free(c, &c->xrows);
+  Free(c, &c->xidx), Free(c, &c->xrows), Free(c, &c->walk);
   if (c->hrows) (void)cudaFreeHost(c->hrows);
   c->hrows = NULL;
   Free(c, &c->symleaf), Free(c, &c->symitem), Free(c, &c->colpart), Free(c, &c->chsum), Free(c, &c->symnext), Free(c, &c->symchleaf), Free(c, &c->symchdone);
@@ -416,6 +417,12 @@ static PetscErrorCode FMMCUDASetup(FMMContext *ctx)
   }
   /* the near field's log by table unless -mat_fmm_cuda_log libm */
   if (m->log_fast) PetscCall(FMMCUDALogTable(c));
+  if (c->fmm && !c->walkdone) { /* the walks of spread leaves next to dense ones (walk.cu), once per tree */
+    P->wleaves = P->wtargets = P->wm2p = P->wp2l = 0;
+    P->wpairs                                    = 0;
+    if (m->walks && FMMWalksApply(ctx)) PetscCall(FMMCUDAWalks(ctx, c));
+    c->walkdone = PETSC_TRUE;
+  }
   /* the P2P counts and the statistics of the plan first (and the symmetric
      P2P's counts where it may run: this rank's targets are all the sources,
      single layer, table log), so that the GPU runs them while the host
@@ -448,6 +455,7 @@ static PetscErrorCode FMMCUDASetup(FMMContext *ctx)
   if (info) FMMCallCUDA(cudaStreamSynchronize(c->stream)); /* for the -info times only */
   PetscCall(PetscTime(&t1));
   PetscCall(FMMCUDAP2PPlanEnd(c, P, par->layout == MATFMM_LAYOUT_REPETITION && c->fmm ? PETSC_TRUE : PETSC_FALSE));
+  P->p2ppairs += P->wpairs;
   if (c->fmm && par->layout != MATFMM_LAYOUT_TILED) PetscCall(SetupNearLists(ctx, c, P));
   { /* direct: slice the sources when the targets alone do not fill the GPU */
     int      sms = 1;
@@ -630,6 +638,7 @@ static PetscErrorCode FMMCUDAMult(FMMContext *ctx, const PetscScalar *sigma, Pet
   if (ctx->exchange) PetscCall(Exchange(ctx, c));
   PetscCall(PhaseBegin(c, MATFMM_M2L));
   PetscCall(FMMCUDAM2L(c, P));
+  if (c->nlb) PetscCall(FMMCUDAWalkP2L(c)); /* the walked sources' P2L, before L2L */
   PetscCall(PhaseEnd(c, MATFMM_M2L, FMMFlops(FMM_PHASE_M2L, c->p, P)));
   PetscCall(PhaseBegin(c, MATFMM_L2L));
   PetscCall(FMMCUDAL2L(c, P));
@@ -649,6 +658,7 @@ static PetscErrorCode FMMCUDAMult(FMMContext *ctx, const PetscScalar *sigma, Pet
   }
   PetscCall(PhaseEnd(c, MATFMM_P2P, FMMFlops(FMM_PHASE_P2P, c->p, P)));
   if (c->syma) PetscCall(L2P(c, P, out));
+  if (c->walk) PetscCall(FMMCUDAWalkNear(c, c->syma ? c->tperm : NULL, c->syma ? out : c->pot)); /* the walks' near field, added to what L2P and P2P wrote */
   PetscCall(End(ctx, c, y, ym, out, c->syma ? PETSC_TRUE : PETSC_FALSE));
   PetscFunctionReturn(0);
 }

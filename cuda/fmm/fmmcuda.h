@@ -27,6 +27,7 @@ typedef struct {
   PetscBool     split_local; /* the tree's last splitting rounds in shared memory where the device allows (-mat_fmm_cuda_split_local) */
   PetscInt      key_bits;    /* the tree's sort keys: 1 to 32 quantized bits, 64 exact (-mat_fmm_cuda_tree_key_bits) */
   PetscInt      list_room;   /* the lists' entries per box before their sizes are known (-mat_fmm_cuda_tree_list_room) */
+  PetscBool     walks;       /* walk spread leaves next to dense ones, as the CPU backend (-mat_fmm_cuda_walks) */
   PetscBool     pinned, pinno; /* the source block is page-locked (FMMCUDAPinSources); it was tried and refused */
   FMMCUDAMirror mirror;        /* pinned: the block's copy in GPU memory, filled by MatFMMSetSources() */
   PetscBool     sending;       /* the block being filled goes to the mirror */
@@ -230,6 +231,9 @@ typedef struct {
   PetscInt    nrepchunks, *repleaf; /* host */
   PetscInt64 *recoff;               /* [nleaves] record offset of each leaf within its chunk */
   PetscReal  *rec;
+  /* the walks (FMMWalks, walk.cu): their index arrays in one block (walk) */
+  PetscBool walkdone; /* looked for, for this tree */
+  PetscInt  nwt, nlb, nxl, *walk, *wt, *wmoff, *wm, *wpoff, *wp, *lb, *lsoff, *ls, *xl, *xsoff, *xs;
   PetscBool   treebuilt; /* the device plan was built by FMMCUDATreeBuild (tree.cu), not uploaded; set with its lists, nearoff then lies in near's block */
   void       *treeblk;   /* FMMCUDATreeBuild's block of sperm .. tleafof, sleaf, tleaf, cx, cy, scale, faroff (NULL: each its own) */
 } FMM_CUDA;
@@ -347,6 +351,10 @@ PETSC_INTERN PetscErrorCode FMMCUDAP2PSymmetric(FMM_CUDA *, const FMMPlan *); /*
 PETSC_INTERN PetscErrorCode FMMCUDAP2PIndexing(FMM_CUDA *, const FMMPlan *);
 PETSC_INTERN PetscErrorCode FMMCUDAP2PRepetition(FMM_CUDA *, const FMMPlan *);
 PETSC_INTERN PetscErrorCode FMMCUDADirect(FMM_CUDA *, const FMMPlan *);
+/* walk.cu */
+PETSC_INTERN PetscErrorCode FMMCUDAWalks(FMMContext *, FMM_CUDA *);
+PETSC_INTERN PetscErrorCode FMMCUDAWalkP2L(FMM_CUDA *);
+PETSC_INTERN PetscErrorCode FMMCUDAWalkNear(FMM_CUDA *, const PetscInt *, double *);
 
 /* the largest k in [lo, hi) with a(k) <= v, for a nondecreasing and a(lo) <= v */
 template <class A>

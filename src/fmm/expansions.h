@@ -262,3 +262,41 @@ FMM_HD double FMML2P(int p, const double *B, double wx, double wy)
   }
   return vr;
 }
+
+/* M2P: the multipole A (centre c, scale s) at a point z, zx + i zy = z - c
+   with |z - c| > s: A_0 log|z - c| + Re sum_{k=1..p} A_k v^k, v = s/(z - c)
+   (Greengard & Rokhlin, Lemma 2.1, scaled), by Horner's rule in v */
+FMM_HD double FMMM2P(int p, const double *A, double zx, double zy, double s)
+{
+  const double *Ar = A, *Ai = A + p + 1, r2 = zx * zx + zy * zy, vx = s * zx / r2, vy = -s * zy / r2;
+  double        hr = Ar[p], hi = Ai[p];
+  for (int k = p - 1; k >= 1; k--) {
+    const double t = hr * vx - hi * vy + Ar[k];
+    hi             = hr * vy + hi * vx + Ai[k];
+    hr             = t;
+  }
+  return 0.5 * Ar[0] * log(r2) + (hr * vx - hi * vy);
+}
+
+/* P2L: add one source (charge q, dipole d) at y to the local expansion B
+   (centre cL, scale sl), z0x + i z0y = y - cL with |y - cL| > sl:
+   q log(z - y) + d/(z - y) = Re sum_l B_l w^l, w = (z - cL)/sl, with
+   B_0 += q log|z0| - d/z0 and B_l += (-q/l - d/z0) beta^l, beta = sl/z0
+   (Greengard & Rokhlin, Lemma 2.2 for one source, scaled as M2L) */
+FMM_HD void FMMP2LAdd(int p, double z0x, double z0y, double sl, double q, double dx, double dy, double *B)
+{
+  double      *Br = B, *Bi = B + p + 1;
+  const double iz = 1.0 / (z0x * z0x + z0y * z0y), dr = (dx * z0x + dy * z0y) * iz, di = (dy * z0x - dx * z0y) * iz; /* d/z0 */
+  const double br = sl * z0x * iz, bi = -sl * z0y * iz;                                                               /* beta */
+  double       pr = 1.0, pi = 0.0;
+  Br[0] += 0.5 * q * log(1.0 / iz) - dr;
+  Bi[0] -= di;
+  for (int l = 1; l <= p; l++) {
+    const double t = pr * br - pi * bi, cr = -q / l - dr;
+    pi = pr * bi + pi * br;
+    pr = t;
+    Br[l] += cr * pr + di * pi;
+    Bi[l] += cr * pi - di * pr;
+  }
+}
+

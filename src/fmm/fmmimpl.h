@@ -90,6 +90,8 @@ typedef struct {
   PetscInt   nearsrc;  /* sum over leaves of the neighbour sources (indexing layout length) */
   PetscCount p2ppairs; /* target-source pairs the near field sums */
   PetscInt   l0, b0, b1; /* a rank's part of the distributed tree: the subtrees of boxes b0..b1-1 of level l0 (b1 = 0: all) */
+  PetscInt   wleaves, wtargets, wm2p, wp2l; /* the walks (FMMWalks): leaves, their targets, M2P, boxes taking P2L */
+  PetscCount wpairs;                        /* the walks' point pairs (in p2ppairs) */
 } FMMPlan;
 
 /* the boxes of level l that a plan evaluates below its part's level l0 (FMMPlan): first, count */
@@ -103,6 +105,26 @@ static inline void FMMPlanLevelBoxes(const FMMPlan *P, PetscInt l, PetscInt *fir
     *n     = (PetscInt)1 << (2 * l);
   }
 }
+
+/* The near field of a leaf whose points lie far apart next to a dense
+   cluster (its near list holds many times the typical leaf's sources), walked
+   point by point instead (FMMPlanWalks(), src/fmm/walk.c): such leaves leave
+   the near lists both ways, and
+   - each of their targets i = wt[w] takes the multipoles of the boxes
+     wm[wmoff[w]..wmoff[w+1]) (M2P) and the sources of the leaves
+     wp[wpoff[w]..wpoff[w+1]) (P2P), which together are its lost near field;
+   - each of their sources k goes into the local expansion of the boxes
+     lb[] (P2L: box lb[j] takes the sources ls[lsoff[j]..lsoff[j+1]) after M2L,
+     before L2L) or straight to the targets of the leaves xl[] (leaf xl[j]
+     takes the sources xs[xsoff[j]..xsoff[j+1])).
+   Source and target numbers are tree positions, boxes global numbers. */
+typedef struct {
+  PetscInt   nbig;                          /* leaves walked */
+  PetscInt   nwt, *wt, *wmoff, *wm, *wpoff, *wp; /* targets */
+  PetscInt   nlb, *lb, *lsoff, *ls;         /* P2L */
+  PetscInt   nxl, *xl, *xsoff, *xs;         /* sources to targets */
+  PetscCount npairs;                        /* point pairs the walks sum (P2P of wp[] and xs[]) */
+} FMMWalks;
 
 typedef struct {
   /* sources in tree order */
@@ -118,6 +140,7 @@ typedef struct {
   PetscReal *cx, *cy, *scale; /* [nboxes] centre and radius (scale of the expansions) */
   PetscInt  *faroff, *far;    /* [nboxes+1], [nfar]: M2L sources of each box */
   PetscInt  *nearoff, *near;  /* [nleaves+1], [nearoff[nleaves]]: P2P source leaves of each leaf */
+  FMMWalks  *walk;            /* the walks of spread leaves next to dense ones (FMMPlanWalks(); NULL: none) */
 } FMMHostPlan;
 
 /* The compact split rule of the tree (-mat_fmm_tree_split compact, src/fmm/plan.c
@@ -483,6 +506,11 @@ PETSC_INTERN void           FMMPlanStatistics(FMMPlan *, const FMMHostPlan *);
 PETSC_INTERN void           FMMSelect(FMMPoint *, PetscInt, PetscInt, int);
 PETSC_INTERN PetscErrorCode FMMTreeSplit(FMMPoint *, PetscInt, const PetscInt[], PetscInt, PetscBool, PetscInt **);
 PETSC_INTERN PetscErrorCode FMMHostPlanDestroy(FMMHostPlan **);
+PETSC_INTERN PetscBool      FMMWalksApply(FMMContext *);
+PETSC_INTERN PetscInt       FMMWalksCount(PetscInt, const PetscInt *, const PetscInt *, PetscInt *);
+PETSC_INTERN PetscErrorCode FMMWalksBuild(FMMPlan *, FMMHostPlan *, PetscReal, PetscObject);
+PETSC_INTERN PetscErrorCode FMMPlanWalks(FMMContext *);
+PETSC_INTERN PetscErrorCode FMMWalksDestroy(FMMWalks **);
 PETSC_INTERN PetscErrorCode FMMChooseOrder(PetscReal, PetscReal, PetscInt *);
 PETSC_INTERN PetscErrorCode FMMRepetitionBudget(const FMMContext *, PetscReal);
 /* dist.c, cpu/dist.c */

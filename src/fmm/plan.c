@@ -249,6 +249,8 @@ PetscErrorCode FMMPlanBuild(FMMContext *ctx)
   nleaves    = (PetscInt)1 << (2 * L);
   nboxes     = FMMLevelStart(L + 1);
   P->L       = L;
+  P->wleaves = P->wtargets = P->wm2p = P->wp2l = 0; /* no walks yet (FMMPlanWalks()) */
+  P->wpairs  = 0;
   P->nleaves = nleaves;
   P->nboxes  = nboxes;
 
@@ -420,6 +422,7 @@ void FMMPlanStatistics(FMMPlan *P, const FMMHostPlan *H)
     P->nearsrc += ns;
     P->p2ppairs += (PetscCount)ns * (H->tleaf[b + 1] - H->tleaf[b]);
   }
+  P->p2ppairs += P->wpairs;
 }
 
 PetscErrorCode FMMHostPlanDestroy(FMMHostPlan **host)
@@ -436,6 +439,7 @@ PetscErrorCode FMMHostPlanDestroy(FMMHostPlan **host)
   PetscCall(PetscFree(H->far));
   PetscCall(PetscFree(H->nearoff));
   PetscCall(PetscFree(H->near));
+  PetscCall(FMMWalksDestroy(&H->walk));
   PetscCall(PetscFree(*host));
   PetscFunctionReturn(0);
 }

@@ -75,6 +75,7 @@ static PetscErrorCode FMMCPUSetup(FMMContext *ctx)
 
   PetscFunctionBegin;
   PetscCheck(H, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CPU: no plan in host memory");
+  if (par->method == MATFMM_METHOD_FMM) PetscCall(FMMPlanWalks(ctx)); /* before the layouts read the near lists */
   PetscCall(FMMCPUReset(ctx));
   PetscCall(PetscNew(&c));
   ctx->data = c;
@@ -188,6 +189,17 @@ static PetscErrorCode Downward(const FMMPlan *P, const FMMHostPlan *H, FMM_CPU *
       FMMM2L((int)p, c->m2l, H->cx[s] - H->cx[t], H->cy[s] - H->cy[t], H->scale[s], H->scale[t], c->mpole + s * ne, B, work);
     }
   }
+  if (H->walk) { /* P2L: the walked leaves' sources into the boxes they serve */
+    const FMMWalks *W = H->walk;
+#pragma omp parallel for schedule(dynamic, 4) if (c->par)
+    for (PetscInt j = 0; j < W->nlb; j++) {
+      const PetscInt b = W->lb[j];
+      for (PetscInt e = W->lsoff[j]; e < W->lsoff[j + 1]; e++) {
+        const PetscInt k = W->ls[e];
+        FMMP2LAdd((int)p, H->sx[k] - H->cx[b], H->sy[k] - H->cy[b], H->scale[b], c->q[k], c->dx[k], c->dy[k], c->local + b * ne);
+      }
+    }
+  }
   PetscCall(PetscLogFlops(FMMFlops(FMM_PHASE_M2L, p, P)));
   PetscCall(PetscLogEventEnd(MATFMM_M2L, 0, 0, 0, 0));
   PetscCall(PetscLogEventBegin(MATFMM_L2L, 0, 0, 0, 0));
@@ -215,6 +227,41 @@ static PetscErrorCode Downward(const FMMPlan *P, const FMMHostPlan *H, FMM_CPU *
   PetscCall(PetscLogFlops(FMMFlops(FMM_PHASE_L2P, p, P)));
   PetscCall(PetscLogEventEnd(MATFMM_L2P, 0, 0, 0, 0));
   PetscFunctionReturn(0);
+}
+
+/* the walks' near field (FMMWalks): the walked leaves' targets take M2P and
+   P2P, the other leaves' targets the walked sources that reach them directly */
+static void P2PWalks(const FMMHostPlan *H, FMM_CPU *c)
+{
+  const FMMWalks *W = H->walk;
+  const int       p = (int)c->p;
+  const PetscInt  ne = c->ne;
+
+#pragma omp parallel for schedule(dynamic, 4) if (c->par)
+  for (PetscInt w = 0; w < W->nwt; w++) {
+    const PetscInt  i  = W->wt[w];
+    const PetscReal zx = H->tx[i], zy = H->ty[i];
+    PetscReal       acc = 0.0;
+    for (PetscInt j = W->wmoff[w]; j < W->wmoff[w + 1]; j++) {
+      const PetscInt b = W->wm[j];
+      acc += FMMM2P(p, c->mpole + b * ne, zx - H->cx[b], zy - H->cy[b], H->scale[b]);
+    }
+    for (PetscInt j = W->wpoff[w]; j < W->wpoff[w + 1]; j++)
+      for (PetscInt k = H->sleaf[W->wp[j]]; k < H->sleaf[W->wp[j] + 1]; k++) acc += FMMPairKernel(zx - H->sx[k], zy - H->sy[k], c->q[k], c->dx[k], c->dy[k]);
+    c->pot[i] += acc;
+  }
+#pragma omp parallel for schedule(dynamic, 4) if (c->par)
+  for (PetscInt j = 0; j < W->nxl; j++) {
+    const PetscInt b = W->xl[j];
+    for (PetscInt i = H->tleaf[b]; i < H->tleaf[b + 1]; i++) {
+      PetscReal acc = 0.0;
+      for (PetscInt e = W->xsoff[j]; e < W->xsoff[j + 1]; e++) {
+        const PetscInt k = W->xs[e];
+        acc += FMMPairKernel(H->tx[i] - H->sx[k], H->ty[i] - H->sy[k], c->q[k], c->dx[k], c->dy[k]);
+      }
+      c->pot[i] += acc;
+    }
+  }
 }
 
 /* P2P, tiled: each target leaf walks its neighbour leaves as contiguous blocks */
@@ -357,6 +404,7 @@ static PetscErrorCode FMMCPUMult(FMMContext *ctx, const PetscScalar *sigma, Pets
     P2PRepetition(P, H, c);
     break;
   }
+  if (H->walk) P2PWalks(H, c);
   PetscCall(PetscLogFlops(FMMFlops(FMM_PHASE_P2P, c->p, P)));
   PetscCall(PetscLogEventEnd(MATFMM_P2P, 0, 0, 0, 0));
   for (PetscInt i = 0; i < P->M; i++) out[H->tperm[i]] = c->pot[i];
