@@ -143,6 +143,14 @@ typedef struct {
   FMMWalks  *walk;            /* the walks of spread leaves next to dense ones (FMMPlanWalks(); NULL: none) */
 } FMMHostPlan;
 
+/* the sources in the near field of leaf b of H */
+static inline PetscInt FMMNearSources(const FMMHostPlan *H, PetscInt b)
+{
+  PetscInt ns = 0;
+  for (PetscInt j = H->nearoff[b]; j < H->nearoff[b + 1]; j++) ns += H->sleaf[H->near[j] + 1] - H->sleaf[H->near[j]];
+  return ns;
+}
+
 /* The compact split rule of the tree (-mat_fmm_tree_split compact, src/fmm/plan.c
    and cuda/fmm/tree/compact.cuh): a box of n points may be cut after h - w .. h + w of its
    points in x or in y order, h = n/2, w = n/FMM_SPLIT_WINDOW; the cost of a cut

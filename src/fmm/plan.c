@@ -415,10 +415,9 @@ void FMMPlanStatistics(FMMPlan *P, const FMMHostPlan *H)
   P->nearsrc                    = 0;
   P->p2ppairs                   = 0;
   for (PetscInt b = 0; b < P->nleaves; b++) {
-    PetscInt ns = 0;
-    P->maxleafsrc = PetscMax(P->maxleafsrc, H->sleaf[b + 1] - H->sleaf[b]);
-    P->maxleaftgt = PetscMax(P->maxleaftgt, H->tleaf[b + 1] - H->tleaf[b]);
-    for (PetscInt j = H->nearoff[b]; j < H->nearoff[b + 1]; j++) ns += H->sleaf[H->near[j] + 1] - H->sleaf[H->near[j]];
+    const PetscInt ns = FMMNearSources(H, b);
+    P->maxleafsrc     = PetscMax(P->maxleafsrc, H->sleaf[b + 1] - H->sleaf[b]);
+    P->maxleaftgt     = PetscMax(P->maxleaftgt, H->tleaf[b + 1] - H->tleaf[b]);
     P->nearsrc += ns;
     P->p2ppairs += (PetscCount)ns * (H->tleaf[b + 1] - H->tleaf[b]);
   }

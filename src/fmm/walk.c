@@ -164,16 +164,13 @@ PetscErrorCode FMMWalksBuild(FMMPlan *P, FMMHostPlan *H, PetscReal theta, PetscO
   FMMWalks  *W;
   PetscInt   nl = P->nleaves, nb = P->nboxes, *ns, thr, nbig, *stack;
   char      *big, *in, *inx, *hs, *ht, *any, *full;
-  IntList    wt = {0}, wmoff = {0}, wm = {0}, wpoff = {0}, wp = {0}, lp = {0}, xp = {0};
+  IntList    wt = {0}, wmoff = {0}, wm = {0}, wpoff = {0}, wp = {0}, lp = {0}, xp = {0}, far = {0}, near = {0};
   PetscCount pairs = 0;
 
   PetscFunctionBegin;
   PetscCall(FMMWalksDestroy(&H->walk));
   PetscCall(PetscMalloc1(nl, &ns));
-  for (PetscInt b = 0; b < nl; b++) {
-    ns[b] = 0;
-    for (PetscInt j = H->nearoff[b]; j < H->nearoff[b + 1]; j++) ns[b] += H->sleaf[H->near[j] + 1] - H->sleaf[H->near[j]];
-  }
+  for (PetscInt b = 0; b < nl; b++) ns[b] = FMMNearSources(H, b);
   nbig = FMMWalksCount(nl, H->tleaf, ns, &thr);
   if (!nbig) {
     PetscCall(PetscFree(ns));
@@ -205,7 +202,7 @@ PetscErrorCode FMMWalksBuild(FMMPlan *P, FMMHostPlan *H, PetscReal theta, PetscO
        boxes whose targets all lie there (a local expansion reaches every target below its box) */
     Marks(P, ht, inx, any, full);
     for (PetscInt k = H->sleaf[B]; k < H->sleaf[B + 1]; k++) {
-      IntList far = {0}, near = {0};
+      far.n = near.n = 0;
       PetscCall(Walk(P, H, theta, H->sx[k], H->sy[k], any, full, stack, &far, &near));
       for (PetscInt j = 0; j < far.n; j++) {
         PetscCall(Push(&lp, far.a[j]));
@@ -216,11 +213,11 @@ PetscErrorCode FMMWalksBuild(FMMPlan *P, FMMHostPlan *H, PetscReal theta, PetscO
         PetscCall(Push(&xp, k));
         pairs += H->tleaf[near.a[j] + 1] - H->tleaf[near.a[j]];
       }
-      PetscCall(PetscFree(far.a));
-      PetscCall(PetscFree(near.a));
     }
     for (PetscInt j = H->nearoff[B]; j < H->nearoff[B + 1]; j++) in[H->near[j]] = inx[H->near[j]] = 0;
   }
+  PetscCall(PetscFree(far.a));
+  PetscCall(PetscFree(near.a));
   PetscCall(Push(&wmoff, wm.n));
   PetscCall(Push(&wpoff, wp.n));
   for (PetscInt j = 0; j < wp.n; j++) pairs += H->sleaf[wp.a[j] + 1] - H->sleaf[wp.a[j]];

@@ -52,15 +52,6 @@ static PetscErrorCode FMMCPUReset(FMMContext *ctx)
   PetscFunctionReturn(0);
 }
 
-/* sources in the near field of leaf b */
-static inline PetscInt NearSources(const FMMHostPlan *H, PetscInt b)
-{
-  PetscInt ns = 0;
-  for (PetscInt j = H->nearoff[b]; j < H->nearoff[b + 1]; j++) ns += H->sleaf[H->near[j] + 1] - H->sleaf[H->near[j]];
-  return ns;
-}
-
-/* doubles per source in a repetition record */
 static inline PetscInt RecordStride(const FMM_CPU *c)
 {
   return 2 + (c->hasq ? 1 : 0) + (c->hasd ? 2 : 0);
@@ -75,7 +66,7 @@ static PetscErrorCode FMMCPUSetup(FMMContext *ctx)
 
   PetscFunctionBegin;
   PetscCheck(H, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CPU: no plan in host memory");
-  if (par->method == MATFMM_METHOD_FMM) PetscCall(FMMPlanWalks(ctx)); /* before the layouts read the near lists */
+  PetscCall(FMMPlanWalks(ctx)); /* before the layouts read the near lists */
   PetscCall(FMMCPUReset(ctx));
   PetscCall(PetscNew(&c));
   ctx->data = c;
@@ -107,7 +98,7 @@ static PetscErrorCode FMMCPUSetup(FMMContext *ctx)
     PetscInt64 used = 0, maxused = 1;
     PetscCall(PetscMalloc3(P->nleaves, &c->recoff, P->nleaves, &c->nsrc, P->nleaves + 1, &c->chunk));
     for (PetscInt b = 0; b < P->nleaves; b++) {
-      c->nsrc[b] = NearSources(H, b);
+      c->nsrc[b] = FMMNearSources(H, b);
       need       = PetscMax(need, (PetscReal)(H->tleaf[b + 1] - H->tleaf[b]) * (2 + stride * (PetscReal)c->nsrc[b]));
     }
     PetscCall(MPIU_Allreduce(MPI_IN_PLACE, &need, 1, MPIU_REAL, MPIU_MAX, ctx->comm));
