@@ -18,7 +18,7 @@
     -mat_fmm_cuda_split_local <bool> the tree's last splitting rounds in shared memory (default true)
     -mat_fmm_cuda_tree_key_bits <b> the tree's sort keys: b quantized bits (1 to 32, default 32) or 64
     -mat_fmm_cuda_tree_list_room <n> the strong lists' room per box (far lists: 3n) before their sizes are known (default 16)
-    -mat_fmm_cuda_walks <bool> the walks of spread leaves next to dense ones (walk.cu; default false)
+    -mat_fmm_cuda_walks <bool> the walks of spread leaves next to dense ones (walk.cu; default true)
   and, read once per process without a prefix (device.cu):
     -mat_fmm_cuda_pool_reserve <MB> GPU memory the pool maps up front
 */

@@ -19,6 +19,7 @@ PetscErrorCode FMMCUDAMatCreate(void **bmat)
   m->tree_gpu    = PETSC_TRUE;
   m->p2p_sym     = PETSC_TRUE;
   m->split_local = PETSC_TRUE;
+  m->walks       = PETSC_TRUE;
   m->key_bits    = 32;
   m->list_room   = 16;
   *bmat          = m;
@@ -58,7 +59,7 @@ PetscErrorCode FMMCUDAMatSetFromOptions(void *bmat, FMMOptionItems PetscOptionsO
   if (set) v.key_bits = ival;
   PetscCall(PetscOptionsRangeInt("-mat_fmm_cuda_tree_list_room", "GPU tree: entries per box given to the strong lists (3 times as many to the far lists) of every level before their sizes are known (lists that do not fit are built again; the same lists)", "MATFMM", m->list_room, &ival, &set, 1, 64));
   if (set) v.list_room = ival;
-  PetscCall(PetscOptionsBool("-mat_fmm_cuda_walks", "CUDA: walk the near field of spread leaves next to dense clusters point by point (W and X lists, as the CPU backend does; not yet faster on the GPU)", "MATFMM", m->walks, &bval, &set));
+  PetscCall(PetscOptionsBool("-mat_fmm_cuda_walks", "CUDA: walk the near field of spread leaves next to dense clusters point by point (W and X lists, as the CPU backend does)", "MATFMM", m->walks, &bval, &set));
   if (set) v.walks = bval;
   *changed = (v.m2l_tc != m->m2l_tc || v.log_fast != m->log_fast || v.tree_gpu != m->tree_gpu || v.p2p_sym != m->p2p_sym || v.split_local != m->split_local || v.key_bits != m->key_bits || v.list_room != m->list_room || v.walks != m->walks) ? PETSC_TRUE : PETSC_FALSE;
   *m       = v;

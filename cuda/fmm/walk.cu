@@ -46,18 +46,21 @@ PetscErrorCode FMMCUDAWalks(FMMContext *ctx, FMM_CUDA *c)
   const PetscInt nl = P->nleaves;
   PetscInt   *dns, *ns, *tleaf, thr, nbig;
   FMMHostPlan H;
+  PetscLogDouble t[6];
 
   PetscFunctionBegin;
+  PetscCall(PetscTime(&t[0]));
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&dns, sizeof(PetscInt) * PetscMax(nl, 1), "the near-field counts"));
   FMMLaunch(NearCountKernel, FMMCUDABlocks(nl, 256), 256, 0, c->stream, nl, c->nearoff, c->near, c->sleaf, dns);
   FMMCheckLaunch();
   PetscCall(Down(c, &ns, dns, nl));
   PetscCall(Down(c, &tleaf, c->tleaf, nl + 1));
   FMMCallCUDA(cudaStreamSynchronize(c->stream));
+  PetscCall(PetscTime(&t[1]));
   PetscCall(FMMCUDAFree(c->stream, dns));
   nbig = FMMWalksCount(nl, tleaf, ns, &thr);
-  PetscCall(PetscFree(ns));
   if (!nbig) {
+    PetscCall(PetscFree(ns));
     PetscCall(PetscFree(tleaf));
     PetscFunctionReturn(0);
   }
@@ -71,19 +74,20 @@ PetscErrorCode FMMCUDAWalks(FMMContext *ctx, FMM_CUDA *c)
   PetscCall(Down(c, &H.cy, c->cy, P->nboxes));
   PetscCall(Down(c, &H.scale, c->scale, P->nboxes));
   FMMCallCUDA(cudaStreamSynchronize(c->stream));
+  PetscCall(PetscTime(&t[2]));
   /* the points of the walked leaves only (the walks read no others) */
   PetscCall(PetscMalloc4(P->N, &H.sx, P->N, &H.sy, P->M, &H.tx, P->M, &H.ty));
   for (PetscInt b = 0; b < nl; b++) {
-    PetscInt n = 0;
-    for (PetscInt j = H.nearoff[b]; j < H.nearoff[b + 1]; j++) n += H.sleaf[H.near[j] + 1] - H.sleaf[H.near[j]];
-    if (n <= thr) continue;
+    if (ns[b] <= thr) continue;
     PetscCall(Range(c, H.sx, c->sx, H.sleaf[b], H.sleaf[b + 1]));
     PetscCall(Range(c, H.sy, c->sy, H.sleaf[b], H.sleaf[b + 1]));
     PetscCall(Range(c, H.tx, c->tx, H.tleaf[b], H.tleaf[b + 1]));
     PetscCall(Range(c, H.ty, c->ty, H.tleaf[b], H.tleaf[b + 1]));
   }
   FMMCallCUDA(cudaStreamSynchronize(c->stream));
-  PetscCall(FMMWalksBuild(P, &H, ctx->par->theta, ctx->obj));
+  PetscCall(PetscTime(&t[3]));
+  PetscCall(FMMWalksBuild(P, &H, ns, ctx->par->theta, ctx->obj));
+  PetscCall(PetscTime(&t[4]));
   if (H.walk) { /* the filtered near lists (shorter: in place) and the walks, in one block, up */
     const FMMWalks *W = H.walk;
     const PetscInt  len[11] = {W->nwt, W->nwt + 1, W->wmoff[W->nwt], W->nwt + 1, W->wpoff[W->nwt], W->nlb, W->nlb + 1, W->lsoff[W->nlb], W->nxl, W->nxl + 1, W->xsoff[W->nxl]};
@@ -109,7 +113,10 @@ PetscErrorCode FMMCUDAWalks(FMMContext *ctx, FMM_CUDA *c)
     FMMCallCUDA(cudaStreamSynchronize(c->stream));
     PetscCall(PetscFree(h));
   }
+  PetscCall(PetscTime(&t[5]));
+  PetscCall(PetscInfo(ctx->obj, "GPU walks: near counts %.2f ms, plan down %.2f ms, points down %.2f ms, walks built on the host %.2f ms, up %.2f ms\n", 1e3 * (t[1] - t[0]), 1e3 * (t[2] - t[1]), 1e3 * (t[3] - t[2]), 1e3 * (t[4] - t[3]), 1e3 * (t[5] - t[4])));
   PetscCall(FMMWalksDestroy(&H.walk));
+  PetscCall(PetscFree(ns));
   PetscCall(PetscFree(H.tleaf));
   PetscCall(PetscFree(H.nearoff));
   PetscCall(PetscFree(H.near));
@@ -121,16 +128,28 @@ PetscErrorCode FMMCUDAWalks(FMMContext *ctx, FMM_CUDA *c)
   PetscFunctionReturn(0);
 }
 
-/* P2L: one thread per box, its sources in list order (expansions.h) */
-__global__ void WalkP2LKernel(PetscInt nlb, int p, int ne, const PetscInt *lb, const PetscInt *lsoff, const PetscInt *ls, const double *sx, const double *sy, const double *q, const double *dx, const double *dy, const double *cx, const double *cy, const double *scale, double *local)
+/* P2L: one warp per box; lane t adds the sources t, t + 32, ... of the box's
+   list to its own expansion in shared memory (expansions.h), then lane t
+   sums the lanes' coefficients t, t + 32, ... in lane order into the box's
+   local expansion: a fixed order, so repeated products are bitwise equal */
+#define WALK_L 32
+__global__ void __launch_bounds__(WALK_L) WalkP2LKernel(int p, int ne, const PetscInt *lb, const PetscInt *lsoff, const PetscInt *ls, const double *sx, const double *sy, const double *q, const double *dx, const double *dy, const double *cx, const double *cy, const double *scale, double *local)
 {
+  extern __shared__ double part[]; /* WALK_L expansions of ne */
   FMMWaitPrior();
-  const PetscInt j = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
-  if (j >= nlb) return;
-  const PetscInt b = lb[j];
-  for (PetscInt e = lsoff[j]; e < lsoff[j + 1]; e++) {
+  const PetscInt j = blockIdx.x, b = lb[j];
+  const int      t = threadIdx.x;
+  double        *B = part + t * ne;
+  for (int e = 0; e < ne; e++) B[e] = 0.0;
+  for (PetscInt e = lsoff[j] + t; e < lsoff[j + 1]; e += WALK_L) {
     const PetscInt k = ls[e];
-    FMMP2LAdd(p, sx[k] - cx[b], sy[k] - cy[b], scale[b], q[k], dx[k], dy[k], local + b * ne);
+    FMMP2LAdd(p, sx[k] - cx[b], sy[k] - cy[b], scale[b], q[k], dx[k], dy[k], B);
+  }
+  __syncwarp();
+  for (int e = t; e < ne; e += WALK_L) {
+    double sum = 0.0;
+    for (int s = 0; s < WALK_L; s++) sum += part[s * ne + e];
+    local[b * ne + e] += sum;
   }
 }
 
@@ -138,7 +157,7 @@ PetscErrorCode FMMCUDAWalkP2L(FMM_CUDA *c)
 {
   PetscFunctionBegin;
   if (!c->nlb) PetscFunctionReturn(0);
-  FMMLaunch(WalkP2LKernel, FMMCUDABlocks(c->nlb, 64), 64, 0, c->stream, c->nlb, (int)c->p, (int)c->ne, (const PetscInt *)c->lb, (const PetscInt *)c->lsoff, (const PetscInt *)c->ls, c->sx, c->sy, c->q, c->dx, c->dy, c->cx, c->cy, c->scale, c->local);
+  FMMLaunch(WalkP2LKernel, (unsigned)c->nlb, WALK_L, sizeof(double) * WALK_L * c->ne, c->stream, (int)c->p, (int)c->ne, (const PetscInt *)c->lb, (const PetscInt *)c->lsoff, (const PetscInt *)c->ls, c->sx, c->sy, c->q, c->dx, c->dy, c->cx, c->cy, c->scale, c->local);
   FMMCheckLaunch();
   PetscFunctionReturn(0);
 }
@@ -171,18 +190,33 @@ __global__ void __launch_bounds__(WALK_T) WalkTargetKernel(int p, int ne, const 
   if (!t) dst[perm ? perm[i] : i] += part[0];
 }
 
-/* one block per leaf that walked sources reach directly, a thread per target */
-__global__ void WalkSourceKernel(const PetscInt *xl, const PetscInt *xsoff, const PetscInt *xs, const PetscInt *tleaf, const double *tx, const double *ty, const double *sx, const double *sy, const double *q, const double *dx, const double *dy, const PetscInt *perm, double *dst)
+/* one block of WALK_T threads per leaf that walked sources reach directly:
+   the threads form G groups of R (R targets at a time, G = WALK_T / R), group
+   g takes the sources g, g + G, ... of the leaf's list, and thread t < R sums
+   the groups' parts in group order */
+__global__ void __launch_bounds__(WALK_T) WalkSourceKernel(const PetscInt *xl, const PetscInt *xsoff, const PetscInt *xs, const PetscInt *tleaf, const double *tx, const double *ty, const double *sx, const double *sy, const double *q, const double *dx, const double *dy, const PetscInt *perm, double *dst)
 {
+  __shared__ double part[WALK_T];
   FMMWaitPrior();
-  const PetscInt j = blockIdx.x, b = xl[j];
-  for (PetscInt i = tleaf[b] + threadIdx.x; i < tleaf[b + 1]; i += blockDim.x) {
-    double acc = 0.0;
-    for (PetscInt e = xsoff[j]; e < xsoff[j + 1]; e++) {
-      const PetscInt k = xs[e];
-      acc += FMMPairKernel(tx[i] - sx[k], ty[i] - sy[k], q[k], dx[k], dy[k]);
+  const PetscInt j = blockIdx.x, b = xl[j], nt = tleaf[b + 1] - tleaf[b];
+  if (!nt) return;
+  const int      R = nt < WALK_T ? (int)nt : WALK_T, G = WALK_T / R, t = threadIdx.x, g = t / R;
+  for (PetscInt i0 = tleaf[b]; i0 < tleaf[b + 1]; i0 += R) {
+    const PetscInt i   = i0 + t % R;
+    double         acc = 0.0;
+    if (g < G && i < tleaf[b + 1])
+      for (PetscInt e = xsoff[j] + g; e < xsoff[j + 1]; e += G) {
+        const PetscInt k = xs[e];
+        acc += FMMPairKernel(tx[i] - sx[k], ty[i] - sy[k], q[k], dx[k], dy[k]);
+      }
+    part[t] = acc;
+    __syncthreads();
+    if (t < R && i < tleaf[b + 1]) {
+      double sum = 0.0;
+      for (int h = 0; h < G; h++) sum += part[h * R + t];
+      dst[perm ? perm[i] : i] += sum;
     }
-    dst[perm ? perm[i] : i] += acc;
+    __syncthreads();
   }
 }
 
@@ -192,7 +226,7 @@ PetscErrorCode FMMCUDAWalkNear(FMM_CUDA *c, const PetscInt *perm, double *dst)
   PetscFunctionBegin;
   if (c->nwt) FMMLaunch(WalkTargetKernel, (unsigned)c->nwt, WALK_T, 0, c->stream, (int)c->p, (int)c->ne, (const PetscInt *)c->wt, (const PetscInt *)c->wmoff, (const PetscInt *)c->wm, (const PetscInt *)c->wpoff, (const PetscInt *)c->wp, (const PetscInt *)c->sleaf, c->tx, c->ty, c->sx, c->sy, c->q, c->dx, c->dy, c->cx, c->cy, c->scale, c->mpole, perm, dst);
   FMMCheckLaunch();
-  if (c->nxl) FMMLaunch(WalkSourceKernel, (unsigned)c->nxl, 128, 0, c->stream, (const PetscInt *)c->xl, (const PetscInt *)c->xsoff, (const PetscInt *)c->xs, (const PetscInt *)c->tleaf, c->tx, c->ty, c->sx, c->sy, c->q, c->dx, c->dy, perm, dst);
+  if (c->nxl) FMMLaunch(WalkSourceKernel, (unsigned)c->nxl, WALK_T, 0, c->stream, (const PetscInt *)c->xl, (const PetscInt *)c->xsoff, (const PetscInt *)c->xs, (const PetscInt *)c->tleaf, c->tx, c->ty, c->sx, c->sy, c->q, c->dx, c->dy, perm, dst);
   FMMCheckLaunch();
   PetscFunctionReturn(0);
 }

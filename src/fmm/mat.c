@@ -747,7 +747,7 @@ static PetscErrorCode MatDestroy_FMM(Mat A)
 .  -mat_fmm_cuda_m2l <tc,fma> - CUDA M2L on the FP64 tensor cores (default) or by unrolled FMAs
 .  -mat_fmm_cuda_log <fast,libm> - CUDA near-field log from a table (default; within 1e-16 absolute) or the math library
 .  -mat_fmm_cuda_tree <gpu,cpu> - CUDA backend: tree and interaction lists built on the GPU (default) or on the CPU and uploaded
-.  -mat_fmm_cuda_walks <bool> - CUDA: walk the near field of spread leaves next to dense clusters point by point, as the CPU backend does (default false: correct, but not yet faster on the GPU)
+.  -mat_fmm_cuda_walks <bool> - CUDA: walk the near field of spread leaves next to dense clusters point by point, as the CPU backend does (default true)
 .  -mat_fmm_cuda_p2p_symmetric <bool> - CUDA tiled P2P evaluates each unordered pair of points once, for both of its sums (default true; used when the targets are the sources on one rank, with the single layer, the table log and 8 to 256 points per leaf)
 .  -mat_fmm_cuda_split_local <bool> - GPU tree build: once the boxes of a round fit in a thread block, the rounds left run in shared memory, a block per box (default true; used where the device grants a block 220 KB of shared memory, as sm_90 does; false, or a device with less: every round in global memory, the same tree)
 .  -mat_fmm_cuda_tree_key_bits <b> - GPU tree build: the points are sorted by coordinate through keys of b bits (1 to 32, default 32), quantized over their bounding box, then runs of equal keys by coordinate (runs of more than 32 points, as where a curve crowds along one coordinate, by 64-bit keys); 64: 64-bit keys for all points (two sorts of 8 passes instead of 4). The same tree

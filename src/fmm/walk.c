@@ -156,22 +156,27 @@ PetscInt FMMWalksCount(PetscInt nl, const PetscInt *tleaf, const PetscInt *ns, P
 
 /*
   FMMWalksBuild - finds the leaves to walk and builds their walks (FMMWalks,
-  H->walk), taking them out of H's near lists; P's statistics follow.  Where
-  no leaf qualifies nothing changes.  Callers check FMMWalksApply().
+  H->walk), taking them out of H's near lists; P's walk counts follow (its
+  near-field statistics are the caller's).  nsin: the sources of each leaf's
+  near field where the caller has them, else NULL.  Where no leaf qualifies
+  nothing changes.  Callers check FMMWalksApply().
 */
-PetscErrorCode FMMWalksBuild(FMMPlan *P, FMMHostPlan *H, PetscReal theta, PetscObject obj)
+PetscErrorCode FMMWalksBuild(FMMPlan *P, FMMHostPlan *H, const PetscInt *nsin, PetscReal theta, PetscObject obj)
 {
   FMMWalks  *W;
-  PetscInt   nl = P->nleaves, nb = P->nboxes, *ns, thr, nbig, *stack;
+  PetscInt   nl = P->nleaves, nb = P->nboxes, *ns = NULL, thr, nbig, *stack;
   char      *big, *in, *inx, *hs, *ht, *any, *full;
   IntList    wt = {0}, wmoff = {0}, wm = {0}, wpoff = {0}, wp = {0}, lp = {0}, xp = {0}, far = {0}, near = {0};
   PetscCount pairs = 0;
 
   PetscFunctionBegin;
   PetscCall(FMMWalksDestroy(&H->walk));
-  PetscCall(PetscMalloc1(nl, &ns));
-  for (PetscInt b = 0; b < nl; b++) ns[b] = FMMNearSources(H, b);
-  nbig = FMMWalksCount(nl, H->tleaf, ns, &thr);
+  if (!nsin) {
+    PetscCall(PetscMalloc1(nl, &ns));
+    for (PetscInt b = 0; b < nl; b++) ns[b] = FMMNearSources(H, b);
+    nsin = ns;
+  }
+  nbig = FMMWalksCount(nl, H->tleaf, nsin, &thr);
   if (!nbig) {
     PetscCall(PetscFree(ns));
     PetscFunctionReturn(0);
@@ -179,7 +184,7 @@ PetscErrorCode FMMWalksBuild(FMMPlan *P, FMMHostPlan *H, PetscReal theta, PetscO
   PetscCall(PetscCalloc6(nl, &big, 2 * nl, &in, nl, &hs, nl, &ht, nb, &any, nb, &full));
   inx = in + nl;
   for (PetscInt b = 0; b < nl; b++) {
-    big[b] = (char)(ns[b] > thr);
+    big[b] = (char)(nsin[b] > thr);
     hs[b]  = (char)(H->sleaf[b + 1] > H->sleaf[b]);
     ht[b]  = (char)(H->tleaf[b + 1] > H->tleaf[b]);
   }
@@ -255,7 +260,6 @@ PetscErrorCode FMMWalksBuild(FMMPlan *P, FMMHostPlan *H, PetscReal theta, PetscO
   P->wm2p     = W->wmoff[W->nwt];
   P->wp2l     = W->nlb;
   P->wpairs   = W->npairs;
-  FMMPlanStatistics(P, H);
   PetscCall(PetscInfo(obj, "walks: %" PetscInt_FMT " leaves (near fields of more than %" PetscInt_FMT " sources): %" PetscInt_FMT " targets, %" PetscInt_FMT " M2P; %" PetscInt_FMT " boxes take P2L; %" PetscCount_FMT " point pairs\n", nbig, thr, W->nwt, P->wm2p, W->nlb, W->npairs));
   PetscCall(PetscFree(stack));
   PetscCall(PetscFree(ns));
@@ -267,7 +271,10 @@ PetscErrorCode FMMWalksBuild(FMMPlan *P, FMMHostPlan *H, PetscReal theta, PetscO
 PetscErrorCode FMMPlanWalks(FMMContext *ctx)
 {
   PetscFunctionBegin;
-  if (FMMWalksApply(ctx) && !ctx->host->walk) PetscCall(FMMWalksBuild(&ctx->plan, ctx->host, ctx->par->theta, ctx->obj));
+  if (FMMWalksApply(ctx) && !ctx->host->walk) {
+    PetscCall(FMMWalksBuild(&ctx->plan, ctx->host, NULL, ctx->par->theta, ctx->obj));
+    if (ctx->host->walk) FMMPlanStatistics(&ctx->plan, ctx->host);
+  }
   PetscFunctionReturn(0);
 }
 
