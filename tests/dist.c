@@ -379,6 +379,10 @@ int main(int argc, char **argv)
     nsize: 4
     args: -malloc_dump
   test:
+    suffix: global_plan_2
+    nsize: 2
+    args: -mat_fmm_distribution_global_plan -malloc_dump
+  test:
     suffix: global_plan_3
     nsize: 3
     args: -mat_fmm_distribution_global_plan -malloc_dump

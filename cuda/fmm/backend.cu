@@ -428,7 +428,7 @@ static PetscErrorCode FMMCUDASetup(FMMContext *ctx)
      single layer, table log), so that the GPU runs them while the host
      allocates the work arrays and queues the M2L plan; their sizes are read
      in FMMCUDAP2PPlanEnd below */
-  PetscCall(FMMCUDAP2PPlanBegin(c, P, c->fmm && par->layout == MATFMM_LAYOUT_TILED && m->p2p_sym && c->kind == 0 && c->logtab && ctx->same && P->M == P->N ? PETSC_TRUE : PETSC_FALSE));
+  PetscCall(FMMCUDAP2PPlanBegin(c, P, c->fmm && par->layout == MATFMM_LAYOUT_TILED && m->p2p_sym && c->kind == 0 && c->logtab && (ctx->same || ctx->halotgt) && P->M == P->N ? PETSC_TRUE : PETSC_FALSE));
   PetscCall(Upload(c, &c->sigma, (PetscReal *)NULL, ctx->split ? ctx->nin + ctx->nin2 : P->N, "the densities"));
   PetscCall(Upload(c, &c->q, (PetscReal *)NULL, P->N, "the charges"));
   PetscCall(Upload(c, &c->dx, (PetscReal *)NULL, P->N, "the dipoles"));

@@ -52,7 +52,7 @@ __global__ void L2PKernel(PetscInt M, int p, int ne, const PetscInt *tleafof, co
   FMMWaitPrior();
   const PetscInt i = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   if (NEAR && i == 0) *next = 0;
-  if (i >= M) return;
+  if (i >= M || (NEAR && tperm[i] < 0)) return; /* tperm -1: a halo target of a distributed plan, dropped */
   const PetscInt b = tleafof[i];
   const double   s = scale[b];
   double         v = FMML2P(p, local + b * ne, (tx[i] - cx[b]) / s, (ty[i] - cy[b]) / s);
@@ -91,7 +91,7 @@ __global__ void ScatterKernel(PetscInt M, const PetscInt *tperm, const double *p
 {
   FMMWaitPrior();
   const PetscInt i = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < M) y[tperm[i]] = pot[i];
+  if (i < M && tperm[i] >= 0) y[tperm[i]] = pot[i];
 }
 
 /* pot (tree order) to y (c->y or the caller's device array) */

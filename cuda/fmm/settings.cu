@@ -50,7 +50,7 @@ PetscErrorCode FMMCUDAMatSetFromOptions(void *bmat, FMMOptionItems PetscOptionsO
   if (set) v.log_fast = i == 0 ? PETSC_TRUE : PETSC_FALSE;
   PetscCall(PetscOptionsEList("-mat_fmm_cuda_tree", "Where the CUDA backend builds the tree and interaction lists: on the GPU or on the CPU (then uploaded)", "MATFMM", tr, 2, tr[m->tree_gpu ? 0 : 1], &i, &set));
   if (set) v.tree_gpu = i == 0 ? PETSC_TRUE : PETSC_FALSE;
-  PetscCall(PetscOptionsBool("-mat_fmm_cuda_p2p_symmetric", "CUDA tiled P2P: evaluate each pair of points once for both sums when the targets are the sources (single layer, table log, one rank)", "MATFMM", m->p2p_sym, &bval, &set));
+  PetscCall(PetscOptionsBool("-mat_fmm_cuda_p2p_symmetric", "CUDA tiled P2P: evaluate each pair of points once for both sums when the targets are the sources (single layer, table log; with the distributed tree the halo's pairs are evaluated for this rank's sums only)", "MATFMM", m->p2p_sym, &bval, &set));
   if (set) v.p2p_sym = bval;
   PetscCall(PetscOptionsBool("-mat_fmm_cuda_split_local", "GPU tree: the last splitting rounds in shared memory, a block per box, where the device grants the block 220 KB (false: every round in global memory; the same tree)", "MATFMM", m->split_local, &bval, &set));
   if (set) v.split_local = bval;

@@ -1132,25 +1132,32 @@ static PetscInt SlotBox(const FMMDist *D, PetscInt t)
   this rank's and the halo's (N = n + nh); sperm numbers the densities as
   the product gives them (the caller's x, then D->din: FMMContext's split),
   tperm the potentials likewise (the caller's y, then D->dout); its targets
-  are this rank's.  Boxes this rank does not see get the root's
+  are this rank's.  halotgt (targets = sources only): the halo's sources are
+  targets too, whose potentials are dropped (tperm -1), the halo's leaves list
+  this rank's leaves whose near lists name them and every near list ascends:
+  targets and sources are then the same points, index for index, and each
+  pair of this rank's near field can be evaluated once for both of its sums
+  (the symmetric P2P of the CUDA backend), the halo's pairs one way, for
+  the price of the halo's far field.  Boxes this rank does not see get the root's
   centre and scale (their expansions are never read: far lists name this
   rank's boxes, the top's and the halo's, whose multipoles the exchange
   overwrites after M2M).
 */
-PetscErrorCode FMMDistHostPlan(FMMDist *D, FMMPlan *P, FMMHostPlan **hp)
+PetscErrorCode FMMDistHostPlan(FMMDist *D, PetscBool halotgt, FMMPlan *P, FMMHostPlan **hp)
 {
   const PetscInt L = D->L, l0 = D->l0, nleaves = (PetscInt)1 << (2 * L), nboxes = FMMLevelStart(L + 1), N = D->n + D->nh;
-  const PetscInt lbase = D->B0 << (2 * (L - l0));
+  const PetscInt lbase = D->B0 << (2 * (L - l0)), M = halotgt ? N : D->m;
   FMMHostPlan   *H;
-  PetscInt       nfar = 0, nnear = 0;
+  PetscInt       nfar = 0, nnear = 0, *hoff = NULL, *hnear = NULL;
 
   PetscFunctionBegin;
+  PetscCheck(!halotgt || D->same, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM: halo targets need targets = sources");
   PetscCall(FMMHostPlanDestroy(hp));
   PetscCall(PetscNew(&H));
   *hp = H;
   PetscCall(PetscMalloc4(N, &H->sperm, N, &H->sx, N, &H->sy, nleaves + 1, &H->sleaf));
   PetscCall(PetscMalloc3(N, &H->cq, N, &H->cdx, N, &H->cdy));
-  PetscCall(PetscMalloc4(D->m, &H->tperm, D->m, &H->tx, D->m, &H->ty, nleaves + 1, &H->tleaf));
+  PetscCall(PetscMalloc4(M, &H->tperm, M, &H->tx, M, &H->ty, nleaves + 1, &H->tleaf));
   PetscCall(PetscMalloc3(nboxes, &H->cx, nboxes, &H->cy, nboxes, &H->scale));
   /* sources leaf by leaf, in the global order of the leaves */
   H->sleaf[0] = H->tleaf[0] = 0;
@@ -1174,16 +1181,24 @@ PetscErrorCode FMMDistHostPlan(FMMDist *D, FMMPlan *P, FMMHostPlan **hp)
     }
     H->sleaf[g + 1] = k;
   }
-  /* targets: this rank's leaves */
-  for (PetscInt g = 0, k = 0; g < nleaves; g++) {
-    if (g >= lbase && g < lbase + D->nl)
-      for (PetscInt i = D->tleaf[g - lbase]; i < D->tleaf[g - lbase + 1]; i++, k++) {
-        H->tperm[k] = D->cout[i];
-        H->tx[k]    = D->tx[i];
-        H->ty[k]    = D->ty[i];
-      }
-    H->tleaf[g + 1] = k;
-  }
+  /* targets: this rank's leaves (halotgt: the sources, the halo's dropped) */
+  if (halotgt) {
+    PetscCall(PetscArraycpy(H->tleaf, H->sleaf, nleaves + 1));
+    PetscCall(PetscArraycpy(H->tx, H->sx, N));
+    PetscCall(PetscArraycpy(H->ty, H->sy, N));
+    for (PetscInt k = 0; k < N; k++) H->tperm[k] = -1;
+    for (PetscInt g = lbase, k = H->sleaf[lbase]; g < lbase + D->nl; g++) /* own leaves: own points only, in D's order */
+      for (PetscInt i = D->tleaf[g - lbase]; i < D->tleaf[g - lbase + 1]; i++, k++) H->tperm[k] = D->cout[i];
+  } else
+    for (PetscInt g = 0, k = 0; g < nleaves; g++) {
+      if (g >= lbase && g < lbase + D->nl)
+        for (PetscInt i = D->tleaf[g - lbase]; i < D->tleaf[g - lbase + 1]; i++, k++) {
+          H->tperm[k] = D->cout[i];
+          H->tx[k]    = D->tx[i];
+          H->ty[k]    = D->ty[i];
+        }
+      H->tleaf[g + 1] = k;
+    }
   /* geometry */
   for (PetscInt b = 0; b < nboxes; b++) {
     H->cx[b]    = D->cx[0];
@@ -1209,23 +1224,42 @@ PetscErrorCode FMMDistHostPlan(FMMDist *D, FMMPlan *P, FMMHostPlan **hp)
     if (t == D->nown - 1)
       for (; b < nboxes; b++) H->faroff[b + 1] = nfar;
   }
+  if (halotgt) { /* each halo leaf's list: this rank's leaves that name it, ascending */
+    PetscCall(PetscCalloc1(D->nhl + 1, &hoff));
+    for (PetscInt j = 0; j < D->nearoff[D->nl]; j++)
+      if (D->near[j] >= D->nl) hoff[D->near[j] - D->nl + 1]++;
+    for (PetscInt h = 0; h < D->nhl; h++) hoff[h + 1] += hoff[h];
+    PetscCall(PetscMalloc1(PetscMax(hoff[D->nhl], 1), &hnear));
+    for (PetscInt a = 0; a < D->nl; a++)
+      for (PetscInt j = D->nearoff[a]; j < D->nearoff[a + 1]; j++)
+        if (D->near[j] >= D->nl) hnear[hoff[D->near[j] - D->nl]++] = lbase + a;
+    for (PetscInt h = D->nhl; h > 0; h--) hoff[h] = hoff[h - 1]; /* back to the starts */
+    hoff[0] = 0;
+  }
   PetscCall(PetscMalloc1(nleaves + 1, &H->nearoff));
-  PetscCall(PetscMalloc1(PetscMax(D->nearoff[D->nl], 1), &H->near));
+  PetscCall(PetscMalloc1(PetscMax(D->nearoff[D->nl] + (hoff ? hoff[D->nhl] : 0), 1), &H->near));
   H->nearoff[0] = 0;
-  for (PetscInt g = 0; g < nleaves; g++) {
-    if (g >= lbase && g < lbase + D->nl)
+  for (PetscInt g = 0, h = 0; g < nleaves; g++) {
+    if (g >= lbase && g < lbase + D->nl) {
       for (PetscInt j = D->nearoff[g - lbase]; j < D->nearoff[g - lbase + 1]; j++) {
         const PetscInt v = D->near[j];
         H->near[nnear++] = v < D->nl ? lbase + v : D->halleaf[v - D->nl];
       }
+      if (halotgt) PetscCall(PetscSortInt(nnear - H->nearoff[g], H->near + H->nearoff[g]));
+    } else if (hoff && h < D->nhl && D->halleaf[h] == g) {
+      for (PetscInt j = hoff[h]; j < hoff[h + 1]; j++) H->near[nnear++] = hnear[j];
+      h++;
+    }
     H->nearoff[g + 1] = nnear;
   }
+  PetscCall(PetscFree(hoff));
+  PetscCall(PetscFree(hnear));
   /* sizes and statistics */
   P->L          = L;
   P->nleaves    = nleaves;
   P->nboxes     = nboxes;
   P->N          = N;
-  P->M          = D->m;
+  P->M          = M;
   P->nfar       = nfar;
   P->l0         = l0;
   P->b0         = D->B0;

@@ -313,6 +313,7 @@ typedef struct {
   FMMHostPlan      *host;   /* the plan's arrays in host memory (FMMPlanBuild()); NULL where the backend built the plan itself */
   PetscInt          N, Mg;  /* sources; targets of all ranks (0: the targets are the sources) */
   PetscBool         same;   /* the targets are the sources */
+  PetscBool         halotgt; /* the distributed plan's targets are all its sources, the halo's dropped (tperm -1) */
   PetscInt          t0;     /* global index of this rank's first target (of the sources where same) */
   const PetscReal  *src, *nrm, *wts, *tgt; /* [2N], [2N] or NULL, [N] or NULL, [2 Mg] (NULL after setup, or same) */
   PetscBool         alias;  /* one rank: src, nrm, wts are the matrix's block, tgt its targets */
@@ -527,7 +528,7 @@ PETSC_INTERN PetscErrorCode FMMDistBuild(Mat, FMMDist **);
 PETSC_INTERN PetscErrorCode FMMDistDestroy(FMMDist **);
 PETSC_INTERN PetscErrorCode FMMDistUnit(FMMDist *, PetscInt);
 PETSC_INTERN PetscErrorCode FMMDistPartition(FMMDist *, PetscInt, PetscInt, IS *, IS *);
-PETSC_INTERN PetscErrorCode FMMDistHostPlan(FMMDist *, FMMPlan *, FMMHostPlan **);
+PETSC_INTERN PetscErrorCode FMMDistHostPlan(FMMDist *, PetscBool, FMMPlan *, FMMHostPlan **);
 PETSC_INTERN PetscErrorCode FMMDistExchangeSetup(FMMDist *, PetscInt);
 PETSC_INTERN PetscErrorCode FMMDistExchange(void *, const PetscReal *, PetscReal *);
 PETSC_INTERN PetscErrorCode FMMDistSetupCPU(FMMDist *, const FMMParams *);

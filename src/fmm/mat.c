@@ -207,13 +207,14 @@ static PetscErrorCode SetupDistributed(Mat A)
       anynrm = (h && fmm->par.alpha != 0.0) ? PETSC_TRUE : PETSC_FALSE;
     }
     PetscCall(PetscLogEventBegin(MATFMM_Tree, A, 0, 0, 0));
-    PetscCall(FMMDistHostPlan(D, P, &ctx->host));
+    PetscCall(FMMDistHostPlan(D, D->same && !anynrm ? PETSC_TRUE : PETSC_FALSE, P, &ctx->host)); /* single layer: the halo's sources as targets, for the symmetric P2P */
     PetscCall(FMMDistExchangeSetup(D, fmm->par.p));
     PetscCall(PetscLogEventEnd(MATFMM_Tree, A, 0, 0, 0));
     ctx->N        = P->N;
     ctx->Mg       = 0;
     ctx->t0       = 0;
-    ctx->same     = PETSC_FALSE; /* its targets are not its sources (the halo's are sources too) */
+    ctx->same     = PETSC_FALSE; /* its targets are not the caller's sources (the halo's are sources too) */
+    ctx->halotgt  = D->same && !anynrm ? PETSC_TRUE : PETSC_FALSE;
     ctx->alias    = PETSC_TRUE;  /* nothing to free: the plan holds the points */
     ctx->src      = NULL;
     ctx->tgt      = NULL;
@@ -673,6 +674,13 @@ static PetscErrorCode MatView_FMM(Mat A, PetscViewer viewer)
     loc[1] = P->nfar;
     loc[2] = (PetscInt64)P->p2ppairs;
     loc[3] = P->maxleaftgt;
+    if (fmm->dist) { /* this rank's targets only (a backend's plan may hold the halo's too: FMMDistHostPlan()) */
+      const FMMDist *D = fmm->dist;
+      loc[0] = D->m;
+      loc[2] = D->p2ppairs;
+      loc[3] = 0;
+      for (PetscInt b = 0; b < D->nl; b++) loc[3] = PetscMax(loc[3], D->tleaf[b + 1] - D->tleaf[b]);
+    }
     PetscCallMPI(MPI_Allreduce(loc, sum, 4, MPIU_INT64, MPI_SUM, PetscObjectComm((PetscObject)A)));
     PetscCallMPI(MPI_Allreduce(loc, mx, 4, MPIU_INT64, MPI_MAX, PetscObjectComm((PetscObject)A)));
     PetscCallMPI(MPI_Comm_size(PetscObjectComm((PetscObject)A), &size));
@@ -748,7 +756,7 @@ static PetscErrorCode MatDestroy_FMM(Mat A)
 .  -mat_fmm_cuda_log <fast,libm> - CUDA near-field log from a table (default; within 1e-16 absolute) or the math library
 .  -mat_fmm_cuda_tree <gpu,cpu> - CUDA backend: tree and interaction lists built on the GPU (default) or on the CPU and uploaded
 .  -mat_fmm_cuda_walks <bool> - CUDA: walk the near field of spread leaves next to dense clusters point by point, as the CPU backend does (default true)
-.  -mat_fmm_cuda_p2p_symmetric <bool> - CUDA tiled P2P evaluates each unordered pair of points once, for both of its sums (default true; used when the targets are the sources on one rank, with the single layer, the table log and 8 to 256 points per leaf)
+.  -mat_fmm_cuda_p2p_symmetric <bool> - CUDA tiled P2P evaluates each unordered pair of points once, for both of its sums (default true; used when the targets are the sources (on one rank, or on several with the distributed tree), with the single layer, the table log and 8 to 256 points per leaf)
 .  -mat_fmm_cuda_split_local <bool> - GPU tree build: once the boxes of a round fit in a thread block, the rounds left run in shared memory, a block per box (default true; used where the device grants a block 220 KB of shared memory, as sm_90 does; false, or a device with less: every round in global memory, the same tree)
 .  -mat_fmm_cuda_tree_key_bits <b> - GPU tree build: the points are sorted by coordinate through keys of b bits (1 to 32, default 32), quantized over their bounding box, then runs of equal keys by coordinate (runs of more than 32 points, as where a curve crowds along one coordinate, by 64-bit keys); 64: 64-bit keys for all points (two sorts of 8 passes instead of 4). The same tree
 .  -mat_fmm_cuda_tree_list_room <n> - GPU tree build: the strong lists of each level get room for n entries per box, the far lists for 3n, before their sizes are known, so that the host queues all levels without waiting for them (1 to 64, default 16; a curve uses 3 and 9, a square 13 and 40; lists that need more are built again with the sizes found, reported by -info; the same lists)

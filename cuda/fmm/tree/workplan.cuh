@@ -68,7 +68,7 @@ __global__ void __launch_bounds__(1024) StatsKernel(PetscInt nleaves, const Pets
     v[1]              = max(v[1], t);
     v[2] += ns[b];
     v[3] += (long long)ns[b] * t;
-    v[4] = min(v[4], s);
+    if (ns[b]) v[4] = min(v[4], s); /* the leaves in some near list (a distributed plan's other leaves are in none) */
   }
   for (int q = 0; q < 5; q++) {
     const long long r = q < 2 ? R(tmp).Reduce(v[q], MaxOp()) : (q < 4 ? R(tmp).Sum(v[q]) : R(tmp).Reduce(v[q], MinOp()));

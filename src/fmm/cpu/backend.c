@@ -398,7 +398,8 @@ static PetscErrorCode FMMCPUMult(FMMContext *ctx, const PetscScalar *sigma, Pets
   if (H->walk) P2PWalks(H, c);
   PetscCall(PetscLogFlops(FMMFlops(FMM_PHASE_P2P, c->p, P)));
   PetscCall(PetscLogEventEnd(MATFMM_P2P, 0, 0, 0, 0));
-  for (PetscInt i = 0; i < P->M; i++) out[H->tperm[i]] = c->pot[i];
+  for (PetscInt i = 0; i < P->M; i++)
+    if (H->tperm[i] >= 0) out[H->tperm[i]] = c->pot[i]; /* -1: a halo target (FMMDistHostPlan()) */
   if (ctx->split) {
     PetscCall(PetscArraycpy(y, out, ctx->nout));
     PetscCall(PetscArraycpy(ctx->yout, out + ctx->nout, ctx->nout2));
