@@ -168,7 +168,7 @@ PetscErrorCode FMMTreeSplit(FMMPoint *pt, PetscInt nb, const PetscInt off0[], Pe
   work -= off[0];
   for (PetscInt l = 0; l < levels; l++, nb *= 4) {
     PetscCall(PetscMalloc1(4 * nb + 1, &noff));
-#pragma omp parallel for schedule(dynamic, 1) if (nb > 8)
+#pragma omp parallel for schedule(dynamic, 1) if (nb > 1 && off[nb] - off[0] >= FMM_OMP_MIN_POINTS) /* a box a thread: the top levels' few large boxes too */
     for (PetscInt b = 0; b < nb; b++) {
       PetscInt u0 = off[b], n = off[b + 1] - u0, h, h0, h1;
       h               = Split(pt + u0, n, median, work + u0);
