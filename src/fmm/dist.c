@@ -389,22 +389,6 @@ static PetscErrorCode FetchBoxes(MPI_Comm comm, PetscInt l, PetscInt l0, PetscIn
   PetscFunctionReturn(0);
 }
 
-/* a growing array of PetscInt */
-typedef struct {
-  PetscInt *v, n, cap;
-} IntList;
-
-static inline PetscErrorCode IntListPush(IntList *a, PetscInt x)
-{
-  PetscFunctionBegin;
-  if (a->n == a->cap) {
-    a->cap = PetscMax(16, 2 * a->cap);
-    PetscCall(PetscRealloc(sizeof(PetscInt) * a->cap, &a->v));
-  }
-  a->v[a->n++] = x;
-  PetscFunctionReturn(0);
-}
-
 /* the index of key in the sorted v[0..n), -1: not there (thread-safe, unlike PetscFindInt's error path) */
 static inline PetscInt FindSorted(PetscInt key, PetscInt n, const PetscInt *v)
 {
@@ -1004,12 +988,13 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
       }
       /* statistics */
       D->p2ppairs   = 0;
-      D->maxleafsrc = 0;
+      D->maxleafsrc = D->maxleaftgt = 0;
       for (PetscInt b = 0; b < nl; b++) {
         PetscInt nsb = 0;
         for (PetscInt j = D->nearoff[b]; j < D->nearoff[b + 1]; j++) nsb += D->sleaf[D->near[j] + 1] - D->sleaf[D->near[j]];
         D->p2ppairs += (PetscInt64)nsb * (D->tleaf[b + 1] - D->tleaf[b]);
         D->maxleafsrc = PetscMax(D->maxleafsrc, D->sleaf[b + 1] - D->sleaf[b]);
+        D->maxleaftgt = PetscMax(D->maxleaftgt, D->tleaf[b + 1] - D->tleaf[b]);
       }
       PetscCall(PetscFree(stroff));
       PetscCall(PetscFree(str));

@@ -143,6 +143,22 @@ typedef struct {
   FMMWalks  *walk;            /* the walks of spread leaves next to dense ones (FMMPlanWalks(); NULL: none) */
 } FMMHostPlan;
 
+/* a growing array of PetscInt (the lists of dist.c and walk.c) */
+typedef struct {
+  PetscInt *v, n, cap;
+} IntList;
+
+static inline PetscErrorCode IntListPush(IntList *a, PetscInt x)
+{
+  PetscFunctionBegin;
+  if (a->n == a->cap) {
+    a->cap = PetscMax(16, 2 * a->cap);
+    PetscCall(PetscRealloc(sizeof(PetscInt) * a->cap, &a->v));
+  }
+  a->v[a->n++] = x;
+  PetscFunctionReturn(0);
+}
+
 /* the sources in the near field of leaf b of H */
 static inline PetscInt FMMNearSources(const FMMHostPlan *H, PetscInt b)
 {
@@ -448,7 +464,7 @@ typedef struct {
   MPI_Datatype unit;               /* an expansion's reals (hasunit: made; FMMDistUnit()) */
   PetscBool    hasunit;
   PetscSF    sfmpc;                /* the sent rows (roots) -> the halo's */
-  PetscInt   maxleafsrc;
+  PetscInt   maxleafsrc, maxleaftgt;   /* over this rank's leaves */
   /* the CPU evaluation (src/fmm/cpu/dist.c) */
   PetscInt   p, ne;
   PetscBool  hasq, hasd, par;

@@ -248,8 +248,7 @@ static PetscErrorCode SetupDistributed(Mat A)
   P->nfar    = (PetscInt)D->nfar;
   P->p2ppairs = (PetscCount)D->p2ppairs;
   mx[0]      = D->maxleafsrc;
-  mx[1]      = 0;
-  for (PetscInt b = 0; b < D->nl; b++) mx[1] = PetscMax(mx[1], D->tleaf[b + 1] - D->tleaf[b]);
+  mx[1]      = D->maxleaftgt;
   PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, mx, 2, MPIU_INT64, MPI_MAX, comm));
   P->maxleafsrc = (PetscInt)mx[0];
   P->maxleaftgt = (PetscInt)mx[1];
@@ -678,8 +677,7 @@ static PetscErrorCode MatView_FMM(Mat A, PetscViewer viewer)
       const FMMDist *D = fmm->dist;
       loc[0] = D->m;
       loc[2] = D->p2ppairs;
-      loc[3] = 0;
-      for (PetscInt b = 0; b < D->nl; b++) loc[3] = PetscMax(loc[3], D->tleaf[b + 1] - D->tleaf[b]);
+      loc[3] = D->maxleaftgt;
     }
     PetscCallMPI(MPI_Allreduce(loc, sum, 4, MPIU_INT64, MPI_SUM, PetscObjectComm((PetscObject)A)));
     PetscCallMPI(MPI_Allreduce(loc, mx, 4, MPIU_INT64, MPI_MAX, PetscObjectComm((PetscObject)A)));

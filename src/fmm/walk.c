@@ -18,21 +18,6 @@
 #define FMM_WALK_RATIO 32
 #define FMM_WALK_MIN   4096
 
-typedef struct {
-  PetscInt n, cap, *a;
-} IntList;
-
-static PetscErrorCode Push(IntList *l, PetscInt v)
-{
-  PetscFunctionBegin;
-  if (l->n == l->cap) {
-    l->cap = PetscMax(64, 2 * l->cap);
-    PetscCall(PetscRealloc(sizeof(PetscInt) * l->cap, &l->a));
-  }
-  l->a[l->n++] = v;
-  PetscFunctionReturn(0);
-}
-
 /* marks of the boxes over a set S of leaves (in[] per leaf): any[c], some leaf
    below c that counts is in S; full[c], every leaf below c that counts is in
    S (a leaf counts when has[] says so) */
@@ -65,8 +50,8 @@ static PetscErrorCode Walk(const FMMPlan *P, const FMMHostPlan *H, PetscReal the
   if (any[0]) stack[top++] = 0;
   while (top) {
     const PetscInt c = stack[--top];
-    if (full[c] && FMMSeparated(0.0, H->scale[c], PetscSqrtReal(PetscSqr(x - H->cx[c]) + PetscSqr(y - H->cy[c])), theta)) PetscCall(Push(far, c));
-    else if (c >= l0) PetscCall(Push(near, c - l0));
+    if (full[c] && FMMSeparated(0.0, H->scale[c], PetscSqrtReal(PetscSqr(x - H->cx[c]) + PetscSqr(y - H->cy[c])), theta)) PetscCall(IntListPush(far, c));
+    else if (c >= l0) PetscCall(IntListPush(near, c - l0));
     else
       for (PetscInt k = 3; k >= 0; k--) { /* children 4b..4b+3 of box b = c - start of its level: global 4c+1.. */
         const PetscInt ch = 4 * c + 1 + k;
@@ -86,7 +71,7 @@ static PetscErrorCode Group(IntList *l, PetscInt nk, PetscInt *nkey, PetscInt **
 
   PetscFunctionBegin;
   PetscCall(PetscCalloc1(nk + 1, &cnt));
-  for (PetscInt j = 0; j < n; j++) cnt[l->a[2 * j] + 1]++;
+  for (PetscInt j = 0; j < n; j++) cnt[l->v[2 * j] + 1]++;
   for (PetscInt b = 0; b < nk; b++) {
     if (cnt[b + 1]) k++;
     cnt[b + 1] += cnt[b];
@@ -102,7 +87,7 @@ static PetscErrorCode Group(IntList *l, PetscInt nk, PetscInt *nkey, PetscInt **
     }
   (*off)[k] = n;
   *nkey     = k;
-  for (PetscInt j = 0; j < n; j++) (*val)[cnt[l->a[2 * j]]++] = l->a[2 * j + 1];
+  for (PetscInt j = 0; j < n; j++) (*val)[cnt[l->v[2 * j]]++] = l->v[2 * j + 1];
   PetscCall(PetscFree(cnt));
   PetscFunctionReturn(0);
 }
@@ -198,9 +183,9 @@ PetscErrorCode FMMWalksBuild(FMMPlan *P, FMMHostPlan *H, const PetscInt *nsin, P
     /* its targets: every source of its near field, through the multipoles of whole boxes where they are far enough */
     Marks(P, hs, in, any, full);
     for (PetscInt i = H->tleaf[B]; i < H->tleaf[B + 1]; i++) {
-      PetscCall(Push(&wt, i));
-      PetscCall(Push(&wmoff, wm.n));
-      PetscCall(Push(&wpoff, wp.n));
+      PetscCall(IntListPush(&wt, i));
+      PetscCall(IntListPush(&wmoff, wm.n));
+      PetscCall(IntListPush(&wpoff, wp.n));
       PetscCall(Walk(P, H, theta, H->tx[i], H->ty[i], any, full, stack, &wm, &wp));
     }
     /* its sources: every target of its near field but those of walked leaves, through the local expansions of
@@ -210,35 +195,35 @@ PetscErrorCode FMMWalksBuild(FMMPlan *P, FMMHostPlan *H, const PetscInt *nsin, P
       far.n = near.n = 0;
       PetscCall(Walk(P, H, theta, H->sx[k], H->sy[k], any, full, stack, &far, &near));
       for (PetscInt j = 0; j < far.n; j++) {
-        PetscCall(Push(&lp, far.a[j]));
-        PetscCall(Push(&lp, k));
+        PetscCall(IntListPush(&lp, far.v[j]));
+        PetscCall(IntListPush(&lp, k));
       }
       for (PetscInt j = 0; j < near.n; j++) {
-        PetscCall(Push(&xp, near.a[j]));
-        PetscCall(Push(&xp, k));
-        pairs += H->tleaf[near.a[j] + 1] - H->tleaf[near.a[j]];
+        PetscCall(IntListPush(&xp, near.v[j]));
+        PetscCall(IntListPush(&xp, k));
+        pairs += H->tleaf[near.v[j] + 1] - H->tleaf[near.v[j]];
       }
     }
     for (PetscInt j = H->nearoff[B]; j < H->nearoff[B + 1]; j++) in[H->near[j]] = inx[H->near[j]] = 0;
   }
-  PetscCall(PetscFree(far.a));
-  PetscCall(PetscFree(near.a));
-  PetscCall(Push(&wmoff, wm.n));
-  PetscCall(Push(&wpoff, wp.n));
-  for (PetscInt j = 0; j < wp.n; j++) pairs += H->sleaf[wp.a[j] + 1] - H->sleaf[wp.a[j]];
+  PetscCall(PetscFree(far.v));
+  PetscCall(PetscFree(near.v));
+  PetscCall(IntListPush(&wmoff, wm.n));
+  PetscCall(IntListPush(&wpoff, wp.n));
+  for (PetscInt j = 0; j < wp.n; j++) pairs += H->sleaf[wp.v[j] + 1] - H->sleaf[wp.v[j]];
 
   PetscCall(PetscNew(&W));
   W->nbig  = nbig;
   W->nwt   = wt.n;
-  W->wt    = wt.a;
-  W->wmoff = wmoff.a;
-  W->wm    = wm.a;
-  W->wpoff = wpoff.a;
-  W->wp    = wp.a;
+  W->wt    = wt.v;
+  W->wmoff = wmoff.v;
+  W->wm    = wm.v;
+  W->wpoff = wpoff.v;
+  W->wp    = wp.v;
   PetscCall(Group(&lp, nb, &W->nlb, &W->lb, &W->lsoff, &W->ls));
   PetscCall(Group(&xp, nl, &W->nxl, &W->xl, &W->xsoff, &W->xs));
-  PetscCall(PetscFree(lp.a));
-  PetscCall(PetscFree(xp.a));
+  PetscCall(PetscFree(lp.v));
+  PetscCall(PetscFree(xp.v));
   W->npairs = pairs;
   H->walk   = W;
 
