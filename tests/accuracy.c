@@ -1,7 +1,9 @@
 static char help[] = "Accuracy of the whole MATFMM product against the exact sum, computed here.\n\
   -n <N>                               number of points, targets = sources (default 20000)\n\
-  -geometry <square,curve,clusters,blob> uniform in the unit square, a closed star-shaped curve, 16 tight\n\
-                                       clusters, or 99%% in a Gaussian blob and 1%% uniform\n\
+  -geometry <square,curve,clusters,blob,pair,graded,line> uniform in the unit square, a closed star-shaped\n\
+                                       curve, 16 tight clusters, 99%% in a Gaussian blob and 1%% uniform, two\n\
+                                       unit squares 1e6 apart, graded toward a corner (scales 2^-k, k <= 40),\n\
+                                       or on a line segment\n\
   -cluster_radius <r>                  radius of the clusters, the blob's standard deviation (default 1e-6)\n\
   -kernel <single,double,combined>     the operator (combined: 0.7 D - 1.3 S)\n\
   -mat_fmm_eps <eps>                   the tolerance, also the required relative 2-norm error (default 1e-10)\n\
@@ -23,8 +25,8 @@ static char help[] = "Accuracy of the whole MATFMM product against the exact sum
 #include <petscfmm.h>
 #include "testutil.h"
 
-typedef enum { GEOM_SQUARE, GEOM_CURVE, GEOM_CLUSTERS, GEOM_BLOB } Geometry;
-static const char *const Geometries[] = {"square", "curve", "clusters", "blob", "Geometry", "GEOM_", NULL};
+typedef enum { GEOM_SQUARE, GEOM_CURVE, GEOM_CLUSTERS, GEOM_BLOB, GEOM_PAIR, GEOM_GRADED, GEOM_LINE } Geometry;
+static const char *const Geometries[] = {"square", "curve", "clusters", "blob", "pair", "graded", "line", "Geometry", "GEOM_", NULL};
 
 static PetscErrorCode MakePoints(Geometry g, PetscInt N, PetscReal crad, PetscReal *xy, PetscReal *nrm, PetscReal *w)
 {
@@ -61,6 +63,19 @@ static PetscErrorCode MakePoints(Geometry g, PetscInt N, PetscReal crad, PetscRe
       xy[2 * i]          = i % 100 ? 0.3 + rr * PetscCosReal(2 * PETSC_PI * b) : a;
       xy[2 * i + 1]      = i % 100 ? 0.7 + rr * PetscSinReal(2 * PETSC_PI * b) : b;
     } break;
+    case GEOM_PAIR: /* two unit squares 1e6 apart: the tree must cut the gap */
+      xy[2 * i]     = (i % 2) * 1e6 + a;
+      xy[2 * i + 1] = b;
+      break;
+    case GEOM_GRADED: { /* as a mesh graded toward a corner: point i uniform in [0, 2^-k]^2, k = i mod 41 */
+      const PetscReal h = PetscPowRealInt(0.5, i % 41);
+      xy[2 * i]         = h * a;
+      xy[2 * i + 1]     = h * b;
+    } break;
+    case GEOM_LINE: /* on the segment from (0, 0.25) to (1, 0.75): every box is flat */
+      xy[2 * i]     = a;
+      xy[2 * i + 1] = 0.25 + 0.5 * a;
+      break;
     }
   }
   PetscCall(PetscRandomDestroy(&r));
@@ -168,6 +183,7 @@ int main(int argc, char **argv)
   }
   for (PetscInt k = 0; k < 4; k++) {
     PetscReal eps = k ? epss[k - 1] : tol;
+    if (k && eps < tol) continue; /* coarser ones only (a large theta cannot reach a finer one: refused) */
     if (k) {
       PetscCall(MatFMMSetTolerance(A, eps));
       PetscCall(MatAssemblyBegin(A, MAT_FINAL_ASSEMBLY));
@@ -233,6 +249,37 @@ int main(int argc, char **argv)
     args: -geometry blob -kernel double -mat_fmm_eps 1e-6 -ps 8,16 -mat_view -mat_fmm_device cuda -mat_fmm_cuda_walks
     filter: grep walked
     output_file: output/accuracy_blob_walked.out
+    requires: cuda
+  test:
+    suffix: blob_wide
+    args: -geometry blob -cluster_radius 1e-3 -kernel combined -mat_fmm_eps 1e-10 -ps 8,16
+  test:
+    suffix: blob_tight
+    args: -geometry blob -cluster_radius 1e-12 -kernel single -mat_fmm_eps 1e-10 -ps 8,16
+  test:
+    suffix: pair
+    args: -geometry pair -kernel combined -mat_fmm_eps 1e-10 -ps 8,16
+  test:
+    suffix: graded
+    args: -geometry graded -kernel double -mat_fmm_eps 1e-10 -ps 8,16
+  test:
+    suffix: line
+    args: -geometry line -kernel combined -mat_fmm_eps 1e-10 -ps 8,16
+  test:
+    suffix: theta_small
+    args: -geometry square -kernel single -mat_fmm_theta 0.3 -mat_fmm_eps 1e-10 -ps 4,8,16
+  test:
+    suffix: theta_large
+    args: -geometry curve -kernel double -mat_fmm_theta 0.8 -mat_fmm_eps 1e-6 -ps 16,32 -factor 4
+  test:
+    suffix: graded_cuda
+    args: -geometry graded -kernel double -mat_fmm_eps 1e-10 -ps 8,16 -mat_fmm_device cuda
+    output_file: output/accuracy_graded.out
+    requires: cuda
+  test:
+    suffix: pair_cuda
+    args: -geometry pair -kernel combined -mat_fmm_eps 1e-10 -ps 8,16 -mat_fmm_device cuda
+    output_file: output/accuracy_pair.out
     requires: cuda
   test:
     suffix: curve_median

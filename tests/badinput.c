@@ -453,6 +453,12 @@ static PetscErrorCode ErrorCases(void)
   TRY(ierr, SetupAssemble(A, NPT, PETSC_FALSE, PETSC_FALSE, MATFMM_KERNEL_SINGLE, 0, 0));
   PetscCall(Expect("eps 1e-10 with theta 0.9 (order 211 needed)", ierr, PETSC_ERR_ARG_OUTOFRANGE));
   PetscCall(MatDestroy(&A));
+  PetscCall(NewFMM(n, n, &A));
+  PetscCall(MatFMMSetTheta(A, 0.95));
+  PetscCall(MatFMMSetTolerance(A, 1e-6));
+  TRY(ierr, SetupAssemble(A, NPT, PETSC_FALSE, PETSC_FALSE, MATFMM_KERNEL_SINGLE, 0, 0));
+  PetscCall(Expect("eps 1e-6 with theta 0.95 (order 225 needed)", ierr, PETSC_ERR_ARG_OUTOFRANGE));
+  PetscCall(MatDestroy(&A));
 
   /* parameters out of range: setters */
   PetscCall(SetterCase("MatFMMSetExpansionOrder(0)", SET_P, 0, PETSC_ERR_ARG_OUTOFRANGE));

@@ -332,6 +332,7 @@ PETSC_INTERN PetscErrorCode FMMCUDAP2PPlanEnd(FMM_CUDA *, FMMPlan *, PetscBool);
 PETSC_INTERN PetscErrorCode FMMCUDAP2PWorkDestroy(FMM_CUDA *);
 PETSC_INTERN PetscErrorCode FMMCUDANearSources(FMM_CUDA *, const FMMPlan *, PetscBool, PetscInt **, PetscInt *);
 PETSC_INTERN PetscErrorCode FMMCUDAWarmUpSorts(void);
+PETSC_INTERN PetscErrorCode FMMCUDAWalks(FMMContext *, FMM_CUDA *); /* tree/walks.cuh */
 /* upward.cu */
 PETSC_INTERN PetscErrorCode FMMCUDAStrengths(FMM_CUDA *, const FMMPlan *, const double *);
 PETSC_INTERN PetscErrorCode FMMCUDAP2M(FMM_CUDA *, const FMMPlan *);
@@ -352,7 +353,6 @@ PETSC_INTERN PetscErrorCode FMMCUDAP2PIndexing(FMM_CUDA *, const FMMPlan *);
 PETSC_INTERN PetscErrorCode FMMCUDAP2PRepetition(FMM_CUDA *, const FMMPlan *);
 PETSC_INTERN PetscErrorCode FMMCUDADirect(FMM_CUDA *, const FMMPlan *);
 /* walk.cu */
-PETSC_INTERN PetscErrorCode FMMCUDAWalks(FMMContext *, FMM_CUDA *);
 PETSC_INTERN PetscErrorCode FMMCUDAWalkP2L(FMM_CUDA *);
 PETSC_INTERN PetscErrorCode FMMCUDAWalkNear(FMM_CUDA *, const PetscInt *, double *);
 

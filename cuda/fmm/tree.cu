@@ -41,7 +41,8 @@
   common.cuh (what the stages share), sort.cuh, split.cuh (the rounds in
   global memory), compact.cuh (the compact split rule), splitlocal.cuh (the
   rounds in shared memory), lists.cuh, workplan.cuh (the product's work from
-  the lists) and symplan.cuh (the symmetric P2P's).  Why one unit: CUB's
+  the lists), symplan.cuh (the symmetric P2P's) and walks.cuh (the walks of
+  spread leaves next to dense ones).  Why one unit: CUB's
   kernels that several parts use (scans, radix sorts of the same types) are
   then instantiated once, so CUDA loads each once per process on first use
   (lazy loading) rather than once per file, and FMMCUDAWarmUpSorts() loads the
@@ -67,6 +68,7 @@
 #include "tree/lists.cuh"
 #include "tree/workplan.cuh"
 #include "tree/symplan.cuh"
+#include "tree/walks.cuh"
 
 /* ------------------------------------------------ points in tree order */
 

@@ -1,132 +1,13 @@
 /*
-  The walks of spread leaves next to dense ones on the GPU (FMMWalks,
-  src/fmm/walk.c builds them).  At setup the near-field counts come back to
-  the host; where some leaf qualifies, the plan's arrays the walks read come
-  back too, the host builds the walks and filters the near lists, and both
-  go up.  A product then adds P2L after M2L and, after the near field, the
+  The walks of spread leaves next to dense ones on the GPU (FMMWalks; built
+  at setup by tree/walks.cuh, as src/fmm/walk.c builds them on the host).
+  A product adds P2L after M2L and, after the near field, the
   walked targets' M2P and P2P and the walked sources' P2P, each output
   summed by one thread in the order of the lists (repeated products are
   bitwise equal).
 */
 #include "fmmcuda.h"
 #include "fmm/expansions.h"
-
-/* one thread per leaf: the sources of its near field */
-__global__ void NearCountKernel(PetscInt nl, const PetscInt *nearoff, const PetscInt *near, const PetscInt *sleaf, PetscInt *ns)
-{
-  FMMWaitPrior();
-  const PetscInt b = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
-  if (b >= nl) return;
-  PetscInt n = 0;
-  for (PetscInt j = nearoff[b]; j < nearoff[b + 1]; j++) n += sleaf[near[j] + 1] - sleaf[near[j]];
-  ns[b] = n;
-}
-
-template <class T>
-static PetscErrorCode Down(FMM_CUDA *c, T **h, const T *d, PetscInt n)
-{
-  PetscFunctionBegin;
-  PetscCall(PetscMalloc1(PetscMax(n, 1), h));
-  if (n) FMMCallCUDA(cudaMemcpyAsync(*h, d, sizeof(T) * n, cudaMemcpyDeviceToHost, c->stream));
-  PetscFunctionReturn(0);
-}
-
-/* h[a..b) = d[a..b) */
-static PetscErrorCode Range(FMM_CUDA *c, double *h, const double *d, PetscInt a, PetscInt b)
-{
-  PetscFunctionBegin;
-  if (b > a) FMMCallCUDA(cudaMemcpyAsync(h + a, d + a, sizeof(double) * (b - a), cudaMemcpyDeviceToHost, c->stream));
-  PetscFunctionReturn(0);
-}
-
-/* the walks of the plan on the GPU (FMMWalksApply() holds; once per tree) */
-PetscErrorCode FMMCUDAWalks(FMMContext *ctx, FMM_CUDA *c)
-{
-  FMMPlan    *P  = &ctx->plan;
-  const PetscInt nl = P->nleaves;
-  PetscInt   *dns, *ns, *tleaf, thr, nbig;
-  FMMHostPlan H;
-  PetscLogDouble t[6];
-
-  PetscFunctionBegin;
-  PetscCall(PetscTime(&t[0]));
-  PetscCall(FMMCUDAMalloc(c->stream, (void **)&dns, sizeof(PetscInt) * PetscMax(nl, 1), "the near-field counts"));
-  FMMLaunch(NearCountKernel, FMMCUDABlocks(nl, 256), 256, 0, c->stream, nl, c->nearoff, c->near, c->sleaf, dns);
-  FMMCheckLaunch();
-  PetscCall(Down(c, &ns, dns, nl));
-  PetscCall(Down(c, &tleaf, c->tleaf, nl + 1));
-  FMMCallCUDA(cudaStreamSynchronize(c->stream));
-  PetscCall(PetscTime(&t[1]));
-  PetscCall(FMMCUDAFree(c->stream, dns));
-  nbig = FMMWalksCount(nl, tleaf, ns, &thr);
-  if (!nbig) {
-    PetscCall(PetscFree(ns));
-    PetscCall(PetscFree(tleaf));
-    PetscFunctionReturn(0);
-  }
-  /* the arrays the walks read, to the host */
-  PetscCall(PetscMemzero(&H, sizeof(H)));
-  H.tleaf = tleaf;
-  PetscCall(Down(c, &H.nearoff, c->nearoff, nl + 1));
-  PetscCall(Down(c, &H.near, c->near, c->nnear));
-  PetscCall(Down(c, &H.sleaf, c->sleaf, nl + 1));
-  PetscCall(Down(c, &H.cx, c->cx, P->nboxes));
-  PetscCall(Down(c, &H.cy, c->cy, P->nboxes));
-  PetscCall(Down(c, &H.scale, c->scale, P->nboxes));
-  FMMCallCUDA(cudaStreamSynchronize(c->stream));
-  PetscCall(PetscTime(&t[2]));
-  /* the points of the walked leaves only (the walks read no others) */
-  PetscCall(PetscMalloc4(P->N, &H.sx, P->N, &H.sy, P->M, &H.tx, P->M, &H.ty));
-  for (PetscInt b = 0; b < nl; b++) {
-    if (ns[b] <= thr) continue;
-    PetscCall(Range(c, H.sx, c->sx, H.sleaf[b], H.sleaf[b + 1]));
-    PetscCall(Range(c, H.sy, c->sy, H.sleaf[b], H.sleaf[b + 1]));
-    PetscCall(Range(c, H.tx, c->tx, H.tleaf[b], H.tleaf[b + 1]));
-    PetscCall(Range(c, H.ty, c->ty, H.tleaf[b], H.tleaf[b + 1]));
-  }
-  FMMCallCUDA(cudaStreamSynchronize(c->stream));
-  PetscCall(PetscTime(&t[3]));
-  PetscCall(FMMWalksBuild(P, &H, ns, ctx->par->theta, ctx->obj));
-  PetscCall(PetscTime(&t[4]));
-  if (H.walk) { /* the filtered near lists (shorter: in place) and the walks, in one block, up */
-    const FMMWalks *W = H.walk;
-    const PetscInt  len[11] = {W->nwt, W->nwt + 1, W->wmoff[W->nwt], W->nwt + 1, W->wpoff[W->nwt], W->nlb, W->nlb + 1, W->lsoff[W->nlb], W->nxl, W->nxl + 1, W->xsoff[W->nxl]};
-    const PetscInt *src[11] = {W->wt, W->wmoff, W->wm, W->wpoff, W->wp, W->lb, W->lsoff, W->ls, W->xl, W->xsoff, W->xs};
-    PetscInt      **dst[11] = {&c->wt, &c->wmoff, &c->wm, &c->wpoff, &c->wp, &c->lb, &c->lsoff, &c->ls, &c->xl, &c->xsoff, &c->xs};
-    PetscInt        tot = 0, *h;
-    c->nnear = H.nearoff[nl];
-    FMMCallCUDA(cudaMemcpyAsync(c->nearoff, H.nearoff, sizeof(PetscInt) * (nl + 1), cudaMemcpyHostToDevice, c->stream));
-    if (c->nnear) FMMCallCUDA(cudaMemcpyAsync(c->near, H.near, sizeof(PetscInt) * c->nnear, cudaMemcpyHostToDevice, c->stream));
-    for (int k = 0; k < 11; k++) tot += len[k];
-    PetscCall(PetscMalloc1(tot, &h));
-    PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->walk, sizeof(PetscInt) * tot, "the walks"));
-    tot = 0;
-    for (int k = 0; k < 11; k++) {
-      PetscCall(PetscArraycpy(h + tot, src[k], len[k]));
-      *dst[k] = c->walk + tot;
-      tot += len[k];
-    }
-    FMMCallCUDA(cudaMemcpyAsync(c->walk, h, sizeof(PetscInt) * tot, cudaMemcpyHostToDevice, c->stream));
-    c->nwt = W->nwt;
-    c->nlb = W->nlb;
-    c->nxl = W->nxl;
-    FMMCallCUDA(cudaStreamSynchronize(c->stream));
-    PetscCall(PetscFree(h));
-  }
-  PetscCall(PetscTime(&t[5]));
-  PetscCall(PetscInfo(ctx->obj, "GPU walks: near counts %.2f ms, plan down %.2f ms, points down %.2f ms, walks built on the host %.2f ms, up %.2f ms\n", 1e3 * (t[1] - t[0]), 1e3 * (t[2] - t[1]), 1e3 * (t[3] - t[2]), 1e3 * (t[4] - t[3]), 1e3 * (t[5] - t[4])));
-  PetscCall(FMMWalksDestroy(&H.walk));
-  PetscCall(PetscFree(ns));
-  PetscCall(PetscFree(H.tleaf));
-  PetscCall(PetscFree(H.nearoff));
-  PetscCall(PetscFree(H.near));
-  PetscCall(PetscFree(H.sleaf));
-  PetscCall(PetscFree(H.cx));
-  PetscCall(PetscFree(H.cy));
-  PetscCall(PetscFree(H.scale));
-  PetscCall(PetscFree4(H.sx, H.sy, H.tx, H.ty));
-  PetscFunctionReturn(0);
-}
 
 /* P2L: one warp per box; lane t adds the sources t, t + 32, ... of the box's
    list to its own expansion in shared memory (expansions.h), then lane t

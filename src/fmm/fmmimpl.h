@@ -533,7 +533,7 @@ PETSC_INTERN PetscErrorCode FMMTreeSplit(FMMPoint *, PetscInt, const PetscInt[],
 PETSC_INTERN PetscErrorCode FMMHostPlanDestroy(FMMHostPlan **);
 PETSC_INTERN PetscBool      FMMWalksApply(FMMContext *);
 PETSC_INTERN PetscInt       FMMWalksCount(PetscInt, const PetscInt *, const PetscInt *, PetscInt *);
-PETSC_INTERN PetscErrorCode FMMWalksBuild(FMMPlan *, FMMHostPlan *, const PetscInt *, PetscReal, PetscObject);
+PETSC_INTERN PetscErrorCode FMMWalksBuild(FMMPlan *, FMMHostPlan *, PetscReal, PetscObject);
 PETSC_INTERN PetscErrorCode FMMPlanWalks(FMMContext *);
 PETSC_INTERN PetscErrorCode FMMWalksDestroy(FMMWalks **);
 PETSC_INTERN PetscErrorCode FMMChooseOrder(PetscReal, PetscReal, PetscInt *);

@@ -142,26 +142,23 @@ PetscInt FMMWalksCount(PetscInt nl, const PetscInt *tleaf, const PetscInt *ns, P
 /*
   FMMWalksBuild - finds the leaves to walk and builds their walks (FMMWalks,
   H->walk), taking them out of H's near lists; P's walk counts follow (its
-  near-field statistics are the caller's).  nsin: the sources of each leaf's
-  near field where the caller has them, else NULL.  Where no leaf qualifies
-  nothing changes.  Callers check FMMWalksApply().
+  near-field statistics are the caller's).  Where no leaf qualifies nothing
+  changes.  Callers check FMMWalksApply().  (cuda/fmm/tree/walks.cuh builds
+  the same lists on the GPU.)
 */
-PetscErrorCode FMMWalksBuild(FMMPlan *P, FMMHostPlan *H, const PetscInt *nsin, PetscReal theta, PetscObject obj)
+PetscErrorCode FMMWalksBuild(FMMPlan *P, FMMHostPlan *H, PetscReal theta, PetscObject obj)
 {
   FMMWalks  *W;
-  PetscInt   nl = P->nleaves, nb = P->nboxes, *ns = NULL, thr, nbig, *stack;
+  PetscInt   nl = P->nleaves, nb = P->nboxes, *ns, thr, nbig, *stack;
   char      *big, *in, *inx, *hs, *ht, *any, *full;
   IntList    wt = {0}, wmoff = {0}, wm = {0}, wpoff = {0}, wp = {0}, lp = {0}, xp = {0}, far = {0}, near = {0};
   PetscCount pairs = 0;
 
   PetscFunctionBegin;
   PetscCall(FMMWalksDestroy(&H->walk));
-  if (!nsin) {
-    PetscCall(PetscMalloc1(nl, &ns));
-    for (PetscInt b = 0; b < nl; b++) ns[b] = FMMNearSources(H, b);
-    nsin = ns;
-  }
-  nbig = FMMWalksCount(nl, H->tleaf, nsin, &thr);
+  PetscCall(PetscMalloc1(nl, &ns));
+  for (PetscInt b = 0; b < nl; b++) ns[b] = FMMNearSources(H, b);
+  nbig = FMMWalksCount(nl, H->tleaf, ns, &thr);
   if (!nbig) {
     PetscCall(PetscFree(ns));
     PetscFunctionReturn(0);
@@ -169,7 +166,7 @@ PetscErrorCode FMMWalksBuild(FMMPlan *P, FMMHostPlan *H, const PetscInt *nsin, P
   PetscCall(PetscCalloc6(nl, &big, 2 * nl, &in, nl, &hs, nl, &ht, nb, &any, nb, &full));
   inx = in + nl;
   for (PetscInt b = 0; b < nl; b++) {
-    big[b] = (char)(nsin[b] > thr);
+    big[b] = (char)(ns[b] > thr);
     hs[b]  = (char)(H->sleaf[b + 1] > H->sleaf[b]);
     ht[b]  = (char)(H->tleaf[b + 1] > H->tleaf[b]);
   }
@@ -257,7 +254,7 @@ PetscErrorCode FMMPlanWalks(FMMContext *ctx)
 {
   PetscFunctionBegin;
   if (FMMWalksApply(ctx) && !ctx->host->walk) {
-    PetscCall(FMMWalksBuild(&ctx->plan, ctx->host, NULL, ctx->par->theta, ctx->obj));
+    PetscCall(FMMWalksBuild(&ctx->plan, ctx->host, ctx->par->theta, ctx->obj));
     if (ctx->host->walk) FMMPlanStatistics(&ctx->plan, ctx->host);
   }
   PetscFunctionReturn(0);
