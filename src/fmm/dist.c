@@ -79,14 +79,113 @@ static inline PetscBool CandLess(const Cand *a, const Cand *b)
   return (a->c < b->c || (a->c == b->c && a->i < b->i)) ? PETSC_TRUE : PETSC_FALSE;
 }
 
+static int CandCompare(const void *x, const void *y)
+{
+  return CandLess((const Cand *)x, (const Cand *)y) ? -1 : (CandLess((const Cand *)y, (const Cand *)x) ? 1 : 0);
+}
+
+/*
+  Before the rounds of ParallelCut(): the need[b]-th smallest key of each box
+  bracketed by two pivots from a sample (Floyd & Rivest, Comm. ACM 18 (1975)
+  173).  Each rank's keys at S evenly spaced places of the box's active
+  points are gathered; the pivots lie 3 sqrt(T) + 1 places either side of
+  the sought key's place among the T gathered; one count of the points below
+  each (all threads) says whether they bracket it.  Where they do, the
+  active points are split three ways and the rounds go on among the middle
+  ones only (a few percent).  Exact either way: a failed bracket changes
+  nothing.
+*/
+static PetscErrorCode Bracket(MPI_Comm comm, FMMPoint *pt, PetscInt nb, const int dir[], PetscInt a[], PetscInt e[], PetscInt need[], PetscInt act[])
+{
+  PetscMPIInt size;
+  PetscInt    S, *cnt;
+  Cand       *mine, *all, *t;
+  FMMPoint   *piv;
+  char       *has;
+
+  PetscFunctionBegin;
+  PetscCallMPI(MPI_Comm_size(comm, &size));
+  S = PetscMax(16, PetscMin(4096, (1 << 20) / (nb * size)));
+  PetscCall(PetscMalloc4((size_t)nb * S, &mine, (size_t)nb * S * size, &all, (size_t)S * size, &t, 2 * nb, &piv));
+  PetscCall(PetscMalloc2(2 * nb, &cnt, 2 * nb, &has));
+  for (PetscInt b = 0; b < nb; b++) {
+    const PetscInt m = e[b] - a[b];
+    for (PetscInt s = 0; s < S; s++) {
+      const PetscInt u = m >= S ? a[b] + (PetscInt)(((PetscInt64)s * m) / S) : a[b] + s;
+      mine[b * S + s]  = (need[b] == 0 || need[b] == act[b] || (m < S && s >= m)) ? (Cand){0, 0, 0} : (Cand){dir[b] ? pt[u].y : pt[u].x, pt[u].i, 1};
+    }
+  }
+  PetscCallMPI(MPI_Allgather(mine, (PetscMPIInt)(nb * S * sizeof(Cand)), MPI_BYTE, all, (PetscMPIInt)(nb * S * sizeof(Cand)), MPI_BYTE, comm));
+  for (PetscInt b = 0; b < nb; b++) {
+    PetscInt T = 0;
+    has[2 * b] = has[2 * b + 1] = 0;
+    for (PetscMPIInt r = 0; r < size; r++)
+      for (PetscInt s = 0; s < S; s++)
+        if (all[((size_t)r * nb + b) * S + s].w) t[T++] = all[((size_t)r * nb + b) * S + s];
+    if (T < 64) continue;
+    qsort(t, (size_t)T, sizeof(Cand), CandCompare);
+    {
+      const PetscReal at = (PetscReal)need[b] / (PetscReal)act[b] * T, d = 3 * PetscSqrtReal((PetscReal)T) + 1;
+      const PetscInt  lo = (PetscInt)PetscFloorReal(at - d), hi = (PetscInt)PetscCeilReal(at + d);
+      if (lo >= 0) {
+        has[2 * b] = 1;
+        piv[2 * b] = (FMMPoint){dir[b] ? 0 : t[lo].c, dir[b] ? t[lo].c : 0, t[lo].i, 0};
+      }
+      if (hi < T) {
+        has[2 * b + 1] = 1;
+        piv[2 * b + 1] = (FMMPoint){dir[b] ? 0 : t[hi].c, dir[b] ? t[hi].c : 0, t[hi].i, 0};
+      }
+    }
+  }
+  for (PetscInt b = 0; b < nb; b++) { /* below the lower pivot; not above the upper one */
+    const FMMPoint *pl = &piv[2 * b], *ph = &piv[2 * b + 1];
+    const int       dr = dir[b], hl = has[2 * b], hh = has[2 * b + 1];
+    PetscInt        L = 0, H = 0;
+#pragma omp parallel for reduction(+ : L, H) if (e[b] - a[b] >= FMM_OMP_MIN_POINTS)
+    for (PetscInt u = a[b]; u < e[b]; u++) {
+      L += hl && FMMKeyLess(&pt[u], pl, dr);
+      H += hh && !FMMKeyLess(ph, &pt[u], dr);
+    }
+    cnt[2 * b]     = L;
+    cnt[2 * b + 1] = H;
+  }
+  PetscCall(MPIU_Allreduce(MPI_IN_PLACE, cnt, 2 * nb, MPIU_INT, MPI_SUM, comm));
+  for (PetscInt b = 0; b < nb; b++) {
+    const PetscInt L = has[2 * b] ? cnt[2 * b] : 0, H = has[2 * b + 1] ? cnt[2 * b + 1] : act[b];
+    if (!(has[2 * b] || has[2 * b + 1]) || L > need[b] || H < need[b]) continue;
+    { /* three ways: below the lower pivot, between, above the upper one */
+      PetscInt lo = a[b], mid = a[b], hi = e[b];
+      while (mid < hi) {
+        if (has[2 * b] && FMMKeyLess(&pt[mid], &piv[2 * b], dir[b])) {
+          FMMPoint x = pt[lo];
+          pt[lo++]   = pt[mid];
+          pt[mid++]  = x;
+        } else if (has[2 * b + 1] && FMMKeyLess(&piv[2 * b + 1], &pt[mid], dir[b])) {
+          FMMPoint x = pt[--hi];
+          pt[hi]     = pt[mid];
+          pt[mid]    = x;
+        } else mid++;
+      }
+      a[b] = lo;
+      e[b] = hi;
+    }
+    need[b] -= L;
+    act[b] = H - L;
+  }
+  PetscCall(PetscFree4(mine, all, t, piv));
+  PetscCall(PetscFree2(cnt, has));
+  PetscFunctionReturn(0);
+}
+
 /*
   Cuts each of the nb boxes (local point ranges off[], global counts cnt[])
   after its k[b] smallest keys along the longer side of its global bounding
   box: on return the local points of box b are reordered so that those
-  [off[b], sp[b]) are the ones among the k[b] smallest.  Selection by the
-  weighted median of the ranks' local medians: each round discards at least
-  a quarter of the points still in play, and costs one MPI_Allgather and one
-  MPI_Allreduce for all boxes together.
+  [off[b], sp[b]) are the ones among the k[b] smallest.  After a bracket by
+  samples (Bracket()), selection by the weighted median of the ranks' local
+  medians: each round discards at least a quarter of the points still in
+  play, and costs one MPI_Allgather and one MPI_Allreduce for all boxes
+  together.
 */
 static PetscErrorCode ParallelCut(MPI_Comm comm, FMMPoint *pt, PetscInt nb, const PetscInt off[], const PetscInt cnt[], const PetscInt k[], PetscInt sp[])
 {
@@ -112,6 +211,7 @@ static PetscErrorCode ParallelCut(MPI_Comm comm, FMMPoint *pt, PetscInt nb, cons
     need[b]            = k[b];
     act[b]             = cnt[b];
   }
+  PetscCall(Bracket(comm, pt, nb, dir, a, e, need, act));
   while (busy) {
     PetscCheck(++rounds < 400, comm, PETSC_ERR_PLIB, "MATFMM: parallel median selection did not converge");
     busy = PETSC_FALSE;
