@@ -272,6 +272,26 @@ int main(int argc, char **argv)
     suffix: theta_large
     args: -geometry curve -kernel double -mat_fmm_theta 0.8 -mat_fmm_eps 1e-6 -ps 16,32 -factor 4
   test:
+    suffix: blob_wide_cuda
+    args: -geometry blob -cluster_radius 1e-3 -kernel combined -mat_fmm_eps 1e-10 -ps 8,16 -mat_fmm_device cuda
+    output_file: output/accuracy_blob_wide.out
+    requires: cuda
+  test:
+    suffix: blob_tight_cuda
+    args: -geometry blob -cluster_radius 1e-12 -kernel single -mat_fmm_eps 1e-10 -ps 8,16 -mat_fmm_device cuda
+    output_file: output/accuracy_blob_tight.out
+    requires: cuda
+  test:
+    suffix: line_cuda
+    args: -geometry line -kernel combined -mat_fmm_eps 1e-10 -ps 8,16 -mat_fmm_device cuda
+    output_file: output/accuracy_line.out
+    requires: cuda
+  test:
+    suffix: theta_large_cuda
+    args: -geometry curve -kernel double -mat_fmm_theta 0.8 -mat_fmm_eps 1e-6 -ps 16,32 -factor 4 -mat_fmm_device cuda
+    output_file: output/accuracy_theta_large.out
+    requires: cuda
+  test:
     suffix: graded_cuda
     args: -geometry graded -kernel double -mat_fmm_eps 1e-10 -ps 8,16 -mat_fmm_device cuda
     output_file: output/accuracy_graded.out
