@@ -18,7 +18,7 @@
     -mat_fmm_cuda_split_local <bool> the tree's last splitting rounds in shared memory (default true)
     -mat_fmm_cuda_tree_key_bits <b> the tree's sort keys: b quantized bits (1 to 32, default 32) or 64
     -mat_fmm_cuda_tree_list_room <n> the strong lists' room per box (far lists: 3n) before their sizes are known (default 16)
-    -mat_fmm_cuda_walks <bool> the walks of spread leaves next to dense ones (walk.cu; default true)
+    -mat_fmm_cuda_walks <bool> the walks of spread leaves next to dense ones (tree/walks.cuh, walk.cu; default true)
   and, read once per process without a prefix (device.cu):
     -mat_fmm_cuda_pool_reserve <MB> GPU memory the pool maps up front
 */
@@ -417,7 +417,7 @@ static PetscErrorCode FMMCUDASetup(FMMContext *ctx)
   }
   /* the near field's log by table unless -mat_fmm_cuda_log libm */
   if (m->log_fast) PetscCall(FMMCUDALogTable(c));
-  if (c->fmm && !c->walkdone) { /* the walks of spread leaves next to dense ones (walk.cu), once per tree */
+  if (c->fmm && !c->walkdone) { /* the walks of spread leaves next to dense ones (tree/walks.cuh), once per tree */
     P->wleaves = P->wtargets = P->wm2p = P->wp2l = 0;
     P->wpairs                                    = 0;
     if (m->walks && FMMWalksApply(ctx)) PetscCall(FMMCUDAWalks(ctx, c));

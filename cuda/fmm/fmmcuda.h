@@ -231,7 +231,7 @@ typedef struct {
   PetscInt    nrepchunks, *repleaf; /* host */
   PetscInt64 *recoff;               /* [nleaves] record offset of each leaf within its chunk */
   PetscReal  *rec;
-  /* the walks (FMMWalks, walk.cu): their index arrays in one block (walk) */
+  /* the walks (FMMWalks; built by tree/walks.cuh, run by walk.cu): their index arrays in one block (walk) */
   PetscBool walkdone; /* looked for, for this tree */
   PetscInt  nwt, nlb, nxl, *walk, *wt, *wmoff, *wm, *wpoff, *wp, *lb, *lsoff, *ls, *xl, *xsoff, *xs;
   PetscBool   treebuilt; /* the device plan was built by FMMCUDATreeBuild (tree.cu), not uploaded; set with its lists, nearoff then lies in near's block */
