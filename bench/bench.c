@@ -251,6 +251,7 @@ int main(int argc, char **argv)
     SETERRQ(PETSC_COMM_WORLD, PETSC_ERR_SUP, "-device_points needs a PETSc configured with CUDA");
 #endif
   }
+  PetscCallMPI(MPI_Barrier(PETSC_COMM_WORLD)); /* the ranks' point generation is not the setup */
   PetscCall(PetscTime(&t0));
   PetscCall(MatCreate(PETSC_COMM_WORLD, &A));
   PetscCall(MatSetSizes(A, n, n, PETSC_DETERMINE, PETSC_DETERMINE));
