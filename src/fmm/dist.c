@@ -79,6 +79,26 @@ static inline PetscBool CandLess(const Cand *a, const Cand *b)
   return (a->c < b->c || (a->c == b->c && a->i < b->i)) ? PETSC_TRUE : PETSC_FALSE;
 }
 
+/* pt[a..e) in three: below lo, neither, above hi (NULL: no point is below /
+   above it); *m1, *m2: where the middle part starts and ends */
+static void Partition3(FMMPoint *pt, PetscInt a, PetscInt e, const FMMPoint *lo, const FMMPoint *hi, int dir, PetscInt *m1, PetscInt *m2)
+{
+  PetscInt l = a, mid = a, h = e;
+  while (mid < h) {
+    if (lo && FMMKeyLess(&pt[mid], lo, dir)) {
+      FMMPoint t = pt[l];
+      pt[l++]    = pt[mid];
+      pt[mid++]  = t;
+    } else if (hi && FMMKeyLess(hi, &pt[mid], dir)) {
+      FMMPoint t = pt[--h];
+      pt[h]      = pt[mid];
+      pt[mid]    = t;
+    } else mid++;
+  }
+  *m1 = l;
+  *m2 = h;
+}
+
 static int CandCompare(const void *x, const void *y)
 {
   return CandLess((const Cand *)x, (const Cand *)y) ? -1 : (CandLess((const Cand *)y, (const Cand *)x) ? 1 : 0);
@@ -153,22 +173,7 @@ static PetscErrorCode Bracket(MPI_Comm comm, FMMPoint *pt, PetscInt nb, const in
   for (PetscInt b = 0; b < nb; b++) {
     const PetscInt L = has[2 * b] ? cnt[2 * b] : 0, H = has[2 * b + 1] ? cnt[2 * b + 1] : act[b];
     if (!(has[2 * b] || has[2 * b + 1]) || L > need[b] || H < need[b]) continue;
-    { /* three ways: below the lower pivot, between, above the upper one */
-      PetscInt lo = a[b], mid = a[b], hi = e[b];
-      while (mid < hi) {
-        if (has[2 * b] && FMMKeyLess(&pt[mid], &piv[2 * b], dir[b])) {
-          FMMPoint x = pt[lo];
-          pt[lo++]   = pt[mid];
-          pt[mid++]  = x;
-        } else if (has[2 * b + 1] && FMMKeyLess(&piv[2 * b + 1], &pt[mid], dir[b])) {
-          FMMPoint x = pt[--hi];
-          pt[hi]     = pt[mid];
-          pt[mid]    = x;
-        } else mid++;
-      }
-      a[b] = lo;
-      e[b] = hi;
-    }
+    Partition3(pt, a[b], e[b], has[2 * b] ? &piv[2 * b] : NULL, has[2 * b + 1] ? &piv[2 * b + 1] : NULL, dir[b], &a[b], &e[b]);
     need[b] -= L;
     act[b] = H - L;
   }
@@ -246,24 +251,11 @@ static PetscErrorCode ParallelCut(MPI_Comm comm, FMMPoint *pt, PetscInt nb, cons
           break;
         }
       }
-      { /* three-way partition of the active points: < pivot, = pivot, > pivot */
-        PetscInt lo = a[b], mid = a[b], hi = e[b];
-        FMMPoint P = {dir[b] ? 0 : piv.c, dir[b] ? piv.c : 0, piv.i, 0};
-        while (mid < hi) {
-          if (FMMKeyLess(&pt[mid], &P, dir[b])) {
-            FMMPoint t = pt[lo];
-            pt[lo++]   = pt[mid];
-            pt[mid++]  = t;
-          } else if (FMMKeyLess(&P, &pt[mid], dir[b])) {
-            FMMPoint t = pt[--hi];
-            pt[hi]     = pt[mid];
-            pt[mid]    = t;
-          } else mid++;
-        }
-        cntl[2 * b]     = lo - a[b];
-        cntl[2 * b + 1] = mid - lo;
-        sp[b]           = lo;
-        m2[b]           = mid;
+      { /* the active points: < pivot, = pivot, > pivot */
+        const FMMPoint P = {dir[b] ? 0 : piv.c, dir[b] ? piv.c : 0, piv.i, 0};
+        Partition3(pt, a[b], e[b], &P, &P, dir[b], &sp[b], &m2[b]);
+        cntl[2 * b]     = sp[b] - a[b];
+        cntl[2 * b + 1] = m2[b] - sp[b];
       }
     }
     PetscCall(MPIU_Allreduce(MPI_IN_PLACE, cntl, 2 * nb, MPIU_INT, MPI_SUM, comm));

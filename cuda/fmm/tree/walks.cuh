@@ -202,58 +202,47 @@ __device__ void WalkPoint(const WalkSet &S, double x, double y, double theta, co
   }
 }
 
-/* thread w: walked target w (the targets of bl[0], bl[1], ...: toff), over
-   the sources of its leaf's near field (pin es[], hall hs[]); count: its M2P
-   and P2P entries (cm, cp; w = nwt: zeros) and pairs; fill: wt, wm, wp */
-template <bool fill>
-__global__ void WalkTargetsKernel(WalkTree T, PetscInt nwt, const PetscInt *toff, const PetscInt *es, const PetscInt *hs, const double *tx, const double *ty, PetscInt *cm, PetscInt *cp, unsigned long long *pairs, PetscInt *wt, const PetscInt *wmoff, PetscInt *wm, const PetscInt *wpoff, PetscInt *wp)
-{
-  FMMWaitPrior();
-  const PetscInt w = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
-  if (w > nwt) return;
-  if (w == nwt) {
-    if (!fill) cm[w] = cp[w] = 0;
-    return;
-  }
-  const PetscInt k = FMMLastLE(toff, 0, T.nbig, w), i = T.tleaf[T.bl[k]] + w - toff[k];
-  const WalkSet  S = {T.g, es, hs, T.goff[k], T.goff[k + 1], T.L, T.mk ? T.mk + (long long)k * T.nb : NULL, 0};
-  PetscInt       nf = 0, nn = 0;
-  long long      pr = 0;
-  WalkPoint<fill>(S, tx[i], ty[i], T.theta, T.cx, T.cy, T.scale, T.sleaf, fill ? wm + wmoff[w] : NULL, fill ? wp + wpoff[w] : NULL, &nf, &nn, &pr);
-  if (fill) wt[w] = i;
-  else {
-    cm[w] = nf;
-    cp[w] = nn;
-    if (pr) atomicAdd(pairs, (unsigned long long)pr); /* integers: exact in any order */
-  }
-}
+/* one side of the walks: its walked points (v < n; off[k]: those before
+   walked leaf k's, first[]: where each leaf's points start), their
+   coordinates, the marks' running counts and leaf counts (pin, hall) and
+   bits (sh), and the other side's leaf offsets (cnt: the point pairs) */
+typedef struct {
+  PetscInt        n;
+  const PetscInt *off, *first, *pin, *hall, *cnt;
+  const double   *x, *y;
+  int             sh;
+} WalkSide;
 
-/* thread v: walked source v (soff), over the targets of its leaf's near
-   field but the walked leaves' (pin et[], hall ht[]); count: cf, cn (v = nws:
-   zeros), pairs; fill: the pairs (box, source) of P2L and (leaf, source) of
-   the direct sums, keys and values, at lpoff and xpoff */
-template <bool fill>
-__global__ void WalkSourcesKernel(WalkTree T, PetscInt nws, const PetscInt *soff, const PetscInt *et, const PetscInt *ht, const double *sx, const double *sy, PetscInt *cf, PetscInt *cn, unsigned long long *pairs, const PetscInt *lpoff, unsigned *lkey, PetscInt *lval, const PetscInt *xpoff, unsigned *xkey, PetscInt *xval)
+/* thread v: walked point v of side W.  Count: its far and near entries (cf,
+   cn; v = n: zeros) and pairs.  Fill: its far boxes and near leaves at
+   foff[v], noff[v]; with fval, nval the point's number beside each (the
+   sources' pairs, grouped later); with pt, the point's number at v (the
+   targets' wt) */
+template <bool fill, class K>
+__global__ void WalkKernel(WalkTree T, WalkSide W, PetscInt *cf, PetscInt *cn, unsigned long long *pairs, const PetscInt *foff, K *far, PetscInt *fval, const PetscInt *noff, K *near, PetscInt *nval, PetscInt *pt)
 {
   FMMWaitPrior();
   const PetscInt v = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
-  if (v > nws) return;
-  if (v == nws) {
+  if (v > W.n) return;
+  if (v == W.n) {
     if (!fill) cf[v] = cn[v] = 0;
     return;
   }
-  const PetscInt k = FMMLastLE(soff, 0, T.nbig, v), i = T.sleaf[T.bl[k]] + v - soff[k];
-  const WalkSet  S = {T.g, et, ht, T.goff[k], T.goff[k + 1], T.L, T.mk ? T.mk + (long long)k * T.nb : NULL, 2};
+  const PetscInt k = FMMLastLE(W.off, 0, T.nbig, v), i = W.first[T.bl[k]] + v - W.off[k];
+  const WalkSet  S = {T.g, W.pin, W.hall, T.goff[k], T.goff[k + 1], T.L, T.mk ? T.mk + (long long)k * T.nb : NULL, W.sh};
   PetscInt       nf = 0, nn = 0;
   long long      pr = 0;
-  WalkPoint<fill>(S, sx[i], sy[i], T.theta, T.cx, T.cy, T.scale, T.tleaf, fill ? lkey + lpoff[v] : NULL, fill ? xkey + xpoff[v] : NULL, &nf, &nn, &pr);
+  WalkPoint<fill>(S, W.x[i], W.y[i], T.theta, T.cx, T.cy, T.scale, W.cnt, fill ? far + foff[v] : NULL, fill ? near + noff[v] : NULL, &nf, &nn, &pr);
   if (fill) {
-    for (PetscInt j = 0; j < nf; j++) lval[lpoff[v] + j] = i;
-    for (PetscInt j = 0; j < nn; j++) xval[xpoff[v] + j] = i;
+    if (pt) pt[v] = i;
+    if (fval)
+      for (PetscInt j = 0; j < nf; j++) fval[foff[v] + j] = i;
+    if (nval)
+      for (PetscInt j = 0; j < nn; j++) nval[noff[v] + j] = i;
   } else {
     cf[v] = nf;
     cn[v] = nn;
-    if (pr) atomicAdd(pairs, (unsigned long long)pr);
+    if (pr) atomicAdd(pairs, (unsigned long long)pr); /* integers: exact in any order */
   }
 }
 
@@ -437,9 +426,11 @@ PetscErrorCode FMMCUDAWalks(FMMContext *ctx, FMM_CUDA *c)
     FMMCheckLaunch();
     T.mk = mk;
   }
-  FMMLaunch(WalkTargetsKernel<false>, LAUNCH_N(nwt + 1), T, nwt, (const PetscInt *)toff, (const PetscInt *)gv, (const PetscInt *)hs, c->tx, c->ty, cm, cp, dpairs, (PetscInt *)NULL, (const PetscInt *)NULL, (PetscInt *)NULL, (const PetscInt *)NULL, (PetscInt *)NULL);
+  /* the targets walk over the sources of their leaf's near field, the sources over its targets but the walked leaves' */
+  const WalkSide Wt = {nwt, toff, c->tleaf, gv, hs, c->sleaf, c->tx, c->ty, 0}, Ws = {nws, soff, c->sleaf, g2, ht, c->tleaf, c->sx, c->sy, 2};
+  FMMLaunch(WalkKernel<false, PetscInt>, LAUNCH_N(nwt + 1), T, Wt, cm, cp, dpairs, (const PetscInt *)NULL, (PetscInt *)NULL, (PetscInt *)NULL, (const PetscInt *)NULL, (PetscInt *)NULL, (PetscInt *)NULL, (PetscInt *)NULL);
   FMMCheckLaunch();
-  FMMLaunch(WalkSourcesKernel<false>, LAUNCH_N(nws + 1), T, nws, (const PetscInt *)soff, (const PetscInt *)g2, (const PetscInt *)ht, c->sx, c->sy, cf, cn, dpairs, (const PetscInt *)NULL, (unsigned *)NULL, (PetscInt *)NULL, (const PetscInt *)NULL, (unsigned *)NULL, (PetscInt *)NULL);
+  FMMLaunch(WalkKernel<false, PetscInt>, LAUNCH_N(nws + 1), T, Ws, cf, cn, dpairs, (const PetscInt *)NULL, (PetscInt *)NULL, (PetscInt *)NULL, (const PetscInt *)NULL, (PetscInt *)NULL, (PetscInt *)NULL, (PetscInt *)NULL);
   FMMCheckLaunch();
   PetscCall(ExclusiveScan3(c, &s, cm, cp, cp, wmoff, wpoff, wpoff, nwt)); /* (a third scan of cp: one CUB scan of triples for all) */
   PetscCall(ExclusiveScan3(c, &s, cf, cn, cn, lpoff, xpoff, xpoff, nws));
@@ -468,7 +459,7 @@ PetscErrorCode FMMCUDAWalks(FMMContext *ctx, FMM_CUDA *c)
   }
   FMMCallCUDA(cudaMemcpyAsync(c->wmoff, wmoff, sizeof(PetscInt) * (nwt + 1), cudaMemcpyDeviceToDevice, c->stream));
   FMMCallCUDA(cudaMemcpyAsync(c->wpoff, wpoff, sizeof(PetscInt) * (nwt + 1), cudaMemcpyDeviceToDevice, c->stream));
-  FMMLaunch(WalkTargetsKernel<true>, LAUNCH_N(nwt + 1), T, nwt, (const PetscInt *)toff, (const PetscInt *)gv, (const PetscInt *)hs, c->tx, c->ty, cm, cp, dpairs, c->wt, (const PetscInt *)c->wmoff, c->wm, (const PetscInt *)c->wpoff, c->wp);
+  FMMLaunch(WalkKernel<true, PetscInt>, LAUNCH_N(nwt + 1), T, Wt, cm, cp, dpairs, (const PetscInt *)c->wmoff, c->wm, (PetscInt *)NULL, (const PetscInt *)c->wpoff, c->wp, (PetscInt *)NULL, c->wt);
   FMMCheckLaunch();
   /* the pairs of P2L and of the direct sums, grouped by box and by leaf */
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&w3, sizeof(unsigned) * 2 * (nlp + nxp + 2), "the walks' work"));
@@ -476,7 +467,7 @@ PetscErrorCode FMMCUDAWalks(FMMContext *ctx, FMM_CUDA *c)
   {
     unsigned *lk = w3, *xk = lk + 2 * (nlp + 1);
     PetscInt *lv = w2, *xv = lv + (nlp + 1), *lh = xv + (nxp + 1), *xh = lh + 2 * (nlp + 1);
-    FMMLaunch(WalkSourcesKernel<true>, LAUNCH_N(nws + 1), T, nws, (const PetscInt *)soff, (const PetscInt *)g2, (const PetscInt *)ht, c->sx, c->sy, cf, cn, dpairs, (const PetscInt *)lpoff, lk, lv, (const PetscInt *)xpoff, xk, xv);
+    FMMLaunch(WalkKernel<true, unsigned>, LAUNCH_N(nws + 1), T, Ws, cf, cn, dpairs, (const PetscInt *)lpoff, lk, lv, (const PetscInt *)xpoff, xk, xv, (PetscInt *)NULL);
     FMMCheckLaunch();
     PetscCall(WalkGroup(c, &s, nlp, WalkBits(nb), lk, lv, c->lb, c->lsoff, c->ls, lh));
     PetscCall(WalkGroup(c, &s, nxp, WalkBits(nl), xk, xv, c->xl, c->xsoff, c->xs, xh));
