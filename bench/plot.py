@@ -103,8 +103,8 @@ def panel_matmult(ax, figs, benches):
 
 
 def panel_grind(ax, figs, sweeps):
-    styles = iter([dict(fmt="o-", color="tab:green"), dict(fmt="s--", color="tab:olive"), dict(fmt="^-", color="tab:blue"),
-                   dict(fmt="v-", color="tab:red")])
+    styles = iter([dict(fmt="o-", color="tab:green"), dict(fmt="s--", color="tab:olive"), dict(fmt="D", color="tab:gray"),
+                   dict(fmt="^-", color="tab:blue"), dict(fmt="v-", color="tab:red")])
     for series, pts in figs.items():
         if series == "target":
             for _, v, *_ in pts:

@@ -629,7 +629,9 @@ static PetscErrorCode CaseRepeat(void)
 /* the problem of the compare case on device dev: A and, applied to the same random x, A x and b */
 static PetscErrorCode CompareProblem(DM da, MatSweepDevice dev, Vec *Ax, Vec *b)
 {
-  const PetscInt   ng = 3, nm = 3;
+  const PetscInt   ng = 3;
+  PetscInt         nm = 3;
+  PetscBool        angular = PETSC_TRUE;
   Mat              A;
   Vec              x;
   PetscReal        sigt[6], sigs[2 * 3 * 9], *q, *qa;
@@ -638,6 +640,9 @@ static PetscErrorCode CompareProblem(DM da, MatSweepDevice dev, Vec *Ax, Vec *b)
   MatSweepBoundary bc[6] = {MATSWEEP_BOUNDARY_REFLECTIVE, MATSWEEP_BOUNDARY_REFLECTIVE, MATSWEEP_BOUNDARY_VACUUM, MATSWEEP_BOUNDARY_REFLECTIVE, MATSWEEP_BOUNDARY_REFLECTIVE, MATSWEEP_BOUNDARY_VACUUM};
 
   PetscFunctionBeginUser;
+  PetscCall(PetscOptionsGetInt(NULL, NULL, "-nmom", &nm, NULL)); /* 1 to 3 */
+  PetscCheck(nm >= 1 && nm <= 3, PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-nmom %" PetscInt_FMT ": expected 1 to 3", nm);
+  PetscCall(PetscOptionsGetBool(NULL, NULL, "-angular", &angular, NULL));
   for (PetscInt m = 0; m < 2; m++)
     for (PetscInt g = 0; g < ng; g++) {
       sigt[m * ng + g] = (1 + m) * (1.0 + 0.3 * g);
@@ -667,7 +672,7 @@ static PetscErrorCode CompareProblem(DM da, MatSweepDevice dev, Vec *Ax, Vec *b)
   PetscCall(MatAssemblyBegin(A, MAT_FINAL_ASSEMBLY));
   PetscCall(MatAssemblyEnd(A, MAT_FINAL_ASSEMBLY));
   PetscCall(MatSweepSetSource(A, q));
-  PetscCall(MatSweepSetAngularSource(A, qa));
+  if (angular) PetscCall(MatSweepSetAngularSource(A, qa));
   PetscCall(MatCreateVecs(A, &x, Ax));
   PetscCall(VecDuplicate(*Ax, b));
   PetscCall(PetscRandomCreate(PETSC_COMM_WORLD, &r));
@@ -690,7 +695,11 @@ static PetscErrorCode CaseCompare(void)
   PetscReal na, nb;
 
   PetscFunctionBeginUser;
-  PetscCall(CreateDA(7, 5, 6, &da));
+  {
+    PetscInt n[3] = {7, 5, 6}, three = 3;
+    PetscCall(PetscOptionsGetIntArray(NULL, NULL, "-grid", n, &three, NULL));
+    PetscCall(CreateDA(n[0], n[1], n[2], &da));
+  }
   PetscCall(CompareProblem(da, MATSWEEP_DEVICE_CPU, &ac, &bc));
   PetscCall(CompareProblem(da, MATSWEEP_DEVICE_CUDA, &ag, &bg));
   PetscCall(VecAXPY(ag, -1.0, ac));
@@ -912,6 +921,22 @@ int main(int argc, char **argv)
   test:
     suffix: cuda_compare_lines4
     args: -case compare -mat_sweep_nang 4 -mat_sweep_cuda_lines 4 -mat_sweep_fixup
+    requires: cuda
+  test:
+    suffix: cuda_compare_tiles
+    args: -case compare -mat_sweep_nang 5 -nmom 1 -angular 0 -grid 9,6,11
+    requires: cuda
+  test:
+    suffix: cuda_compare_tiles_step
+    args: -case compare -mat_sweep_nang 3 -nmom 1 -angular 0 -grid 8,8,8 -mat_sweep_scheme step -mat_sweep_cuda_tile_z 4 -mat_sweep_layout DGZ
+    requires: cuda
+  test:
+    suffix: cuda_compare_tiles_2d
+    args: -case compare -mat_sweep_nang 7 -nmom 1 -angular 0 -grid 10,7,1
+    requires: cuda
+  test:
+    suffix: cuda_compare_tiles_groups
+    args: -case compare -mat_sweep_nang 100 -nmom 2 -grid 5,9,4 -mat_sweep_fixup
     requires: cuda
   test:
     suffix: cuda_infinite_mg

@@ -2,23 +2,28 @@
   The CUDA backend of MATSWEEP: the whole sweep on the GPU, for all octants,
   angles and groups, the moments accumulated on the device.
 
-  Organisation (the "line march"): a thread owns J adjacent lines of cells
-  along x (-mat_sweep_cuda_lines, default 2) for one (octant, group, angle)
-  and marches along them, the x faces in registers and the y face passed
-  from one line to the next in a register; the faces crossing between
-  threads were left in global memory by the line groups upstream.  By
-  default line groups are launched by diagonals of the y-z plane (jb + k' =
-  s in the octant's direction of flight): one launch per diagonal, all
-  octants that may run together (all 8 with vacuum faces) and all groups in
-  it; each thread copies its next cells' faces into shared memory ahead of
-  its arithmetic (cp.async).  -mat_sweep_cuda_schedule pipelined instead
-  runs one launch per octant batch whose line groups wait on their upstream
-  chunks.  Every SWEEP_C cells a block leaves its psi in shared memory and
-  sums each cell's moments over the angles in a fixed order, into that
-  octant's partial moments; a last kernel adds the octants in the order of
-  SweepOctantOrder().  So every sum has a fixed order and repeated products
-  are bitwise identical.  The cell equations are those of the CPU backend
-  (src/sweep/cpu/backend.c).
+  Two organisations.  On one rank, by default, the "tiles" schedule
+  (TileKernel()): a block sweeps a tile of 4 x 4 x TZ cells for one octant,
+  a few groups and all angles, a thread per (group, angle), with the tile's
+  inner faces in registers and shared memory; one launch per diagonal of
+  tiles.  Across ranks (KBA, SweepKBA()) and on request, the "line march":
+  a thread owns J adjacent lines of cells along x (-mat_sweep_cuda_lines,
+  default 2) for one (octant, group, angle) and marches along them, the x
+  faces in registers and the y face passed from one line to the next in a
+  register; the faces crossing between threads were left in global memory
+  by the line groups upstream.  Line groups are launched by diagonals of
+  the y-z plane (jb + k' = s in the octant's direction of flight): one
+  launch per diagonal, all octants that may run together (all 8 with vacuum
+  faces) and all groups in it; each thread copies its next cells' faces
+  into shared memory ahead of its arithmetic (cp.async).
+  -mat_sweep_cuda_schedule pipelined instead runs one launch per octant
+  batch whose line groups wait on their upstream chunks.  Every SWEEP_C
+  cells a block leaves its psi in shared memory and sums each cell's
+  moments over the angles in a fixed order, into that octant's partial
+  moments (the tiles do the same plane by plane); a last kernel adds the
+  octants in the order of SweepOctantOrder().  So every sum has a fixed
+  order and repeated products are bitwise identical.  The cell equations
+  are those of the CPU backend (src/sweep/cpu/backend.c).
 */
 #include <cuda_runtime.h>
 #include <cuda_pipeline.h>
@@ -43,8 +48,8 @@ typedef struct {
 typedef struct {
   int nx, ny, nz, ng, nang, cm, ndir, twod, dd, fixup;
   const double *cx, *cy, *cz, *wY, *Ys, *sigt, *qmom, *qang;
-  double       *fy, *fz, *phio;
-  Strides       sy, sz;
+  double       *fx, *fy, *fz, *phio; /* fx: the tiles schedule's only */
+  Strides       sx, sy, sz;
   long long     nphi;            /* cells * ng * cm: one octant's partial moments */
   int           bc[6];           /* boundary conditions */
   int           carry[3];        /* the axis carries its low face's entering flux */
@@ -430,6 +435,208 @@ __global__ void __launch_bounds__(MAXT, MINB) PipeKernel(const __grid_constant__
   }
 }
 
+/*
+  The "tiles" schedule (the default on one rank): a block sweeps a tile of
+  TILE_X x TILE_Y x TZ cells for one octant, GB groups and all angles, a
+  thread per (group, angle), through the tile in the octant's direction of
+  flight (x fastest, then y, then z).  The tile's inner faces stay on the
+  SM: the x face along a line and a plane's y faces in registers, the z
+  faces of a plane in shared memory from plane to plane.  Only the faces
+  between tiles pass through global memory: 2 (1/TILE_X + 1/TILE_Y + 1/TZ)
+  values a cell, direction and group, against 2 + 2/J for the line march.
+  While a plane is swept, the faces entering the next plane come into
+  registers and its sources and sigma_t into shared memory (cp.async).  One
+  launch per diagonal I' + J' + K' = d of tiles (each octant counts its
+  tiles in its own direction of flight), all octants of the batch and all
+  groups in it.  After each plane the block sums the plane's moments over
+  the angles in Moments()'s order.  The cell equations are MarchCell()'s;
+  the instance for the common case (no fixup, no angular source, one
+  moment) has no branch in a plane, so its 16 cells are scheduled together,
+  and takes 1/(sigma_t + c) from Rcp().
+*/
+/* FaceIn() and FaceOut() at the grid's faces, out of line: they keep the tile kernel's registers for its loop */
+__device__ __noinline__ double EdgeIn(const SweepArgs &k, int oct, int ax, int fc, int g, int a)
+{
+  return FaceIn(k, oct, ax, fc, g, a);
+}
+
+__device__ __noinline__ void EdgeOut(const SweepArgs &k, int oct, int ax, int fc, int g, int a, double v)
+{
+  FaceOut(k, oct, ax, fc, g, a, v);
+}
+
+/* 1/v for 0 < v < 1e30 without a branch (a float seed and two Newton steps: within an ulp of
+   __drcp_rn(), whose special cases are branches that would keep a plane's cells from being scheduled together) */
+__device__ __forceinline__ double Rcp(double v)
+{
+  double r = (double)__frcp_rn((float)v);
+  r        = fma(r, fma(-v, r, 1.0), r);
+  return fma(r, fma(-v, r, 1.0), r);
+}
+
+#define TILE_X 4
+#define TILE_Y 4
+#define TILE_C (TILE_X * TILE_Y) /* cells of a plane */
+#define TILE_T 288               /* threads a block at most: 8 groups of 36 angles, two blocks an SM */
+/* the shared memory of a block of GB groups of na angles (doubles): psi of a plane, z faces, sources of two planes */
+#define TILE_SHARED(GB, na, cm) ((size_t)(GB) * TILE_C * ((na) | 1) + (size_t)TILE_C * (GB) * (na) + 2 * (size_t)TILE_C * (GB) * ((cm) + 1))
+template <int TZ, bool G>
+__global__ void __launch_bounds__(TILE_T, 2) TileKernel(const __grid_constant__ SweepArgs k, const __grid_constant__ OctBatch ob, const int *__restrict__ tiles, int nt, int GB)
+{
+  extern __shared__ double sh[];
+  const int  na = k.nang, P = na | 1, T = blockDim.x, a = threadIdx.x % na, gl = threadIdx.x / na, ng = k.ng, cm = k.cm, nx = k.nx, ny = k.ny, SC = GB * (cm + 1);
+  const int  r = blockIdx.x / nt, oct = ob.oct[r % ob.n], gb = (r / ob.n) * GB, g = gb + gl;
+  const int  ntx = (nx + TILE_X - 1) / TILE_X, nty = (ny + TILE_Y - 1) / TILE_Y, tt = tiles[blockIdx.x % nt];
+  const int  i0 = (tt % ntx) * TILE_X, j0 = ((tt / ntx) % nty) * TILE_Y, k0 = (tt / (ntx * nty)) * TZ; /* the tile's first cell, in the octant's order */
+  const int  mx = min(TILE_X, nx - i0), my = min(TILE_Y, ny - j0), mz = min(TZ, k.nz - k0), ngb = min(GB, ng - gb);
+  const int  ux = (oct & 1) ? -1 : 1, uy = (oct & 2) ? -1 : 1, uz = (oct & 4) ? -1 : 1;
+  const int  ib = ux > 0 ? i0 : nx - 1 - i0, jb = uy > 0 ? j0 : ny - 1 - j0, kb = uz > 0 ? k0 : k.nz - 1 - k0; /* that cell in the grid */
+  const bool on = g < ng;
+  const bool xin = i0 > 0, yin = j0 > 0, zin = k0 > 0, xout = i0 + TILE_X < nx, yout = j0 + TILE_Y < ny, zout = k0 + TZ < k.nz; /* faces shared with other tiles */
+  const double cx = k.cx[a], cy = k.cy[a], cz = k.cz[a], cs = cx + cy + cz, f = k.dd ? 2.0 : 1.0, d = k.dd ? 1.0 : 0.0; /* psi_out = f psi - d psi_in */
+  const int    fxs = uy * (int)k.sx.z, fys = ux * (int)k.sy.z, fzx = ux * (int)k.sz.z, fzy = uy * nx * (int)k.sz.z;
+  const double *Ys = k.Ys + (size_t)oct * cm * na;
+  double       *fx = k.fx + oct * k.sx.o + g * k.sx.g + a * k.sx.a + (long long)jb * k.sx.z, *fy = k.fy + oct * k.sy.o + g * k.sy.g + a * k.sy.a + (long long)ib * k.sy.z;
+  double       *fz  = k.twod ? NULL : k.fz + oct * k.sz.o + g * k.sz.g + a * k.sz.a + (long long)(jb * nx + ib) * k.sz.z;
+  double       *psh = sh, *pz = sh + (size_t)GB * TILE_C * P + threadIdx.x, *src = pz - threadIdx.x + (size_t)TILE_C * T; /* psi [GB][TILE_C][P]; z faces [TILE_C][T]; [2][TILE_C][sigma_t of GB, then GB x cm moments] */
+  double        xpre[TILE_Y] = {0}, ypre[TILE_X] = {0};
+
+  /* the faces entering plane kz (x of each line, y of each column) into xpre, ypre */
+  auto faces = [&](int kz) {
+    const int kk = kb + uz * kz;
+#pragma unroll
+    for (int jy = 0; jy < TILE_Y; jy++)
+      if (jy < my) xpre[jy] = xin ? __ldcg(fx + (long long)kk * ny * k.sx.z + jy * fxs) : EdgeIn(k, oct, 0, kk * ny + jb + uy * jy, g, a);
+#pragma unroll
+    for (int ix = 0; ix < TILE_X; ix++)
+      if (ix < mx) ypre[ix] = yin ? __ldcg(fy + (long long)kk * nx * k.sy.z + ix * fys) : EdgeIn(k, oct, 1, kk * nx + ib + ux * ix, g, a);
+  };
+  /* sigma_t and the source moments of plane kz's cells and the block's groups into src[kz % 2] (cp.async) */
+  auto sources = [&](int kz) {
+    const int kk = kb + uz * kz;
+    double   *dst = src + (size_t)(kz & 1) * TILE_C * SC;
+    for (int e = threadIdx.x; e < TILE_C * SC; e += T) {
+      const int c = e / SC, q = e % SC, ix = c % TILE_X, jy = c / TILE_X;
+      if (ix >= mx || jy >= my || (q < GB ? q : (q - GB) / cm) >= ngb) continue;
+      const long long cell = (long long)(kk * ny + jb + uy * jy) * nx + ib + ux * ix;
+      __pipeline_memcpy_async(dst + e, q < GB ? k.sigt + cell * ng + gb + q : k.qmom + (cell * ng + gb) * cm + (q - GB), sizeof(double));
+    }
+    __pipeline_commit();
+  };
+
+  if (on) {
+    for (int c = 0; c < TILE_C; c++) pz[c * T] = 0;
+    if (!k.twod)
+#pragma unroll
+      for (int jy = 0; jy < TILE_Y; jy++)
+#pragma unroll
+        for (int ix = 0; ix < TILE_X; ix++)
+          if (jy < my && ix < mx) pz[(jy * TILE_X + ix) * T] = zin ? __ldcg(fz + jy * fzy + ix * fzx) : EdgeIn(k, oct, 2, (jb + uy * jy) * nx + ib + ux * ix, g, a);
+    faces(0);
+  }
+  sources(0);
+  for (int kz = 0; kz < mz; kz++) {
+    const int     kk = kb + uz * kz;
+    const double *sc = src + (size_t)(kz & 1) * TILE_C * SC;
+    double        px[TILE_Y], py[TILE_X];
+#pragma unroll
+    for (int u = 0; u < TILE_Y; u++) px[u] = xpre[u];
+#pragma unroll
+    for (int u = 0; u < TILE_X; u++) py[u] = ypre[u];
+    if (kz + 1 < mz) sources(kz + 1); /* the next plane's, in flight while this one is swept */
+    else __pipeline_commit();
+    if (on && kz + 1 < mz) faces(kz + 1);
+    __pipeline_wait_prior(1);
+    __syncthreads(); /* this plane's sources are in; the moments of the last are summed */
+    if (on) {
+      double xo[TILE_Y], yo[TILE_X]; /* the faces leaving the plane's lines and columns */
+      /* cell (ix, jy) of the plane, the x face along its line in x, the y face along its column in y */
+      auto cell = [&](int jy, int ix, double &x, double &y) {
+        const int     c  = jy * TILE_X + ix;
+        const double *sq = sc + c * SC, st = sq[gl], z = pz[c * T];
+        double        s  = sq[GB + gl * cm], psi, ox, oy, oz;
+        if constexpr (G) {
+          for (int m = 1; m < cm; m++) s += Ys[m * na + a] * sq[GB + gl * cm + m];
+          if (k.qang) s += k.qang[((((long long)(kk * ny + jb + uy * jy) * nx + ib + ux * ix) * k.ndir + oct * na + a) * ng + g)];
+          psi = (s + cy * y + cz * z + cx * x) * __drcp_rn(st + cs);
+          ox  = f * psi - d * x;
+          oy  = f * psi - d * y;
+          oz  = f * psi - d * z;
+          if (k.fixup && (ox < 0 || oy < 0 || (!k.twod && oz < 0))) {
+            const double pin[3] = {x, y, z}, cf[3] = {cx, cy, cz};
+            double       pout[3];
+            psi = Fixup(s, st, pin, cf, k.twod ? 2 : 3, psi, pout);
+            ox  = pout[0];
+            oy  = pout[1];
+            oz  = k.twod ? z : pout[2];
+          }
+        } else { /* no branch: the plane's cells are scheduled together */
+          psi = (s + cy * y + cz * z + cx * x) * Rcp(st + cs);
+          ox  = fma(f, psi, -d * x);
+          oy  = fma(f, psi, -d * y);
+          oz  = fma(f, psi, -d * z);
+        }
+        x         = ox;
+        y         = oy;
+        pz[c * T] = k.twod ? 0.0 : oz;
+        psh[(gl * TILE_C + c) * P + a] = psi;
+        if (ix == mx - 1) xo[jy] = x;
+        if (jy == my - 1) yo[ix] = y;
+      };
+      if constexpr (G) {
+#pragma unroll 1
+        for (int jy = 0; jy < my; jy++) {
+          double x = px[0]; /* px[jy], without a dynamic index into registers */
+#pragma unroll
+          for (int u = 1; u < TILE_Y; u++)
+            if (u == jy) x = px[u];
+#pragma unroll
+          for (int ix = 0; ix < TILE_X; ix++)
+            if (ix < mx) cell(jy, ix, x, py[ix]);
+        }
+      } else /* every cell of the tile's plane, those outside the grid too (their results are not used) */
+#pragma unroll
+        for (int jy = 0; jy < TILE_Y; jy++)
+#pragma unroll
+          for (int ix = 0; ix < TILE_X; ix++) cell(jy, ix, px[jy], py[ix]);
+#pragma unroll
+      for (int jy = 0; jy < TILE_Y; jy++) {
+        if (jy >= my) break;
+        if (xout) __stcg(fx + (long long)kk * ny * k.sx.z + jy * fxs, xo[jy]);
+        else EdgeOut(k, oct, 0, kk * ny + jb + uy * jy, g, a, xo[jy]);
+      }
+#pragma unroll
+      for (int ix = 0; ix < TILE_X; ix++) {
+        if (ix >= mx) break;
+        if (yout) __stcg(fy + (long long)kk * nx * k.sy.z + ix * fys, yo[ix]);
+        else EdgeOut(k, oct, 1, kk * nx + ib + ux * ix, g, a, yo[ix]);
+      }
+    }
+    __syncthreads();
+    for (int q = threadIdx.x; q < ngb * TILE_C * cm; q += T) { /* the plane's moments, as Moments() */
+      const int m = q % cm, c = (q / cm) % TILE_C, gr = q / (cm * TILE_C), ix = c % TILE_X, jy = c / TILE_X;
+      if (ix >= mx || jy >= my) continue;
+      const long long cell = (long long)(kk * ny + jb + uy * jy) * nx + ib + ux * ix;
+      const double   *w = k.wY + ((size_t)oct * cm + m) * na, *ps = psh + (gr * TILE_C + c) * P;
+      double          acc[4] = {0, 0, 0, 0};
+      int             b      = 0;
+      for (; b + 3 < na; b += 4)
+        for (int u = 0; u < 4; u++) acc[u] += w[b + u] * ps[b + u];
+      for (; b < na; b++) acc[0] += w[b] * ps[b];
+      k.phio[oct * k.nphi + (cell * ng + gb + gr) * cm + m] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+    }
+  }
+  if (on && !k.twod)
+#pragma unroll
+    for (int jy = 0; jy < TILE_Y; jy++)
+#pragma unroll
+      for (int ix = 0; ix < TILE_X; ix++) {
+        if (jy >= my || ix >= mx) continue;
+        if (zout) __stcg(fz + jy * fzy + ix * fzx, pz[(jy * TILE_X + ix) * T]);
+        else EdgeOut(k, oct, 2, (jb + uy * jy) * nx + ib + ux * ix, g, a, pz[(jy * TILE_X + ix) * T]);
+      }
+}
+
 /* qmom = S phi (+ q): one thread per cell, group and moment */
 __global__ void SourceKernel(int ncells, int ng, int cm, int nm, const int *__restrict__ lmom, const int *__restrict__ mat, const double *__restrict__ sigs, const double *__restrict__ phi, const double *__restrict__ q, double *__restrict__ qmom)
 {
@@ -453,13 +660,19 @@ __global__ void OctantSumKernel(long long n, const double *__restrict__ phio, Oc
   y[t] = acc;
 }
 
+enum { SWEEP_DIAGONAL, SWEEP_PIPELINED, SWEEP_TILES };
+
 typedef struct {
   int          dev;
   cudaStream_t stream;
   cudaEvent_t  ev0, ev1;
-  double      *cx, *cy, *cz, *wY, *Ys, *sigt, *sigs, *qmom, *qang, *q, *fy, *fz, *phio, *x, *y, *refl[6];
+  double      *cx, *cy, *cz, *wY, *Ys, *sigt, *sigs, *qmom, *qang, *q, *fx, *fy, *fz, *phio, *x, *y, *refl[6];
   int         *mat, *lmom, *lines, *lineoff; /* lineoff on the host */
-  int          ndiag, K, J, minb, pipe;
+  int          ndiag, K, J, minb, sched;      /* sched: SWEEP_DIAGONAL, SWEEP_PIPELINED or SWEEP_TILES */
+  int         *tiles, *tileoff, ntdiag, GB, TZ; /* the tiles schedule: tiles of each diagonal (tileoff on the host), groups a block, tile depth */
+  void (*tile[2])(const SweepArgs, const OctBatch, const int *, int, int); /* the TileKernel instances: no branches, general */
+  PetscBool    tfast;                                                        /* the data suit tile[0] */
+  size_t       tsmem;
   void (*diag)(const SweepArgs, const OctBatch, const int *, int, int); /* the DiagKernel instance */
   void (*pipek)(const SweepArgs, const Task *, int, int, int *, int *); /* the PipeKernel instance */
   size_t       smem;
@@ -467,7 +680,7 @@ typedef struct {
   int          taskoff[5], *ticket, *progress, pgrid;
   OctBatch     batch[4], order;
   int          nbatch;
-  Strides      sy, sz;
+  Strides      sx, sy, sz;
   PetscBool    sync;
   /* across ranks (KBA): octant batches in this rank's order, their ids (the same on every rank), levels
      (SweepOctantOrder()) and slots (their place among the batches of their level, which may run at once:
@@ -525,7 +738,7 @@ static PetscErrorCode SweepCUDADestroy(Mat A)
   (void)cudaSetDevice(c->dev);
   if (c->stream) (void)cudaStreamSynchronize(c->stream);
   Free(&c->cx), Free(&c->cy), Free(&c->cz), Free(&c->wY), Free(&c->Ys), Free(&c->sigt), Free(&c->sigs), Free(&c->qmom), Free(&c->qang), Free(&c->q);
-  Free(&c->fy), Free(&c->fz), Free(&c->phio), Free(&c->x), Free(&c->y), Free(&c->mat), Free(&c->lmom), Free(&c->lines);
+  Free(&c->fx), Free(&c->fy), Free(&c->fz), Free(&c->phio), Free(&c->x), Free(&c->y), Free(&c->mat), Free(&c->lmom), Free(&c->lines), Free(&c->tiles);
   Free(&c->tasks), Free(&c->ticket), Free(&c->progress);
   for (int ax = 0; ax < 2; ax++) {
     for (int sl = 0; sl < 4; sl++) {
@@ -557,6 +770,7 @@ static PetscErrorCode SweepCUDADestroy(Mat A)
   if (c->stream) (void)cudaStreamDestroy(c->stream);
   (void)cudaGetLastError();
   PetscCall(PetscFree(c->lineoff));
+  PetscCall(PetscFree(c->tileoff));
   PetscCall(PetscFree(sw->backend));
   PetscFunctionReturn(0);
 }
@@ -682,7 +896,7 @@ static PetscErrorCode SweepCUDASetup(Mat A)
   const SweepQuadrature *Q  = &P->Q;
   const PetscInt         na = Q->nang, cm = Q->cmom, ng = P->ng;
   SweepCUDA             *c;
-  PetscMPIInt            rank;
+  PetscMPIInt            rank, size;
   int                    ndev;
 
   PetscFunctionBegin;
@@ -743,16 +957,19 @@ static PetscErrorCode SweepCUDASetup(Mat A)
       PetscCall(Alloc(&c->refl[f], (size_t)4 * SweepFaceCells(P, f / 2) * ng * na, (const double *)NULL, c->stream));
       SweepCallCUDA(cudaMemsetAsync(c->refl[f], 0, sizeof(double) * 4 * SweepFaceCells(P, f / 2) * ng * na, c->stream));
     }
-  c->J    = 2;
-  c->minb = 2;
-  c->pipe = 0;
+  PetscCallMPI(MPI_Comm_size(P->comm, &size));
+  c->J     = 2;
+  c->minb  = 2;
+  c->sched = size == 1 && na <= TILE_T ? SWEEP_TILES : SWEEP_DIAGONAL;
+  c->TZ    = 8;
   PetscObjectOptionsBegin((PetscObject)A);
   {
-    const char *sched[] = {"diagonal", "pipelined"};
-    PetscInt    i       = c->pipe;
-    PetscCall(PetscOptionsEList("-mat_sweep_cuda_schedule", "CUDA sweep: a launch per diagonal of lines, or one launch per octant batch with lines waiting on the lines upstream", "MATSWEEP", sched, 2, sched[c->pipe], &i, NULL));
-    c->pipe = (int)i;
+    const char *sched[] = {"diagonal", "pipelined", "tiles"};
+    PetscInt    i       = c->sched;
+    PetscCall(PetscOptionsEList("-mat_sweep_cuda_schedule", "CUDA sweep: a launch per diagonal of lines (line march), one launch per octant batch with lines waiting on the lines upstream, or a launch per diagonal of tiles of cells (one rank)", "MATSWEEP", sched, 3, sched[c->sched], &i, NULL));
+    c->sched = (int)i;
   }
+  PetscCall(PetscOptionsRangeInt("-mat_sweep_cuda_tile_z", "CUDA sweep, tiles schedule: cells of a tile along z (4 or 8; 4 x 4 along x and y)", "MATSWEEP", c->TZ, &c->TZ, NULL, 4, 8));
   PetscCall(PetscOptionsRangeInt("-mat_sweep_cuda_lines", "CUDA sweep: lines of cells a thread marches at once (1, 2 or 4)", "MATSWEEP", c->J, &c->J, NULL, 1, 4));
   PetscCall(PetscOptionsRangeInt("-mat_sweep_cuda_minblocks", "CUDA sweep: blocks of 256 threads an SM should hold (2: up to 128 registers a thread, 4: 64)", "MATSWEEP", c->minb, &c->minb, NULL, 2, 4));
   {
@@ -763,10 +980,44 @@ static PetscErrorCode SweepCUDASetup(Mat A)
   PetscOptionsEnd();
   PetscCheck(c->J == 1 || c->J == 2 || c->J == 4, PetscObjectComm((PetscObject)A), PETSC_ERR_ARG_OUTOFRANGE, "-mat_sweep_cuda_lines %d: expected 1, 2 or 4", c->J);
   PetscCheck(c->minb == 2 || c->minb == 4, PetscObjectComm((PetscObject)A), PETSC_ERR_ARG_OUTOFRANGE, "-mat_sweep_cuda_minblocks %d: expected 2 or 4", c->minb);
-  {
-    PetscMPIInt size;
-    PetscCallMPI(MPI_Comm_size(P->comm, &size));
-    PetscCheck(!c->pipe || size == 1, PetscObjectComm((PetscObject)A), PETSC_ERR_SUP, "MATSWEEP: -mat_sweep_cuda_schedule pipelined sweeps on one rank; on %d ranks use -mat_sweep_cuda_schedule diagonal (the default)", (int)size);
+  PetscCheck(c->TZ == 4 || c->TZ == 8, PetscObjectComm((PetscObject)A), PETSC_ERR_ARG_OUTOFRANGE, "-mat_sweep_cuda_tile_z %d: expected 4 or 8", c->TZ);
+  PetscCheck(c->sched == SWEEP_DIAGONAL || size == 1, PetscObjectComm((PetscObject)A), PETSC_ERR_SUP, "MATSWEEP: -mat_sweep_cuda_schedule %s sweeps on one rank; on %d ranks use -mat_sweep_cuda_schedule diagonal (the default there)", c->sched == SWEEP_TILES ? "tiles" : "pipelined", (int)size);
+  PetscCheck(c->sched != SWEEP_TILES || na <= TILE_T, PetscObjectComm((PetscObject)A), PETSC_ERR_SUP, "MATSWEEP: -mat_sweep_cuda_schedule tiles takes at most %d directions an octant, not %" PetscInt_FMT "; use -mat_sweep_cuda_schedule diagonal (the default there)", TILE_T, na);
+  if (c->sched == SWEEP_TILES) { /* the tiles of each diagonal I' + J' + K' = d, packed I' + ntx (J' + nty K'); the x faces */
+    const int ntx = (int)((P->nx + TILE_X - 1) / TILE_X), nty = (int)((P->ny + TILE_Y - 1) / TILE_Y), ntz = (int)((P->nz + c->TZ - 1) / c->TZ);
+    int      *t, n = 0;
+    c->ntdiag = ntx + nty + ntz - 2;
+    PetscCall(PetscMalloc1((size_t)ntx * nty * ntz, &t));
+    PetscCall(PetscMalloc1(c->ntdiag + 1, &c->tileoff));
+    for (int d = 0; d < c->ntdiag; d++) {
+      c->tileoff[d] = n;
+      for (int K = 0; K < ntz; K++)
+        for (int J = 0; J < nty; J++) {
+          const int I = d - J - K;
+          if (I >= 0 && I < ntx) t[n++] = I + ntx * (J + nty * K);
+        }
+    }
+    c->tileoff[c->ntdiag] = n;
+    PetscCall(Alloc(&c->tiles, (size_t)n, t, c->stream));
+    SweepCallCUDA(cudaStreamSynchronize(c->stream));
+    PetscCall(PetscFree(t));
+    c->sx = LayoutStrides(sw->layout, ng, (long long)P->ny * P->nz, na);
+    PetscCall(Alloc(&c->fx, (size_t)8 * c->sx.o, (const double *)NULL, c->stream));
+    c->GB = (int)PetscMax(1, PetscMin(ng, TILE_T / na)); /* groups a block: about TILE_T threads */
+    c->tile[0] = c->TZ == 4 ? TileKernel<4, false> : TileKernel<8, false>;
+    c->tile[1] = c->TZ == 4 ? TileKernel<4, true> : TileKernel<8, true>;
+    { /* the instance without branches takes 1e-30 < sigma_t + c_x + c_y + c_z < 1e30 (Rcp()) */
+      PetscReal smin = PETSC_MAX_REAL, smax = 0, cmin = PETSC_MAX_REAL, cmax = 0;
+      for (PetscInt i = 0; i < P->ncells * ng; i++) smin = PetscMin(smin, P->sigt[i]), smax = PetscMax(smax, P->sigt[i]);
+      for (PetscInt a = 0; a < na; a++) {
+        const PetscReal f = P->scheme == MATSWEEP_SCHEME_DD ? 2.0 : 1.0, cs = f * Q->mu[a] / P->dx + f * Q->eta[a] / P->dy + (P->twod ? 0.0 : f * Q->xi[a] / P->dz);
+        cmin = PetscMin(cmin, cs), cmax = PetscMax(cmax, cs);
+      }
+      c->tfast = smin + cmin > 1e-30 && smax + cmax < 1e30 ? PETSC_TRUE : PETSC_FALSE;
+    }
+    while (c->GB > 1 && sizeof(double) * TILE_SHARED(c->GB, na, cm) > 113 * 1024) c->GB--; /* two blocks an SM */
+    c->tsmem = sizeof(double) * TILE_SHARED(c->GB, na, cm);
+    for (int i = 0; i < 2; i++) SweepCallCUDA(cudaFuncSetAttribute(c->tile[i], cudaFuncAttributeMaxDynamicSharedMemorySize, (int)c->tsmem));
   }
   { /* the line groups (jb, k') of each diagonal jb + k' = s */
     const PetscInt njb = (P->ny + c->J - 1) / c->J, nz = P->nz;
@@ -863,7 +1114,7 @@ static PetscErrorCode SweepCUDASetup(Mat A)
   c->smem = sizeof(double) * ((size_t)c->K * c->J * SWEEP_C * (na | 1) + (size_t)SWEEP_SLOTS(c->J) * c->K * na) + (sizeof(long long) + 2 * sizeof(int)) * c->K * c->J;
   SweepCallCUDA(cudaFuncSetAttribute(c->diag, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)c->smem));
   SweepCallCUDA(cudaFuncSetAttribute(c->pipek, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)c->smem));
-  if (c->pipe) { /* the tasks of each batch, diagonal by diagonal, each diagonal padded to a multiple of K */
+  if (c->sched == SWEEP_PIPELINED) { /* the tasks of each batch, diagonal by diagonal, each diagonal padded to a multiple of K */
     const PetscInt njb = (P->ny + c->J - 1) / c->J, nz = P->nz;
     int            n   = 0, *where, blocks, sms;
     Task          *t;
@@ -1121,7 +1372,7 @@ static PetscErrorCode SweepCUDASweep(Mat A, const PetscScalar *x, PetscScalar *y
   k.nx = (int)P->nx, k.ny = (int)P->ny, k.nz = (int)P->nz, k.ng = (int)P->ng, k.nang = (int)P->Q.nang, k.cm = (int)P->Q.cmom, k.ndir = (int)P->Q.ndir;
   k.twod = P->twod, k.dd = P->scheme == MATSWEEP_SCHEME_DD, k.fixup = P->fixup;
   k.cx = c->cx, k.cy = c->cy, k.cz = c->cz, k.wY = c->wY, k.Ys = c->Ys, k.sigt = c->sigt, k.qmom = c->qmom, k.qang = withsrc && P->qang ? c->qang : NULL;
-  k.fy = c->fy, k.fz = c->fz, k.phio = c->phio, k.sy = c->sy, k.sz = c->sz, k.nphi = P->nphi;
+  k.fx = c->fx, k.fy = c->fy, k.fz = c->fz, k.phio = c->phio, k.sx = c->sx, k.sy = c->sy, k.sz = c->sz, k.nphi = P->nphi;
   for (int f = 0; f < 6; f++) {
     k.bc[f]   = (int)P->bc[f];
     k.refl[f] = c->refl[f];
@@ -1136,7 +1387,16 @@ static PetscErrorCode SweepCUDASweep(Mat A, const PetscScalar *x, PetscScalar *y
   k.i0 = 0;
   k.i1 = k.nx;
   if (c->kba) PetscCall(SweepKBA(P, c, &k));
-  else if (c->pipe) {
+  else if (c->sched == SWEEP_TILES) {
+    const int G = !c->tfast || k.fixup || k.qang || k.cm > 1; /* the general instance */
+    for (int b = 0; b < c->nbatch; b++)
+      for (int d = 0; d < c->ntdiag; d++) {
+        const int nt = c->tileoff[d + 1] - c->tileoff[d];
+        c->tile[G]<<<(unsigned)(nt * c->batch[b].n * ((P->ng + c->GB - 1) / c->GB)), c->GB * k.nang, c->tsmem, c->stream>>>(k, c->batch[b], c->tiles + c->tileoff[d], nt, c->GB);
+        SweepCallCUDA(cudaGetLastError());
+      }
+  }
+  else if (c->sched == SWEEP_PIPELINED) {
     SweepCallCUDA(cudaMemsetAsync(c->ticket, 0, sizeof(int) * c->nbatch, c->stream));
     for (int b = 0; b < c->nbatch; b++) {
       const int nt = c->taskoff[b + 1] - c->taskoff[b];
@@ -1172,7 +1432,8 @@ static PetscErrorCode SweepCUDAView(Mat A, PetscViewer v)
 
   PetscFunctionBegin;
   if (!c) PetscFunctionReturn(0);
-  if (c->pipe) PetscCall(PetscViewerASCIIPrintf(v, "  CUDA: GPU %d, line march, pipelined: %d lines a thread, %d launches (octant batches) of %d blocks, %d line groups x %" PetscInt_FMT " angles a block\n", c->dev, c->J, c->nbatch, c->pgrid, c->K, sw->P.Q.nang));
+  if (c->sched == SWEEP_TILES) PetscCall(PetscViewerASCIIPrintf(v, "  CUDA: GPU %d, tiles of %d x %d x %d cells: %d launches x %d octant batches, %d groups x %" PetscInt_FMT " angles a block\n", c->dev, TILE_X, TILE_Y, c->TZ, c->ntdiag, c->nbatch, c->GB, sw->P.Q.nang));
+  else if (c->sched == SWEEP_PIPELINED) PetscCall(PetscViewerASCIIPrintf(v, "  CUDA: GPU %d, line march, pipelined: %d lines a thread, %d launches (octant batches) of %d blocks, %d line groups x %" PetscInt_FMT " angles a block\n", c->dev, c->J, c->nbatch, c->pgrid, c->K, sw->P.Q.nang));
   else PetscCall(PetscViewerASCIIPrintf(v, "  CUDA: GPU %d, line march, by diagonals: %d lines a thread, %d launches x %d octant batches, %d line groups x %" PetscInt_FMT " angles a block\n", c->dev, c->J, c->ndiag, c->nbatch, c->K, sw->P.Q.nang));
   if (sw->nsweeps && sw->last_device_s > 0) PetscCall(PetscViewerASCIIPrintf(v, "  CUDA: the last sweep's kernels %.4g s (grind time %.4g ns)\n", (double)sw->last_device_s, 1e9 * (double)sw->last_device_s / ((double)sw->P.ncells * sw->P.Q.ndir * sw->P.ng)));
   if (c->kba) {
