@@ -400,4 +400,16 @@ int main(int argc, char **argv)
     requires: cuda
     nsize: 3
     args: -device cuda -median_tol 1e-11 -malloc_dump
+  test:
+    suffix: cuda_vec_2
+    requires: cuda petsc_cuda
+    nsize: 2
+    args: -device cuda -median_tol 1e-11 -malloc_dump
+    output_file: output/dist_cuda_2.out
+  test:
+    suffix: cuda_vec_3
+    requires: cuda petsc_cuda
+    nsize: 3
+    args: -device cuda -median_tol 1e-11 -malloc_dump
+    output_file: output/dist_cuda_3.out
 TEST*/

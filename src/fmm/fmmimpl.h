@@ -550,8 +550,8 @@ PETSC_INTERN PetscErrorCode FMMDistExchange(void *, const PetscReal *, PetscReal
 PETSC_INTERN PetscErrorCode FMMDistSetupCPU(FMMDist *, const FMMParams *);
 PETSC_INTERN PetscErrorCode FMMDistResetCPU(FMMDist *);
 PETSC_INTERN PetscErrorCode FMMDistMultCPU(FMMDist *, const PetscScalar *, PetscScalar *);
-PETSC_INTERN PetscErrorCode FMMDistDensities(FMMDist *, const PetscScalar *);
-PETSC_INTERN PetscErrorCode FMMDistPotentials(FMMDist *, PetscScalar *);
+PETSC_INTERN PetscErrorCode FMMDistDensities(FMMDist *, const PetscScalar *, const FMMDeviceMemory *);
+PETSC_INTERN PetscErrorCode FMMDistPotentials(FMMDist *, PetscScalar *, const FMMDeviceMemory *);
 /* points.c */
 PETSC_INTERN void           FMMCopyReals(PetscReal *, const PetscReal *, PetscInt);
 PETSC_INTERN PetscErrorCode FMMWaitForPETSc(PetscBool);

@@ -385,7 +385,8 @@ static PetscErrorCode ScaledPotentials(Mat A, const PetscScalar *sigma)
 }
 
 /* y = K x with the distributed tree: on the CPU (cpu/dist.c), or by the backend on this rank's plan */
-static PetscErrorCode DistMult(Mat A, const PetscScalar *x, PetscScalar *y)
+/* y = K x on the distributed tree; x and y in the device memory mem (NULL: host memory) */
+static PetscErrorCode DistMult(Mat A, const PetscScalar *x, PetscScalar *y, const FMMDeviceMemory *mem)
 {
   Mat_FMM *fmm = (Mat_FMM *)A->data;
   FMMDist *D   = fmm->dist;
@@ -393,9 +394,9 @@ static PetscErrorCode DistMult(Mat A, const PetscScalar *x, PetscScalar *y)
   PetscFunctionBegin;
   if (D->mpole) PetscCall(FMMDistMultCPU(D, x, y));
   else {
-    PetscCall(FMMDistDensities(D, x));
+    PetscCall(FMMDistDensities(D, x, mem));
     PetscCall((*fmm->ops->mult)(&fmm->ctx, x, y)); /* the caller's arrays and D's din, dout (ctx split) */
-    PetscCall(FMMDistPotentials(D, y));
+    PetscCall(FMMDistPotentials(D, y, mem));
   }
   PetscFunctionReturn(0);
 }
@@ -422,13 +423,25 @@ static PetscErrorCode MatApply_FMM(Mat A, Vec x, Vec y, PetscBool add)
   PetscCallMPI(MPI_Comm_size(PetscObjectComm((PetscObject)A), &size));
   if (fmm->dist) { /* the distributed tree: densities and potentials in the caller's layout */
     plain = (!add && fmm->scale == 1.0 && fmm->shift == 0.0 && !fmm->diag) ? PETSC_TRUE : PETSC_FALSE;
+    if (plain && fmm->ops->mem && !fmm->dist->mpole) { /* device vectors (a PETSc with CUDA): read and written in place */
+      PetscCall(VecGetArrayReadAndMemType(x, &xa, &mx));
+      PetscCall(VecGetArrayWriteAndMemType(y, &ya, &my));
+      ondev = PetscMemTypeDevice(mx) && PetscMemTypeDevice(my) ? PETSC_TRUE : PETSC_FALSE;
+      if (ondev) {
+        PetscCall(FMMWaitForPETSc(PETSC_TRUE));
+        PetscCall(DistMult(A, xa, ya, fmm->ops->mem));
+      }
+      PetscCall(VecRestoreArrayWriteAndMemType(y, &ya));
+      PetscCall(VecRestoreArrayReadAndMemType(x, &xa));
+      if (ondev) PetscFunctionReturn(0);
+    }
     PetscCall(VecGetArrayRead(x, &xa));
     if (plain) {
       PetscCall(VecGetArrayWrite(y, &ya));
-      PetscCall(DistMult(A, xa, ya));
+      PetscCall(DistMult(A, xa, ya, NULL));
       PetscCall(VecRestoreArrayWrite(y, &ya));
     } else {
-      PetscCall(DistMult(A, xa, fmm->pot));
+      PetscCall(DistMult(A, xa, fmm->pot, NULL));
       if (add) PetscCall(VecGetArray(y, &ya));
       else PetscCall(VecGetArrayWrite(y, &ya));
       if (fmm->diag) PetscCall(VecGetArrayRead(fmm->diag, &da));

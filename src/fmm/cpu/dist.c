@@ -162,28 +162,52 @@ static PetscErrorCode Downward(FMMDist *D)
 }
 
 /* the densities from the caller's x (this rank's columns) that the tree's part on this rank takes from
-   elsewhere: those of other ranks' columns (din[0..nrr)), then the halo's (din[nrr..nrr + nh)); collective */
-PetscErrorCode FMMDistDensities(FMMDist *D, const PetscScalar *x)
+   elsewhere: those of other ranks' columns (din[0..nrr)), then the halo's (din[nrr..nrr + nh)); x in the
+   device memory mem (a device vector of a PETSc with CUDA), or in host memory (mem NULL); collective */
+PetscErrorCode FMMDistDensities(FMMDist *D, const PetscScalar *x, const FMMDeviceMemory *mem)
 {
   PetscFunctionBegin;
   PetscCall(PetscLogEventBegin(MATFMM_Exchange, 0, 0, 0, 0));
-  PetscCall(PetscSFReduceBegin(D->sfin, MPIU_SCALAR, x, D->din, MPI_REPLACE));
-  PetscCall(PetscSFReduceEnd(D->sfin, MPIU_SCALAR, x, D->din, MPI_REPLACE));
-  for (PetscInt j = 0; j < D->nhs; j++) D->hsend[j] = D->hsrc[j] < D->nxc ? x[D->hsrc[j]] : D->din[D->hsrc[j] - D->nxc];
+  if (mem) {
+#if defined(PETSC_HAVE_CUDA)
+    PetscCall(PetscSFReduceWithMemTypeBegin(D->sfin, MPIU_SCALAR, PETSC_MEMTYPE_DEVICE, x, PETSC_MEMTYPE_HOST, D->din, MPI_REPLACE));
+    PetscCall(PetscSFReduceEnd(D->sfin, MPIU_SCALAR, x, D->din, MPI_REPLACE));
+#else
+    SETERRQ(PETSC_COMM_SELF, PETSC_ERR_PLIB, "device densities without a PETSc configured with CUDA");
+#endif
+    for (PetscInt j = 0, k; j < D->nhs; j = k) { /* runs of consecutive columns of this rank come down in one copy */
+      k = j + 1;
+      if (D->hsrc[j] >= D->nxc) {
+        D->hsend[j] = D->din[D->hsrc[j] - D->nxc];
+        continue;
+      }
+      while (k < D->nhs && D->hsrc[k] == D->hsrc[k - 1] + 1 && D->hsrc[k] < D->nxc) k++;
+      PetscCall((*mem->tohost)(D->hsend + j, x + D->hsrc[j], (size_t)(k - j)));
+    }
+  } else {
+    PetscCall(PetscSFReduceBegin(D->sfin, MPIU_SCALAR, x, D->din, MPI_REPLACE));
+    PetscCall(PetscSFReduceEnd(D->sfin, MPIU_SCALAR, x, D->din, MPI_REPLACE));
+    for (PetscInt j = 0; j < D->nhs; j++) D->hsend[j] = D->hsrc[j] < D->nxc ? x[D->hsrc[j]] : D->din[D->hsrc[j] - D->nxc];
+  }
   PetscCall(PetscSFBcastBegin(D->sfhc, MPIU_SCALAR, D->hsend, D->din + D->nrr, MPI_REPLACE));
   PetscCall(PetscSFBcastEnd(D->sfhc, MPIU_SCALAR, D->hsend, D->din + D->nrr, MPI_REPLACE));
   PetscCall(PetscLogEventEnd(MATFMM_Exchange, 0, 0, 0, 0));
   PetscFunctionReturn(0);
 }
 
-/* the potentials of the caller's rows y that other ranks computed (their dout); collective */
-PetscErrorCode FMMDistPotentials(FMMDist *D, PetscScalar *y)
+/* the potentials of the caller's rows y that other ranks computed (their dout); y in the device memory mem
+   or in host memory (mem NULL); collective */
+PetscErrorCode FMMDistPotentials(FMMDist *D, PetscScalar *y, const FMMDeviceMemory *mem)
 {
   PetscSF sf = D->sfout ? D->sfout : D->sfin;
 
   PetscFunctionBegin;
   PetscCall(PetscLogEventBegin(MATFMM_Exchange, 0, 0, 0, 0));
-  PetscCall(PetscSFBcastBegin(sf, MPIU_SCALAR, D->dout, y, MPI_REPLACE));
+#if defined(PETSC_HAVE_CUDA)
+  if (mem) PetscCall(PetscSFBcastWithMemTypeBegin(sf, MPIU_SCALAR, PETSC_MEMTYPE_HOST, D->dout, PETSC_MEMTYPE_DEVICE, y, MPI_REPLACE));
+  else
+#endif
+    PetscCall(PetscSFBcastBegin(sf, MPIU_SCALAR, D->dout, y, MPI_REPLACE));
   PetscCall(PetscSFBcastEnd(sf, MPIU_SCALAR, D->dout, y, MPI_REPLACE));
   PetscCall(PetscLogEventEnd(MATFMM_Exchange, 0, 0, 0, 0));
   PetscFunctionReturn(0);
@@ -196,7 +220,7 @@ PetscErrorCode FMMDistMultCPU(FMMDist *D, const PetscScalar *x, PetscScalar *y)
 
   PetscFunctionBegin;
   PetscCall(PetscObjectGetComm((PetscObject)D->sfsrc, &comm));
-  PetscCall(FMMDistDensities(D, x));
+  PetscCall(FMMDistDensities(D, x, NULL));
 #pragma omp parallel for schedule(static) if (D->par)
   for (PetscInt i = 0; i < D->n + D->nh; i++) {
     const PetscInt c = i < D->n ? D->cin[i] : D->nxc + D->nrr + (i - D->n);
@@ -225,6 +249,6 @@ PetscErrorCode FMMDistMultCPU(FMMDist *D, const PetscScalar *x, PetscScalar *y)
     if (c < D->myc) y[c] = D->pot[i];
     else D->dout[c - D->myc] = D->pot[i];
   }
-  PetscCall(FMMDistPotentials(D, y));
+  PetscCall(FMMDistPotentials(D, y, NULL));
   PetscFunctionReturn(0);
 }
