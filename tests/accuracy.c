@@ -242,11 +242,11 @@ int main(int argc, char **argv)
     args: -geometry blob -cluster_radius 1e-9 -kernel single -mat_fmm_eps 1e-10 -ps 8,16
   test:
     suffix: blob_walked
-    args: -geometry blob -kernel double -mat_fmm_eps 1e-6 -ps 8,16 -mat_view -mat_fmm_device cpu
+    args: -geometry blob -kernel double -mat_fmm_eps 1e-6 -ps 8,16 -mat_view -mat_fmm_device cpu -mat_fmm_ct 32
     filter: grep walked
   test:
     suffix: blob_walked_cuda
-    args: -geometry blob -kernel double -mat_fmm_eps 1e-6 -ps 8,16 -mat_view -mat_fmm_device cuda -mat_fmm_cuda_walks
+    args: -geometry blob -kernel double -mat_fmm_eps 1e-6 -ps 8,16 -mat_view -mat_fmm_device cuda -mat_fmm_cuda_walks -mat_fmm_ct 32
     filter: grep walked
     output_file: output/accuracy_blob_walked.out
     requires: cuda

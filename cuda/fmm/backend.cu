@@ -718,4 +718,4 @@ static PetscErrorCode WarmUp(void)
 }
 
 /* in the order of struct _FMMBackendOps (fmmimpl.h) */
-struct _FMMBackendOps FMMBackendCUDA = {"cuda", MATFMM_DEVICE_CUDA, 64, DeviceCount, &Memory, FMMCUDAInitializeContext, WarmUp, FMMCUDAMatCreate, FMMCUDAMatDestroy, FMMCUDAMatSetFromOptions, FMMCUDAMatSetSources, FMMCUDAMatBuildsPlan, FMMCUDAPlan, FMMCUDASetup, FMMCUDAMult, FMMCUDADirectMult, FMMCUDACombineOp, FMMCUDAReset, FMMCUDAView};
+struct _FMMBackendOps FMMBackendCUDA = {"cuda", MATFMM_DEVICE_CUDA, 96, DeviceCount, &Memory, FMMCUDAInitializeContext, WarmUp, FMMCUDAMatCreate, FMMCUDAMatDestroy, FMMCUDAMatSetFromOptions, FMMCUDAMatSetSources, FMMCUDAMatBuildsPlan, FMMCUDAPlan, FMMCUDASetup, FMMCUDAMult, FMMCUDADirectMult, FMMCUDACombineOp, FMMCUDAReset, FMMCUDAView};

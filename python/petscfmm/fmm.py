@@ -144,7 +144,7 @@ def setKernel(A, kernel, alpha=0.0, beta=0.0):
 
 
 def setClusteringThreshold(A, ct):
-    """Points per leaf box, 1 <= ct <= 2^20 (MatFMMSetClusteringThreshold(); default 32 on the CPU, 64 on the GPU).
+    """Points per leaf box, 1 <= ct <= 2^20 (MatFMMSetClusteringThreshold(); default 32 on the CPU, 96 on the GPU).
 
     Raises ``PETSc.Error`` (PETSC_ERR_ARG_OUTOFRANGE) outside that range."""
     _call("MatFMMSetClusteringThreshold", _mat(A), _a.integer("ct", ct, _lib.IntType))

@@ -306,8 +306,9 @@ PetscErrorCode MatFMMComposeSetters(Mat A, PetscBool on)
 
    Notes:
    Larger CT moves work from the far field (M2L) to the near field (P2P).
-   The default is the measured best of the device in use: 32 on the CPU, 64
-   with CUDA (bench/bench, N = 1e5..1e7 on a curve, eps 1e-10 and 1e-6).
+   The default is the measured best of the device in use: 32 on the CPU, 96
+   with CUDA (bench/bench, N = 1e5..2e7 on a curve, in a square and a blob,
+   eps 1e-10 and 1e-6).
    Takes effect at the next `MatAssemblyEnd()`.  Source: Goude & Engblom 2013, Sec. 2.
 
    Errors:

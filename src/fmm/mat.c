@@ -55,7 +55,7 @@ static PetscErrorCode MatSetFromOptions_FMM(Mat A, FMMOptionItems PetscOptionsOb
 
   PetscFunctionBegin;
   PetscOptionsHeadBegin(PetscOptionsObject, "MATFMM options (2D Laplace fast multipole method)");
-  PetscCall(PetscOptionsInt("-mat_fmm_ct", "Clustering threshold: points per leaf box (default: 32 on the CPU, 64 with CUDA)", "MatFMMSetClusteringThreshold", fmm->par.ct, &ival, &set));
+  PetscCall(PetscOptionsInt("-mat_fmm_ct", "Clustering threshold: points per leaf box (default: 32 on the CPU, 96 with CUDA)", "MatFMMSetClusteringThreshold", fmm->par.ct, &ival, &set));
   if (set) PetscCall(MatFMMSetClusteringThreshold(A, ival));
   PetscCall(PetscOptionsInt("-mat_fmm_p", "Expansion order (overrides -mat_fmm_eps)", "MatFMMSetExpansionOrder", fmm->p_user > 0 ? fmm->p_user : 0, &ival, &set));
   if (set) PetscCall(MatFMMSetExpansionOrder(A, ival));
@@ -752,7 +752,7 @@ static PetscErrorCode MatDestroy_FMM(Mat A)
 
    Options Database Keys:
 +  -mat_type fmm - select this type with `MatSetFromOptions()`
-.  -mat_fmm_ct <ct> - clustering threshold, points per leaf box (default 32 on the CPU, 64 with CUDA)
+.  -mat_fmm_ct <ct> - clustering threshold, points per leaf box (default 32 on the CPU, 96 with CUDA)
 .  -mat_fmm_p <p> - expansion order (default: from -mat_fmm_eps)
 .  -mat_fmm_eps <eps> - requested relative accuracy (default 1e-10)
 .  -mat_fmm_theta <theta> - separation parameter of the theta-criterion (default 0.5)
