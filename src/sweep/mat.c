@@ -611,6 +611,8 @@ static PetscErrorCode MatDestroy_Sweep(Mat A)
 .  -mat_sweep_layout <DGZ,DZG,GDZ,GZD,ZDG,ZGD> - memory layout of the angular working arrays (default GZD)
 .  -mat_sweep_chunk <n> - x cells the KBA pipeline sends at once between ranks (default 4 on the CPU, a quarter of the line on the GPU)
 .  -mat_sweep_device <auto,cpu,cuda> - where to sweep (default auto)
+.  -mat_sweep_cuda_schedule <tiles,diagonal,pipelined> - CUDA backend: tiles of 4 x 4 x TZ cells a block (default on one rank, up to 288 directions an octant), or the line march by diagonals of lines (default on several ranks) or pipelined (one rank)
+.  -mat_sweep_cuda_tile_z <4,8> - CUDA backend, tiles: cells of a tile along z (default 8)
 -  -mat_sweep_cuda_ipc <bool> - CUDA backend on several ranks: faces between the ranks of one host go GPU to GPU by CUDA IPC (default true); false stages them through host memory
 
    Usage:
@@ -639,7 +641,8 @@ static PetscErrorCode MatDestroy_Sweep(Mat A)
    GPU has no chunk to sweep while faces are awaited).  On several ranks the
    grid must be split in y and z only (`-da_processors_x 1`) and both
    backends sweep as SNAP does (KBA, `MatSweepSetChunk()`), the CUDA backend
-   with one GPU per rank (rank modulo the GPUs of its host); faces between
+   with one GPU per rank (rank modulo the GPUs of its host; on one rank
+   the CUDA backend sweeps tiles of cells, a block a tile, docs/sweep.md); faces between
    ranks of one host go GPU to GPU (CUDA IPC, `-mat_sweep_cuda_ipc`), others
    through page-locked host memory and MPI (which need not be CUDA-aware).
 
