@@ -9,6 +9,8 @@ integral equations, with KSP and a MATFMM (or the same Nystrom matrix, dense).\n
   -spacing <s>                  exterior: distance between neighbouring body centres, > 2 rmax (default 3 rmax)\n\
   -n <n>                        points per curve, periodic trapezoid rule (default 400); N = K n unknowns\n\
   -tol <tol>                    fail unless the error at the evaluation points is at most tol (default: no check)\n\
+  -renumber <bool>              number each rank's unknowns as its part of the FMM's tree holds them, so that a\n\
+                                product moves no density between ranks (MatFMMGetTreePartition(); default false)\n\
   -mat_type <fmm,dense>         FMM (default) or the explicitly assembled Nystrom matrix\n\
   -mat_fmm_eps, -mat_fmm_p, -mat_fmm_ct, -mat_fmm_layout, ... tune the FMM of the operator\n\
   -log_mat_fmm_eps, ...         exterior: tune the FMM of the logarithmic term (default eps: as -mat_fmm_eps)\n\
@@ -129,6 +131,7 @@ typedef struct {
   PetscReal   rmin, rmax;           /* of one body about its centre */
   PetscReal   logR0;                /* log of the length scale of the exterior logarithms */
   PetscReal  *xy, *nrm, *w, *kappa; /* all N nodes, on every rank (2N, 2N, N, N) */
+  PetscInt   *body;                 /* the body of each node (N) */
   PetscReal  *ctr;                  /* body centres c_k (2K) */
   PetscInt    M;                    /* evaluation points */
   PetscReal  *exy;                  /* (2M) */
@@ -142,9 +145,10 @@ typedef struct {
   Mat              L;    /* MATFMM N x K: log|x_i - c_k| a_k */
   Vec              a;    /* K body integrals, layout of the columns of L */
   PetscReal       *sums; /* K, work */
-  PetscInt         rstart, nloc, n, K, kstart, kloc;
+  PetscInt         rstart, nloc, K, kstart, kloc;
   PetscReal        logR0;
   const PetscReal *w;
+  const PetscInt  *body;
 } ExtCtx;
 
 static PetscErrorCode ProcessOptions(AppCtx *user)
@@ -229,7 +233,7 @@ static PetscErrorCode CreateGeometry(AppCtx *user)
   PetscReal rho2 = 0;
 
   PetscFunctionBegin;
-  PetscCall(PetscMalloc4(2 * user->N, &user->xy, 2 * user->N, &user->nrm, user->N, &user->w, user->N, &user->kappa));
+  PetscCall(PetscMalloc5(2 * user->N, &user->xy, 2 * user->N, &user->nrm, user->N, &user->w, user->N, &user->kappa, user->N, &user->body));
   PetscCall(PetscMalloc1(2 * K, &user->ctr));
   nx = (PetscInt)PetscCeilReal(PetscSqrtReal((PetscReal)K) - 1e-12);
   ny = (K + nx - 1) / nx;
@@ -252,6 +256,7 @@ static PetscErrorCode CreateGeometry(AppCtx *user)
       user->nrm[2 * i + 1] = -tx;
       user->kappa[i]       = (d1[0] * d2[1] - d1[1] * d2[0]) / (sp * sp * sp);
       user->w[i]           = 2 * PETSC_PI * sp / n;
+      user->body[i]        = k;
       rho2                 = PetscMax(rho2, user->xy[2 * i] * user->xy[2 * i] + user->xy[2 * i + 1] * user->xy[2 * i + 1]);
     }
   }
@@ -309,7 +314,7 @@ static PetscErrorCode CreateGeometry(AppCtx *user)
 static PetscErrorCode DestroyGeometry(AppCtx *user)
 {
   PetscFunctionBegin;
-  PetscCall(PetscFree4(user->xy, user->nrm, user->w, user->kappa));
+  PetscCall(PetscFree5(user->xy, user->nrm, user->w, user->kappa, user->body));
   PetscCall(PetscFree(user->ctr));
   PetscCall(PetscFree(user->exy));
   PetscCall(PetscFree2(user->qxy, user->q));
@@ -375,7 +380,7 @@ static PetscErrorCode BodyIntegrals(ExtCtx *e, Vec s)
   PetscFunctionBegin;
   PetscCall(PetscArrayzero(e->sums, e->K));
   PetscCall(VecGetArrayRead(s, &sa));
-  for (PetscInt i = 0; i < e->nloc; i++) e->sums[(e->rstart + i) / e->n] += e->w[e->rstart + i] * sa[i];
+  for (PetscInt i = 0; i < e->nloc; i++) e->sums[e->body[e->rstart + i]] += e->w[e->rstart + i] * sa[i];
   PetscCall(VecRestoreArrayRead(s, &sa));
   PetscCall(MPIU_Allreduce(MPI_IN_PLACE, e->sums, (PetscMPIInt)e->K, MPIU_REAL, MPIU_SUM, PETSC_COMM_WORLD));
   PetscCall(VecGetArrayWrite(e->a, &aa));
@@ -413,8 +418,9 @@ static PetscErrorCode MatMult_Exterior(Mat S, Vec x, Vec y)
      P y = y - Pi y + sum_k 1_k g_k,   (2 G |Gamma|) g = ybar,   ybar_k = mean of y over body k,
    G_jk = log(|c_j - c_k|/R0), G_kk = mean over body k of log(|x - c_k|/R0). */
 typedef struct {
-  PetscInt         K, n, rstart, nloc;
+  PetscInt         K, rstart, nloc;
   const PetscReal *w;
+  const PetscInt  *body;
   PetscReal       *len;  /* |Gamma_k| */
   PetscReal       *mean; /* K, work */
   Mat              H;    /* 2 G diag(|Gamma|), LU-factored, redundantly on every rank (K is small) */
@@ -423,32 +429,34 @@ typedef struct {
 
 static PetscErrorCode BodyPCSetUp(const AppCtx *user, PetscInt rstart, PetscInt nloc, BodyPC *b)
 {
-  PetscInt     K = user->K, n = user->n;
+  PetscInt     K = user->K;
   PetscScalar *h;
+  PetscReal   *g;
 
   PetscFunctionBegin;
   b->K      = K;
-  b->n      = n;
   b->rstart = rstart;
   b->nloc   = nloc;
   b->w      = user->w;
+  b->body   = user->body;
   PetscCall(PetscCalloc2(K, &b->len, K, &b->mean));
+  PetscCall(PetscCalloc1(K, &g));
+  for (PetscInt i = 0; i < user->N; i++) {
+    const PetscInt k  = user->body[i];
+    PetscReal      dx = user->xy[2 * i] - user->ctr[2 * k], dy = user->xy[2 * i + 1] - user->ctr[2 * k + 1];
+    b->len[k] += user->w[i];
+    g[k] += user->w[i] * (0.5 * PetscLogReal(dx * dx + dy * dy) - user->logR0);
+  }
   PetscCall(MatCreateSeqDense(PETSC_COMM_SELF, K, K, NULL, &b->H));
   PetscCall(MatSetOptionsPrefix(b->H, "bodypc_")); /* keeps it out of -mat_view */
   PetscCall(MatDenseGetArrayWrite(b->H, &h)); /* column-major, leading dimension K */
-  for (PetscInt k = 0; k < K; k++) {
-    PetscReal g = 0;
-    for (PetscInt i = k * n; i < (k + 1) * n; i++) {
-      PetscReal dx = user->xy[2 * i] - user->ctr[2 * k], dy = user->xy[2 * i + 1] - user->ctr[2 * k + 1];
-      b->len[k] += user->w[i];
-      g += user->w[i] * (0.5 * PetscLogReal(dx * dx + dy * dy) - user->logR0);
-    }
+  for (PetscInt k = 0; k < K; k++)
     for (PetscInt j = 0; j < K; j++) {
       PetscReal dx = user->ctr[2 * j] - user->ctr[2 * k], dy = user->ctr[2 * j + 1] - user->ctr[2 * k + 1];
-      h[j + k * K] = 2 * (j == k ? g : b->len[k] * (0.5 * PetscLogReal(dx * dx + dy * dy) - user->logR0));
+      h[j + k * K] = 2 * (j == k ? g[k] : b->len[k] * (0.5 * PetscLogReal(dx * dx + dy * dy) - user->logR0));
     }
-  }
   PetscCall(MatDenseRestoreArrayWrite(b->H, &h));
+  PetscCall(PetscFree(g));
   PetscCall(MatAssemblyBegin(b->H, MAT_FINAL_ASSEMBLY));
   PetscCall(MatAssemblyEnd(b->H, MAT_FINAL_ASSEMBLY));
   PetscCall(MatLUFactor(b->H, NULL, NULL, NULL));
@@ -466,7 +474,7 @@ static PetscErrorCode BodyPCApply(PC pc, Vec x, Vec y)
   PetscCall(PCShellGetContext(pc, &b));
   PetscCall(PetscArrayzero(b->mean, b->K));
   PetscCall(VecGetArrayRead(x, &xa));
-  for (PetscInt i = 0; i < b->nloc; i++) b->mean[(b->rstart + i) / b->n] += b->w[b->rstart + i] * xa[i];
+  for (PetscInt i = 0; i < b->nloc; i++) b->mean[b->body[b->rstart + i]] += b->w[b->rstart + i] * xa[i];
   PetscCall(MPIU_Allreduce(MPI_IN_PLACE, b->mean, (PetscMPIInt)b->K, MPIU_REAL, MPIU_SUM, PetscObjectComm((PetscObject)pc)));
   PetscCall(VecGetArrayWrite(b->hb, &ba));
   for (PetscInt k = 0; k < b->K; k++) ba[k] = b->mean[k] /= b->len[k];
@@ -475,7 +483,7 @@ static PetscErrorCode BodyPCApply(PC pc, Vec x, Vec y)
   PetscCall(VecGetArrayRead(b->hg, &ga));
   PetscCall(VecGetArrayWrite(y, &ya));
   for (PetscInt i = 0; i < b->nloc; i++) {
-    PetscInt k = (b->rstart + i) / b->n;
+    PetscInt k = b->body[b->rstart + i];
     ya[i]      = xa[i] - b->mean[k] + ga[k];
   }
   PetscCall(VecRestoreArrayWrite(y, &ya));
@@ -511,7 +519,7 @@ static PetscErrorCode AssembleExplicit(const AppCtx *user, Mat A)
       PetscReal dx = x[0] - user->xy[2 * j], dy = x[1] - user->xy[2 * j + 1];
       vals[j] = j == i ? 0.0 : (user->nrm[2 * j] * dx + user->nrm[2 * j + 1] * dy) / (dx * dx + dy * dy) * user->w[j] / (2 * PETSC_PI);
       if (user->problem == PROBLEM_EXTERIOR) {
-        const PetscReal *c  = &user->ctr[2 * (j / user->n)];
+        const PetscReal *c  = &user->ctr[2 * user->body[j]];
         PetscReal        cx = x[0] - c[0], cy = x[1] - c[1];
         vals[j] += (0.5 * PetscLogReal(cx * cx + cy * cy) - user->logR0) * user->w[j];
       }
@@ -524,6 +532,89 @@ static PetscErrorCode AssembleExplicit(const AppCtx *user, Mat A)
   PetscFunctionReturn(0);
 }
 
+/* The operator -+1/2 I + D on this rank's nodes [rstart, rstart + nloc): a MATFMM, or the dense Nystrom
+   matrix with -mat_type dense.  The type is set to MATFMM before MatSetFromOptions() so that -mat_type
+   can override it; the MatFMMSet...() calls do nothing when the type is changed. */
+static PetscErrorCode CreateOperator(const AppCtx *user, PetscInt rstart, PetscInt nloc, Mat *A, PetscBool *isfmm)
+{
+  MatType mtype;
+
+  PetscFunctionBegin;
+  PetscCall(MatCreate(PETSC_COMM_WORLD, A));
+  PetscCall(MatSetSizes(*A, nloc, nloc, user->N, user->N));
+  PetscCall(MatSetType(*A, MATFMM));
+  PetscCall(MatFMMSetSources(*A, nloc, user->xy + 2 * rstart, user->nrm + 2 * rstart, user->w + rstart));
+  PetscCall(MatFMMSetKernel(*A, MATFMM_KERNEL_DOUBLE, 0, 0));
+  PetscCall(MatSetFromOptions(*A));
+  PetscCall(MatGetType(*A, &mtype));
+  PetscCall(PetscObjectTypeCompare((PetscObject)*A, MATFMM, isfmm));
+  if (*isfmm) {
+    PetscCall(MatAssemblyBegin(*A, MAT_FINAL_ASSEMBLY)); /* builds the tree */
+    PetscCall(MatAssemblyEnd(*A, MAT_FINAL_ASSEMBLY));
+  } else {
+    char *dense;
+    PetscCall(PetscStrstr(mtype, "dense", &dense));
+    PetscCheck(dense, PETSC_COMM_WORLD, PETSC_ERR_SUP, "-mat_type %s: this tutorial makes fmm or dense matrices", mtype);
+    PetscCall(AssembleExplicit(user, *A));
+  }
+  /* the Nystrom diagonal, for both types: -+1/2 from the jump relation and the kernel's limit -kappa w/(4 pi) */
+  PetscCall(MatShift(*A, user->problem == PROBLEM_INTERIOR ? -0.5 : 0.5));
+  {
+    Vec          d;
+    PetscScalar *da;
+    PetscCall(MatCreateVecs(*A, &d, NULL));
+    PetscCall(VecGetArrayWrite(d, &da));
+    for (PetscInt i = 0; i < nloc; i++) da[i] = -user->kappa[rstart + i] * user->w[rstart + i] / (4 * PETSC_PI);
+    PetscCall(VecRestoreArrayWrite(d, &da));
+    PetscCall(MatDiagonalSet(*A, d, ADD_VALUES));
+    PetscCall(VecDestroy(&d));
+  }
+  PetscFunctionReturn(0);
+}
+
+/* -renumber: the nodes numbered anew so that each rank's unknowns are those its part of A's tree holds
+   (MatFMMGetTreePartition(), in the tree's order): every rank's set, gathered in rank order, gives the new
+   number k of old node old[k], and each rank's unknowns are again one range [rstart, rstart + nloc).  The
+   problem is the same; a product then moves no density or potential between ranks.  (Here every rank
+   holds all nodes; a program whose nodes are distributed would move them with a PetscSF.) */
+static PetscErrorCode Renumber(AppCtx *user, Mat A, PetscInt *rstart, PetscInt *nloc)
+{
+  const PetscInt  N = user->N;
+  IS              mine, all;
+  const PetscInt *old;
+  PetscReal      *xy, *nrm, *w, *kappa;
+  PetscInt       *body;
+
+  PetscFunctionBegin;
+  PetscCall(MatFMMGetTreePartition(A, &mine, NULL));
+  PetscCall(ISGetLocalSize(mine, nloc));
+  PetscCallMPI(MPI_Scan(nloc, rstart, 1, MPIU_INT, MPI_SUM, PETSC_COMM_WORLD));
+  *rstart -= *nloc;
+  PetscCall(ISAllGather(mine, &all));
+  PetscCall(ISGetIndices(all, &old));
+  PetscCall(PetscMalloc5(2 * N, &xy, 2 * N, &nrm, N, &w, N, &kappa, N, &body));
+  for (PetscInt k = 0; k < N; k++) {
+    const PetscInt i = old[k];
+    xy[2 * k]        = user->xy[2 * i];
+    xy[2 * k + 1]    = user->xy[2 * i + 1];
+    nrm[2 * k]       = user->nrm[2 * i];
+    nrm[2 * k + 1]   = user->nrm[2 * i + 1];
+    w[k]             = user->w[i];
+    kappa[k]         = user->kappa[i];
+    body[k]          = user->body[i];
+  }
+  PetscCall(ISRestoreIndices(all, &old));
+  PetscCall(ISDestroy(&all));
+  PetscCall(ISDestroy(&mine));
+  PetscCall(PetscFree5(user->xy, user->nrm, user->w, user->kappa, user->body));
+  user->xy    = xy;
+  user->nrm   = nrm;
+  user->w     = w;
+  user->kappa = kappa;
+  user->body  = body;
+  PetscFunctionReturn(0);
+}
+
 int main(int argc, char **argv)
 {
   AppCtx             user;
@@ -531,7 +622,7 @@ int main(int argc, char **argv)
   BodyPC             bpc;
   PetscInt           rstart, nloc, estart, mloc, its;
   PetscReal          tol = -1, errloc[2], errglob[2], err;
-  PetscBool          isfmm;
+  PetscBool          isfmm, renumber = PETSC_FALSE;
   MatType            mtype;
   Mat                A, Op, E, Le = NULL;
   Vec                f, s, ue;
@@ -550,6 +641,7 @@ int main(int argc, char **argv)
   PetscCall(PetscLogStageRegister("ex1 evaluate", &stageEval));
   PetscCall(ProcessOptions(&user));
   PetscCall(PetscOptionsGetReal(NULL, NULL, "-tol", &tol, NULL));
+  PetscCall(PetscOptionsGetBool(NULL, NULL, "-renumber", &renumber, NULL));
   PetscCall(CreateGeometry(&user));
   PetscCall(Split(user.N, &rstart, &nloc));
   PetscCall(Split(user.M, &estart, &mloc));
@@ -558,37 +650,13 @@ int main(int argc, char **argv)
 
   PetscCall(PetscLogStagePush(stageSetup));
   PetscCall(PetscTime(&t0));
-  /* The operator.  The type is set to MATFMM before MatSetFromOptions() so that -mat_type can
-     override it; the MatFMMSet...() calls do nothing when the type is changed. */
-  PetscCall(MatCreate(PETSC_COMM_WORLD, &A));
-  PetscCall(MatSetSizes(A, nloc, nloc, user.N, user.N));
-  PetscCall(MatSetType(A, MATFMM));
-  PetscCall(MatFMMSetSources(A, nloc, user.xy + 2 * rstart, user.nrm + 2 * rstart, user.w + rstart));
-  PetscCall(MatFMMSetKernel(A, MATFMM_KERNEL_DOUBLE, 0, 0));
-  PetscCall(MatSetFromOptions(A));
+  PetscCall(CreateOperator(&user, rstart, nloc, &A, &isfmm));
+  if (renumber && isfmm) { /* the same operator, on the nodes numbered as the tree holds them */
+    PetscCall(Renumber(&user, A, &rstart, &nloc));
+    PetscCall(MatDestroy(&A));
+    PetscCall(CreateOperator(&user, rstart, nloc, &A, &isfmm));
+  }
   PetscCall(MatGetType(A, &mtype));
-  PetscCall(PetscObjectTypeCompare((PetscObject)A, MATFMM, &isfmm));
-  if (isfmm) {
-    PetscCall(MatAssemblyBegin(A, MAT_FINAL_ASSEMBLY)); /* builds the tree */
-    PetscCall(MatAssemblyEnd(A, MAT_FINAL_ASSEMBLY));
-  } else {
-    char *dense;
-    PetscCall(PetscStrstr(mtype, "dense", &dense));
-    PetscCheck(dense, PETSC_COMM_WORLD, PETSC_ERR_SUP, "-mat_type %s: this tutorial makes fmm or dense matrices", mtype);
-    PetscCall(AssembleExplicit(&user, A));
-  }
-  /* the Nystrom diagonal, for both types: -+1/2 from the jump relation and the kernel's limit -kappa w/(4 pi) */
-  PetscCall(MatShift(A, user.problem == PROBLEM_INTERIOR ? -0.5 : 0.5));
-  {
-    Vec          d;
-    PetscScalar *da;
-    PetscCall(MatCreateVecs(A, &d, NULL));
-    PetscCall(VecGetArrayWrite(d, &da));
-    for (PetscInt i = 0; i < nloc; i++) da[i] = -user.kappa[rstart + i] * user.w[rstart + i] / (4 * PETSC_PI);
-    PetscCall(VecRestoreArrayWrite(d, &da));
-    PetscCall(MatDiagonalSet(A, d, ADD_VALUES));
-    PetscCall(VecDestroy(&d));
-  }
 
   /* Exterior: the body integrals and logarithms (a dense A holds the rank-K term already; with
      MATFMM a shell adds it).  The evaluation needs the same pieces. */
@@ -598,7 +666,7 @@ int main(int argc, char **argv)
     ext.A      = A;
     ext.rstart = rstart;
     ext.nloc   = nloc;
-    ext.n      = user.n;
+    ext.body   = user.body;
     ext.K      = user.K;
     ext.logR0  = user.logR0;
     ext.w      = user.w;
@@ -737,6 +805,18 @@ int main(int argc, char **argv)
     nsize: 4
     args: -n 3000 -mat_fmm_eps 1e-12 -ksp_rtol 1e-12 -tol 1e-10
     filter: sed -e 's/ error=.*$//'
+  test:
+    suffix: mpi_renumber
+    nsize: 3
+    args: -n 3000 -mat_fmm_eps 1e-12 -ksp_rtol 1e-12 -tol 1e-10 -renumber -mat_fmm_distribution tree
+    filter: sed -e 's/ error=.*$//'
+    output_file: output/ex1_mpi_3.out
+  test:
+    suffix: exterior_renumber
+    nsize: 2
+    args: -problem exterior -bodies 16 -n 128 -mat_fmm_eps 1e-12 -ksp_rtol 1.7e-9 -tol 1e-8 -renumber -mat_fmm_distribution tree -mat_fmm_device cpu
+    filter: sed -e 's/ error=.*$//'
+    output_file: output/ex1_exterior.out
   test:
     suffix: exterior
     nsize: 2
