@@ -16,6 +16,8 @@ data.
   -star_a <a> (0.25)  -star_k <k> (5)  -ellipse_a <a> (1)  -ellipse_b <b> (0.5)
   -bodies <K> (exterior, 1)  -spacing <s> (3 rmax)  -n <n> points per curve (400)
   -tol <tol>    fail unless error <= tol
+  -renumber     number each rank's unknowns as its part of the FMM's tree holds them (fmm.getTreePartition()):
+                products then move no density between ranks
   -mat_type <fmm,dense>, -mat_fmm_*, -log_mat_fmm_*, -eval_mat_fmm_*, -ksp_*, -pc_*, -log_view
   -plot <file.png>   draw the curve(s), the solution u_h (inside the curve, or around the bodies)
                      and its error on a log colour scale (matplotlib; -plot_grid <g>, default 160)
@@ -125,6 +127,7 @@ class Problem:
         self.xy, self.nrm = xy, nrm
         self.kappa = np.tile((d1[0] * d2[1] - d1[1] * d2[0]) / sp ** 3, K)
         self.w = np.tile(2 * np.pi * sp / n, K)
+        self.body = np.repeat(np.arange(K), n)  # the body of each node
         # the grid is centred at 0, so all bodies lie in the disc of radius rho about 0
         self.logR0 = 1 + 0.5 * math.log(np.max(xy[:, 0] ** 2 + xy[:, 1] ** 2))
         if self.problem == "interior":
@@ -183,10 +186,11 @@ def log_matrix(P, txy, prefix, eps):
 def body_integrals_matrix(P, rstart, nloc):
     """The K x N matrix of the body integrals a_k = sum over body k of w_j s_j (AIJ: rows split as K is)."""
     ks, kl = split(P.K)
-    n = P.n
-    indptr = np.arange(kl + 1, dtype=PETSc.IntType) * n
-    cols = (np.arange(ks * n, (ks + kl) * n)).astype(PETSc.IntType)
-    return PETSc.Mat().createAIJ(size=((kl, P.K), (nloc, P.N)), csr=(indptr, cols, P.w[ks * n:(ks + kl) * n].copy()), comm=COMM)
+    order = np.argsort(P.body, kind="stable")  # the nodes body by body, each body's in increasing number
+    first = np.concatenate(([0], np.cumsum(np.bincount(P.body, minlength=P.K))))
+    indptr = (first[ks:ks + kl + 1] - first[ks]).astype(PETSc.IntType)
+    cols = order[first[ks]:first[ks + kl]].astype(PETSc.IntType)
+    return PETSc.Mat().createAIJ(size=((kl, P.K), (nloc, P.N)), csr=(indptr, cols, P.w[cols].copy()), comm=COMM)
 
 
 class Exterior:
@@ -214,17 +218,17 @@ class BodyPC:
     G_jk = log(|c_j - c_k|/R0), G_kk = the mean over body k of log(|x - c_k|/R0)."""
 
     def __init__(self, P, B, rstart, nloc):
-        K, n = P.K, P.n
+        K = P.K
         self.B = B
-        self.body = (rstart + np.arange(nloc)) // n
-        d = P.xy - np.repeat(P.ctr, n, axis=0)
+        self.body = P.body[rstart:rstart + nloc]
+        d = P.xy - P.ctr[P.body]
         lw = P.w * (0.5 * np.log(d[:, 0] ** 2 + d[:, 1] ** 2) - P.logR0)
-        self.len = P.w.reshape(K, n).sum(axis=1)
+        self.len = np.bincount(P.body, weights=P.w, minlength=K)
         dc = P.ctr[:, None, :] - P.ctr[None, :, :]
         with np.errstate(divide="ignore"):
             G = 0.5 * np.log(dc[..., 0] ** 2 + dc[..., 1] ** 2) - P.logR0
         H = 2 * G * self.len[None, :]
-        H[np.diag_indices(K)] = 2 * lw.reshape(K, n).sum(axis=1)
+        H[np.diag_indices(K)] = 2 * np.bincount(P.body, weights=lw, minlength=K)
         self.H = H
         self.sums = B.createVecs("left")
         self.toall, self.all = PETSc.Scatter.toAll(self.sums)
@@ -253,7 +257,7 @@ def assemble_explicit(P, A):
     vals = (P.nrm[None, :, 0] * dx + P.nrm[None, :, 1] * dy) / r2 * P.w[None, :] / (2 * np.pi)
     vals[diag] = 0.0
     if P.problem == "exterior":
-        c = np.repeat(P.ctr, P.n, axis=0)
+        c = P.ctr[P.body]
         cx, cy = x[:, None, 0] - c[None, :, 0], x[:, None, 1] - c[None, :, 1]
         vals += (0.5 * np.log(cx ** 2 + cy ** 2) - P.logR0) * P.w[None, :]
     A.setValues(np.arange(rstart, rend, dtype=PETSc.IntType), np.arange(P.N, dtype=PETSc.IntType), vals)
@@ -280,7 +284,7 @@ def plot(P, s, ext, file, title):
     keep = P.inside(Z) if P.problem == "interior" else ~P.inside(Z)
     Zk = Z[keep]
     zs, zl = split(len(Zk))
-    rstart, nloc = split(P.N)
+    rstart, nloc = P.rstart, P.nloc
     E = fmm.create(P.xy[rstart:rstart + nloc], P.nrm[rstart:rstart + nloc], P.w[rstart:rstart + nloc],
                    Zk[zs:zs + zl].copy(), kernel="double", eps=1e-13, prefix="plot_")
     u = E.createVecs("left")
@@ -328,30 +332,19 @@ def plot(P, s, ext, file, title):
     PETSc.Sys.Print("figure written to %s" % file)
 
 
-def main():
-    opt = PETSc.Options()
-    if opt.hasName("help"):
-        PETSc.Sys.Print(__doc__)
-    tol = opt.getReal("tol", -1.0)
-    plotfile = opt.getString("plot", "")
-    stages = [PETSc.Log.Stage(s) for s in ("ex1 setup", "ex1 solve", "ex1 evaluate")]
-    P = Problem()
-    rstart, nloc = split(P.N)
-    estart, mloc = split(P.M)
-    loc = slice(rstart, rstart + nloc)
-
-    stages[0].push()
-    t0 = time.perf_counter()
-    # the operator: MATFMM before the options, so that -mat_type can override it (the setters do nothing then)
+def create_operator(P):
+    """The operator -+1/2 I + D on this rank's nodes [P.rstart, P.rstart + P.nloc): a MATFMM, or the dense
+    Nystrom matrix with -mat_type dense (MATFMM before the options, so that -mat_type can override it; the
+    setters do nothing then).  Returns (A, its type)."""
+    loc = slice(P.rstart, P.rstart + P.nloc)
     A = PETSc.Mat().create(comm=COMM)
-    A.setSizes(((nloc, P.N), (nloc, P.N)))
+    A.setSizes(((P.nloc, P.N), (P.nloc, P.N)))
     A.setType("fmm")
     fmm.setSources(A, P.xy[loc], P.nrm[loc], P.w[loc])
     fmm.setKernel(A, "double")
     A.setFromOptions()
     mtype = A.getType()
-    isfmm = mtype == "fmm"
-    if isfmm:
+    if mtype == "fmm":
         A.assemble()  # builds the tree
     elif "dense" in mtype:
         assemble_explicit(P, A)
@@ -363,6 +356,49 @@ def main():
     d.setArray(-P.kappa[loc] * P.w[loc] / (4 * np.pi))
     A.setDiagonal(d, addv=PETSc.InsertMode.ADD_VALUES)
     d.destroy()
+    return A, mtype
+
+
+def renumber_nodes(P, A):
+    """-renumber: the nodes numbered anew so that each rank's unknowns are those its part of A's tree holds
+    (fmm.getTreePartition(), in the tree's order): every rank's set, gathered in rank order, gives the old
+    number of each new one, and each rank's unknowns are again one range.  The same problem; a product then
+    moves no density or potential between ranks.  (Every rank holds all nodes here; a program whose nodes
+    are distributed would move them with a PetscSF.)"""
+    src, tgt = fmm.getTreePartition(A)
+    every = src.allGather()  # every rank's set, in rank order
+    old = every.getIndices().copy()
+    P.nloc = src.getLocalSize()
+    v = PETSc.Vec().createMPI((P.nloc, P.N), comm=COMM)  # its ownership range: this rank's new numbers
+    P.rstart = v.getOwnershipRange()[0]
+    for name in ("xy", "nrm", "w", "kappa", "body"):
+        setattr(P, name, getattr(P, name)[old].copy())
+    for o in (v, every, src, tgt):
+        o.destroy()
+
+
+def main():
+    opt = PETSc.Options()
+    if opt.hasName("help"):
+        PETSc.Sys.Print(__doc__)
+    tol = opt.getReal("tol", -1.0)
+    plotfile = opt.getString("plot", "")
+    renumber = opt.getBool("renumber", False)
+    stages = [PETSc.Log.Stage(s) for s in ("ex1 setup", "ex1 solve", "ex1 evaluate")]
+    P = Problem()
+    P.rstart, P.nloc = split(P.N)
+    estart, mloc = split(P.M)
+
+    stages[0].push()
+    t0 = time.perf_counter()
+    A, mtype = create_operator(P)
+    if renumber and mtype == "fmm":  # the same operator, on the nodes numbered as the tree holds them
+        renumber_nodes(P, A)
+        A.destroy()
+        A, mtype = create_operator(P)
+    isfmm = mtype == "fmm"
+    rstart, nloc = P.rstart, P.nloc
+    loc = slice(rstart, rstart + nloc)
 
     # exterior: the body integrals and logarithms (a dense A holds them already; with MATFMM a shell adds them)
     Op, ext, B = A, None, None
@@ -464,6 +500,18 @@ if __name__ == "__main__":
     suffix: exterior
     nsize: 2
     args: -problem exterior -bodies 16 -n 128 -mat_fmm_eps 1e-12 -ksp_rtol 1.7e-9 -tol 1e-8
+    filter: sed -e 's/ error=.*$//'
+    output_file: output/ex1_exterior.out
+  test:
+    suffix: mpi_renumber
+    nsize: 3
+    args: -n 3000 -mat_fmm_eps 1e-12 -ksp_rtol 1e-12 -tol 1e-10 -renumber -mat_fmm_distribution tree
+    filter: sed -e 's/ error=.*$//'
+    output_file: output/ex1_mpi_3.out
+  test:
+    suffix: exterior_renumber
+    nsize: 2
+    args: -problem exterior -bodies 16 -n 128 -mat_fmm_eps 1e-12 -ksp_rtol 1.7e-9 -tol 1e-8 -renumber -mat_fmm_distribution tree -mat_fmm_device cpu
     filter: sed -e 's/ error=.*$//'
     output_file: output/ex1_exterior.out
   test:
