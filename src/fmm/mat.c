@@ -384,8 +384,8 @@ static PetscErrorCode ScaledPotentials(Mat A, const PetscScalar *sigma)
   PetscFunctionReturn(0);
 }
 
-/* y = K x with the distributed tree: on the CPU (cpu/dist.c), or by the backend on this rank's plan */
-/* y = K x on the distributed tree; x and y in the device memory mem (NULL: host memory) */
+/* y = K x with the distributed tree: on the CPU (cpu/dist.c), or by the backend on this rank's plan; x and y
+   in the device memory mem (NULL: host memory) */
 static PetscErrorCode DistMult(Mat A, const PetscScalar *x, PetscScalar *y, const FMMDeviceMemory *mem)
 {
   Mat_FMM *fmm = (Mat_FMM *)A->data;

@@ -168,26 +168,17 @@ PetscErrorCode FMMDistDensities(FMMDist *D, const PetscScalar *x, const FMMDevic
 {
   PetscFunctionBegin;
   PetscCall(PetscLogEventBegin(MATFMM_Exchange, 0, 0, 0, 0));
-  if (mem) {
-#if defined(PETSC_HAVE_CUDA)
-    PetscCall(PetscSFReduceWithMemTypeBegin(D->sfin, MPIU_SCALAR, PETSC_MEMTYPE_DEVICE, x, PETSC_MEMTYPE_HOST, D->din, MPI_REPLACE));
-    PetscCall(PetscSFReduceEnd(D->sfin, MPIU_SCALAR, x, D->din, MPI_REPLACE));
-#else
-    SETERRQ(PETSC_COMM_SELF, PETSC_ERR_PLIB, "device densities without a PETSc configured with CUDA");
-#endif
-    for (PetscInt j = 0, k; j < D->nhs; j = k) { /* runs of consecutive columns of this rank come down in one copy */
-      k = j + 1;
-      if (D->hsrc[j] >= D->nxc) {
-        D->hsend[j] = D->din[D->hsrc[j] - D->nxc];
-        continue;
-      }
-      while (k < D->nhs && D->hsrc[k] == D->hsrc[k - 1] + 1 && D->hsrc[k] < D->nxc) k++;
-      PetscCall((*mem->tohost)(D->hsend + j, x + D->hsrc[j], (size_t)(k - j)));
+  PetscCall(PetscSFReduceWithMemTypeBegin(D->sfin, MPIU_SCALAR, mem ? PETSC_MEMTYPE_DEVICE : PETSC_MEMTYPE_HOST, x, PETSC_MEMTYPE_HOST, D->din, MPI_REPLACE));
+  PetscCall(PetscSFReduceEnd(D->sfin, MPIU_SCALAR, x, D->din, MPI_REPLACE));
+  for (PetscInt j = 0, k; j < D->nhs; j = k) { /* runs of consecutive columns of this rank: one copy each */
+    k = j + 1;
+    if (D->hsrc[j] >= D->nxc) {
+      D->hsend[j] = D->din[D->hsrc[j] - D->nxc];
+      continue;
     }
-  } else {
-    PetscCall(PetscSFReduceBegin(D->sfin, MPIU_SCALAR, x, D->din, MPI_REPLACE));
-    PetscCall(PetscSFReduceEnd(D->sfin, MPIU_SCALAR, x, D->din, MPI_REPLACE));
-    for (PetscInt j = 0; j < D->nhs; j++) D->hsend[j] = D->hsrc[j] < D->nxc ? x[D->hsrc[j]] : D->din[D->hsrc[j] - D->nxc];
+    while (k < D->nhs && D->hsrc[k] == D->hsrc[k - 1] + 1 && D->hsrc[k] < D->nxc) k++;
+    if (mem) PetscCall((*mem->tohost)(D->hsend + j, x + D->hsrc[j], (size_t)(k - j)));
+    else PetscCall(PetscArraycpy(D->hsend + j, x + D->hsrc[j], k - j));
   }
   PetscCall(PetscSFBcastBegin(D->sfhc, MPIU_SCALAR, D->hsend, D->din + D->nrr, MPI_REPLACE));
   PetscCall(PetscSFBcastEnd(D->sfhc, MPIU_SCALAR, D->hsend, D->din + D->nrr, MPI_REPLACE));
@@ -203,11 +194,7 @@ PetscErrorCode FMMDistPotentials(FMMDist *D, PetscScalar *y, const FMMDeviceMemo
 
   PetscFunctionBegin;
   PetscCall(PetscLogEventBegin(MATFMM_Exchange, 0, 0, 0, 0));
-#if defined(PETSC_HAVE_CUDA)
-  if (mem) PetscCall(PetscSFBcastWithMemTypeBegin(sf, MPIU_SCALAR, PETSC_MEMTYPE_HOST, D->dout, PETSC_MEMTYPE_DEVICE, y, MPI_REPLACE));
-  else
-#endif
-    PetscCall(PetscSFBcastBegin(sf, MPIU_SCALAR, D->dout, y, MPI_REPLACE));
+  PetscCall(PetscSFBcastWithMemTypeBegin(sf, MPIU_SCALAR, PETSC_MEMTYPE_HOST, D->dout, mem ? PETSC_MEMTYPE_DEVICE : PETSC_MEMTYPE_HOST, y, MPI_REPLACE));
   PetscCall(PetscSFBcastEnd(sf, MPIU_SCALAR, D->dout, y, MPI_REPLACE));
   PetscCall(PetscLogEventEnd(MATFMM_Exchange, 0, 0, 0, 0));
   PetscFunctionReturn(0);
