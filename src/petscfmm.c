@@ -3,7 +3,7 @@
 #include "sweep/sweepimpl.h"
 
 PetscLogEvent MATSWEEP_Setup, MATSWEEP_Source, MATSWEEP_Sweep, MATSWEEP_KBAWait;
-PetscLogEvent MATFMM_Exchange, MATFMM_Copy, MATFMM_Partition, MATFMM_Setup, MATFMM_Tree, MATFMM_P2M, MATFMM_M2M, MATFMM_M2L, MATFMM_L2L, MATFMM_L2P, MATFMM_P2P, MATFMM_Direct;
+PetscLogEvent MATFMM_Exchange, MATFMM_Move, MATFMM_Copy, MATFMM_Partition, MATFMM_Setup, MATFMM_Tree, MATFMM_P2M, MATFMM_M2M, MATFMM_M2L, MATFMM_L2L, MATFMM_L2P, MATFMM_P2P, MATFMM_Direct;
 
 static PetscBool PetscFMMPackageInitialized = PETSC_FALSE;
 
@@ -58,6 +58,7 @@ PetscErrorCode PetscFMMInitializePackage(void)
   PetscCall(PetscLogEventRegister("FMMDirect", MAT_CLASSID, &MATFMM_Direct));
   PetscCall(PetscLogEventRegister("FMMPartition", MAT_CLASSID, &MATFMM_Partition));
   PetscCall(PetscLogEventRegister("FMMExchange", MAT_CLASSID, &MATFMM_Exchange));
+  PetscCall(PetscLogEventRegister("FMMMove", MAT_CLASSID, &MATFMM_Move));
   PetscCall(PetscLogEventRegister("FMMCopy", MAT_CLASSID, &MATFMM_Copy));
   PetscCall(MatRegister(MATSWEEP, MatCreate_Sweep));
   PetscCall(PetscLogEventRegister("SweepSetup", MAT_CLASSID, &MATSWEEP_Setup));

@@ -435,10 +435,14 @@ static PetscErrorCode SplitMoves(PetscSF sf, PetscInt n, const PetscInt perm[], 
   PetscFunctionReturn(0);
 }
 
-/* a product's moves between the caller's layout and the tree's (the numbers of FMMDist: nxc ... hsend) */
+/* a product's moves between the caller's layout and the tree's (the numbers of FMMDist: nxc ... sfhd) */
 static PetscErrorCode FMMDistIOSetup(FMMDist *D)
 {
-  PetscInt *croot;
+  MPI_Comm           comm;
+  PetscInt           nroots, nleaves, nx = 0, nd = 0, *code, *lcode, *ix, *id;
+  const PetscInt    *ilocal;
+  const PetscSFNode *rem;
+  PetscSFNode       *rx, *rd;
 
   PetscFunctionBegin;
   PetscCall(SplitMoves(D->sfsrc, D->n, D->sperm, &D->nxc, &D->cin, &D->nrr, &D->sfin));
@@ -447,12 +451,38 @@ static PetscErrorCode FMMDistIOSetup(FMMDist *D)
     D->nrt  = D->nrr;
     D->cout = D->cin;
   } else PetscCall(SplitMoves(D->sftgt, D->m, D->tperm, &D->myc, &D->cout, &D->nrt, &D->sfout));
-  /* the halo: from the sources other ranks' near lists name, gathered */
-  PetscCall(CompactRoots(D->sfhalo, &D->nhs, &croot, &D->sfhc));
-  PetscCall(PetscMalloc1(PetscMax(D->nhs, 1), &D->hsrc));
-  for (PetscInt j = 0; j < D->nhs; j++) D->hsrc[j] = D->cin[croot[j]];
-  PetscCall(PetscFree(croot));
-  PetscCall(PetscMalloc3(D->nrr + D->nh, &D->din, D->nrt, &D->dout, D->nhs, &D->hsend));
+  /* the halo: each of its sources from its owner's x (code >= 0: the column) or din (code < 0: -1 - its
+     place), two PetscSFs rooted there, so the owner's columns go without a gather of ours (PetscSF packs
+     them where x lives) */
+  PetscCall(PetscObjectGetComm((PetscObject)D->sfhalo, &comm));
+  PetscCall(PetscSFGetGraph(D->sfhalo, &nroots, &nleaves, &ilocal, &rem));
+  PetscCheck(!ilocal, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM: the halo's SF has contiguous leaves");
+  PetscCall(PetscMalloc2(PetscMax(nroots, 1), &code, PetscMax(nleaves, 1), &lcode));
+  for (PetscInt i = 0; i < nroots; i++) code[i] = D->cin[i] < D->nxc ? D->cin[i] : -1 - (D->cin[i] - D->nxc);
+  PetscCall(PetscSFBcastBegin(D->sfhalo, MPIU_INT, code, lcode, MPI_REPLACE));
+  PetscCall(PetscSFBcastEnd(D->sfhalo, MPIU_INT, code, lcode, MPI_REPLACE));
+  for (PetscInt h = 0; h < nleaves; h++) lcode[h] >= 0 ? nx++ : nd++;
+  PetscCall(PetscMalloc2(nx, &ix, nx, &rx));
+  PetscCall(PetscMalloc2(nd, &id, nd, &rd));
+  for (PetscInt h = 0, jx = 0, jd = 0; h < nleaves; h++) { /* leaf h is din[nrr + h] */
+    if (lcode[h] >= 0) {
+      ix[jx]   = D->nrr + h;
+      rx[jx++] = (PetscSFNode){rem[h].rank, lcode[h]};
+    } else {
+      id[jd]   = D->nrr + h;
+      rd[jd++] = (PetscSFNode){rem[h].rank, -1 - lcode[h]};
+    }
+  }
+  PetscCall(PetscFree2(code, lcode));
+  PetscCall(PetscSFCreate(comm, &D->sfhx));
+  PetscCall(PetscSFSetGraph(D->sfhx, D->nxc, nx, ix, PETSC_COPY_VALUES, rx, PETSC_COPY_VALUES));
+  PetscCall(PetscSFSetUp(D->sfhx));
+  PetscCall(PetscSFCreate(comm, &D->sfhd));
+  PetscCall(PetscSFSetGraph(D->sfhd, D->nrr, nd, id, PETSC_COPY_VALUES, rd, PETSC_COPY_VALUES));
+  PetscCall(PetscSFSetUp(D->sfhd));
+  PetscCall(PetscFree2(ix, rx));
+  PetscCall(PetscFree2(id, rd));
+  PetscCall(PetscMalloc2(D->nrr + D->nh, &D->din, D->nrt, &D->dout));
   PetscFunctionReturn(0);
 }
 
@@ -523,11 +553,11 @@ PetscErrorCode FMMDistDestroy(FMMDist **dp)
   PetscCall(PetscSFDestroy(&D->sfhalo));
   PetscCall(PetscFree(D->cin));
   if (!D->same) PetscCall(PetscFree(D->cout));
-  PetscCall(PetscFree(D->hsrc));
   PetscCall(PetscSFDestroy(&D->sfin));
   PetscCall(PetscSFDestroy(&D->sfout));
-  PetscCall(PetscSFDestroy(&D->sfhc));
-  PetscCall(PetscFree3(D->din, D->dout, D->hsend));
+  PetscCall(PetscSFDestroy(&D->sfhx));
+  PetscCall(PetscSFDestroy(&D->sfhd));
+  PetscCall(PetscFree2(D->din, D->dout));
   PetscCall(PetscSFDestroy(&D->sfmp));
   PetscCall(FMMDistResetCPU(D));
   PetscCall(PetscFree(*dp));

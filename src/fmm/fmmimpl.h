@@ -25,7 +25,7 @@ typedef PetscOptionItems *FMMOptionItems;
 typedef PetscOptionItems FMMOptionItems;
 #endif
 
-PETSC_INTERN PetscLogEvent MATFMM_Exchange, MATFMM_Copy, MATFMM_Partition, MATFMM_Setup, MATFMM_Tree, MATFMM_P2M, MATFMM_M2M, MATFMM_M2L, MATFMM_L2L, MATFMM_L2P, MATFMM_P2P, MATFMM_Direct;
+PETSC_INTERN PetscLogEvent MATFMM_Exchange, MATFMM_Move, MATFMM_Copy, MATFMM_Partition, MATFMM_Setup, MATFMM_Tree, MATFMM_P2M, MATFMM_M2M, MATFMM_M2L, MATFMM_L2L, MATFMM_L2P, MATFMM_P2P, MATFMM_Direct;
 
 /* the largest expansion order: the limit of MatFMMSetExpansionOrder(), the
    cap of the order chosen from the tolerance, and the size of the backends'
@@ -450,12 +450,12 @@ typedef struct {
   PetscSF    sfsrc, sftgt;         /* the caller's sources (leaves) -> this rank's (roots); targets likewise (NULL: same) */
   PetscSF    sfhalo, sfmp;         /* owners' sources in tree order -> the halo's; owners' multipoles (slots ntop..nown) -> halo slots */
   /* each product's moves (FMMDistIOSetup()): a density is the caller's x[c] (c < nxc) or din[c - nxc], din holding
-     the nrr densities from other ranks (sfin) and then the halo's nh (sfhc: from hsend, gathered at hsrc[0..nhs));
+     the nrr densities from other ranks (sfin) and then the halo's nh (sfhx: from the owners' x, sfhd: from their din);
      a potential goes to the caller's y[c] (c < myc) or dout[c - myc], which sfout sends to the other ranks' y */
-  PetscInt     nxc, myc, nrr, nrt, nhs;
-  PetscInt    *cin, *cout, *hsrc;  /* [n], [m] tree order; [nhs] */
-  PetscSF      sfin, sfout, sfhc;  /* sfout NULL: sfin (the targets are the sources) */
-  PetscScalar *din, *dout, *hsend; /* [nrr + nh], [nrt], [nhs] */
+  PetscInt     nxc, myc, nrr, nrt;
+  PetscInt    *cin, *cout;         /* [n], [m] tree order */
+  PetscSF      sfin, sfout, sfhx, sfhd; /* sfout NULL: sfin (the targets are the sources) */
+  PetscScalar *din, *dout;         /* [nrr + nh], [nrt] */
   PetscInt64 nfar, nfartop, p2ppairs; /* M2L of this rank's boxes (+ the top's, on rank 0), of the top; P2P pairs */
   PetscInt  *halbox, *halleaf;     /* [nhb], [nhl] global numbers of the halo's boxes and leaves */
   /* the multipole exchange of a backend that evaluates FMMDistHostPlan() (FMMDistExchangeSetup()) */

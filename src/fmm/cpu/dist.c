@@ -2,7 +2,7 @@
   The product of the distributed tree (src/fmm/dist.c) on the CPU: the pass
   of src/fmm/cpu/backend.c on this rank's boxes, with the exchanges between:
 
-    densities to the owners of the sources (sfin), then to the halo (sfhc)
+    densities to the owners of the sources (sfin), then to the halo (sfhx, sfhd)
     P2M, M2M of this rank's boxes; the multipoles of level l0 summed over the
       ranks (MPI_Allreduce), M2M above l0 on every rank
     the remote multipoles of the far lists (sfmp), while P2P runs
@@ -166,23 +166,17 @@ static PetscErrorCode Downward(FMMDist *D)
    device memory mem (a device vector of a PETSc with CUDA), or in host memory (mem NULL); collective */
 PetscErrorCode FMMDistDensities(FMMDist *D, const PetscScalar *x, const FMMDeviceMemory *mem)
 {
+  const PetscMemType xm = mem ? PETSC_MEMTYPE_DEVICE : PETSC_MEMTYPE_HOST;
+
   PetscFunctionBegin;
-  PetscCall(PetscLogEventBegin(MATFMM_Exchange, 0, 0, 0, 0));
-  PetscCall(PetscSFReduceWithMemTypeBegin(D->sfin, MPIU_SCALAR, mem ? PETSC_MEMTYPE_DEVICE : PETSC_MEMTYPE_HOST, x, PETSC_MEMTYPE_HOST, D->din, MPI_REPLACE));
+  PetscCall(PetscLogEventBegin(MATFMM_Move, 0, 0, 0, 0));
+  PetscCall(PetscSFReduceWithMemTypeBegin(D->sfin, MPIU_SCALAR, xm, x, PETSC_MEMTYPE_HOST, D->din, MPI_REPLACE));
+  PetscCall(PetscSFBcastWithMemTypeBegin(D->sfhx, MPIU_SCALAR, xm, x, PETSC_MEMTYPE_HOST, D->din, MPI_REPLACE));
   PetscCall(PetscSFReduceEnd(D->sfin, MPIU_SCALAR, x, D->din, MPI_REPLACE));
-  for (PetscInt j = 0, k; j < D->nhs; j = k) { /* runs of consecutive columns of this rank: one copy each */
-    k = j + 1;
-    if (D->hsrc[j] >= D->nxc) {
-      D->hsend[j] = D->din[D->hsrc[j] - D->nxc];
-      continue;
-    }
-    while (k < D->nhs && D->hsrc[k] == D->hsrc[k - 1] + 1 && D->hsrc[k] < D->nxc) k++;
-    if (mem) PetscCall((*mem->tohost)(D->hsend + j, x + D->hsrc[j], (size_t)(k - j)));
-    else PetscCall(PetscArraycpy(D->hsend + j, x + D->hsrc[j], k - j));
-  }
-  PetscCall(PetscSFBcastBegin(D->sfhc, MPIU_SCALAR, D->hsend, D->din + D->nrr, MPI_REPLACE));
-  PetscCall(PetscSFBcastEnd(D->sfhc, MPIU_SCALAR, D->hsend, D->din + D->nrr, MPI_REPLACE));
-  PetscCall(PetscLogEventEnd(MATFMM_Exchange, 0, 0, 0, 0));
+  PetscCall(PetscSFBcastBegin(D->sfhd, MPIU_SCALAR, D->din, D->din, MPI_REPLACE)); /* din's first nrr are the roots */
+  PetscCall(PetscSFBcastEnd(D->sfhx, MPIU_SCALAR, x, D->din, MPI_REPLACE));
+  PetscCall(PetscSFBcastEnd(D->sfhd, MPIU_SCALAR, D->din, D->din, MPI_REPLACE));
+  PetscCall(PetscLogEventEnd(MATFMM_Move, 0, 0, 0, 0));
   PetscFunctionReturn(0);
 }
 
@@ -193,10 +187,10 @@ PetscErrorCode FMMDistPotentials(FMMDist *D, PetscScalar *y, const FMMDeviceMemo
   PetscSF sf = D->sfout ? D->sfout : D->sfin;
 
   PetscFunctionBegin;
-  PetscCall(PetscLogEventBegin(MATFMM_Exchange, 0, 0, 0, 0));
+  PetscCall(PetscLogEventBegin(MATFMM_Move, 0, 0, 0, 0));
   PetscCall(PetscSFBcastWithMemTypeBegin(sf, MPIU_SCALAR, PETSC_MEMTYPE_HOST, D->dout, mem ? PETSC_MEMTYPE_DEVICE : PETSC_MEMTYPE_HOST, y, MPI_REPLACE));
   PetscCall(PetscSFBcastEnd(sf, MPIU_SCALAR, D->dout, y, MPI_REPLACE));
-  PetscCall(PetscLogEventEnd(MATFMM_Exchange, 0, 0, 0, 0));
+  PetscCall(PetscLogEventEnd(MATFMM_Move, 0, 0, 0, 0));
   PetscFunctionReturn(0);
 }
 
