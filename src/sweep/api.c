@@ -22,7 +22,7 @@ static PetscErrorCode SweepGet(Mat A, PetscBool invalidate, Mat_Sweep **sw)
   PetscCall(PetscObjectTypeCompare((PetscObject)A, MATSWEEP, &is));
   PetscCheck(is, PetscObjectComm((PetscObject)A), PETSC_ERR_ARG_WRONG, "Matrix of type %s, expected %s", ((PetscObject)A)->type_name ? ((PetscObject)A)->type_name : "(not set)", MATSWEEP);
   *sw = (Mat_Sweep *)A->data;
-  if (invalidate) (*sw)->setup = PETSC_FALSE; /* PETSc's flag stays: products reach MATSWEEP's own message */
+  if (invalidate) (*sw)->setup = (*sw)->built = PETSC_FALSE; /* PETSc's flag stays: products reach MATSWEEP's own message */
   PetscFunctionReturn(0);
 }
 

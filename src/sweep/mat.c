@@ -16,6 +16,7 @@ static PetscErrorCode FreeProblem(Mat_Sweep *sw)
   PetscCall(SweepQuadratureDestroy(&P->Q));
   PetscCall(PetscFree2(P->sigt, P->mat));
   PetscCall(PetscMemzero(P, sizeof(*P)));
+  sw->built = PETSC_FALSE;
   PetscFunctionReturn(0);
 }
 
@@ -175,6 +176,7 @@ static PetscErrorCode BuildProblem(Mat A)
     P->nb += P->ncarry[ax];
   }
   PetscCall(MPIU_Allreduce(&P->nb, &P->nbglobal, 1, MPIU_INT, MPI_SUM, comm));
+  sw->built = PETSC_TRUE;
   PetscFunctionReturn(0);
 }
 
@@ -199,6 +201,21 @@ static PetscErrorCode SetLayouts(Mat A)
   PetscFunctionReturn(0);
 }
 
+/* MatSetUp() (which MatAssemblyBegin() calls in recent PETSc): the problem and so the vectors' sizes; the
+   backend follows at the assembly */
+static PetscErrorCode MatSetUp_Sweep(Mat A)
+{
+  Mat_Sweep *sw = (Mat_Sweep *)A->data;
+
+  PetscFunctionBegin;
+  if (!sw->built) {
+    PetscCall(Invalidate(A));
+    PetscCall(BuildProblem(A));
+  }
+  PetscCall(SetLayouts(A));
+  PetscFunctionReturn(0);
+}
+
 static PetscErrorCode MatAssemblyEnd_Sweep(Mat A, MatAssemblyType type)
 {
   Mat_Sweep *sw = (Mat_Sweep *)A->data;
@@ -209,9 +226,11 @@ static PetscErrorCode MatAssemblyEnd_Sweep(Mat A, MatAssemblyType type)
     A->assembled = PETSC_TRUE;
     PetscFunctionReturn(0);
   }
-  PetscCall(Invalidate(A));
   PetscCall(PetscLogEventBegin(MATSWEEP_Setup, A, 0, 0, 0));
-  PetscCall(BuildProblem(A));
+  if (!sw->built) { /* else MatSetUp() built it from the present settings */
+    PetscCall(Invalidate(A));
+    PetscCall(BuildProblem(A));
+  }
   PetscCall(SetLayouts(A));
   PetscCall(DMDACreateCompatibleDMDA(sw->da, sw->ng * sw->P.Q.cmom, &sw->daphi));
   for (PetscInt g = 0; g < sw->ng; g++)
@@ -678,6 +697,7 @@ PETSC_EXTERN PetscErrorCode MatCreate_Sweep(Mat A)
   A->ops->view           = MatView_Sweep;
   A->ops->destroy        = MatDestroy_Sweep;
   A->ops->setfromoptions = MatSetFromOptions_Sweep;
+  A->ops->setup          = MatSetUp_Sweep;
   A->ops->assemblyend    = MatAssemblyEnd_Sweep;
   A->ops->getvecs        = MatCreateVecs_Sweep;
   A->ops->bindtocpu      = MatBindToCPU_Sweep;

@@ -134,6 +134,7 @@ typedef struct {
   PetscInt           chunk;         /* KBA chunk (-mat_sweep_chunk); 0: the default */
   /* state */
   PetscBool          setup;
+  PetscBool          built;         /* P is the problem of the present settings (MatSetUp() or the assembly built it) */
   SweepProblem       P;
   SweepBackend       ops;
   void              *backend;
