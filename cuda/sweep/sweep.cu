@@ -898,6 +898,7 @@ static PetscErrorCode SweepCUDASetup(Mat A)
   SweepCUDA             *c;
   PetscMPIInt            rank, size;
   int                    ndev;
+  PetscReal              cmin = PETSC_MAX_REAL, cmax = 0;
 
   PetscFunctionBegin;
   PetscCall(SweepCUDADestroy(A));
@@ -910,7 +911,7 @@ static PetscErrorCode SweepCUDASetup(Mat A)
   SweepCallCUDA(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
   SweepCallCUDA(cudaEventCreate(&c->ev0));
   SweepCallCUDA(cudaEventCreate(&c->ev1));
-  { /* the host tables of the CPU backend's setup: coefficients per angle, moment functions per octant */
+  { /* the host tables of the CPU backend's setup: coefficients per angle (their sums' range: cmin, cmax), moment functions per octant */
     PetscReal *h;
     PetscCall(PetscMalloc1(3 * na + 16 * cm * na, &h));
     for (PetscInt a = 0; a < na; a++) {
@@ -918,6 +919,8 @@ static PetscErrorCode SweepCUDASetup(Mat A)
       h[a]              = f * Q->mu[a] / P->dx;
       h[na + a]         = f * Q->eta[a] / P->dy;
       h[2 * na + a]     = P->twod ? 0.0 : f * Q->xi[a] / P->dz;
+      cmin              = PetscMin(cmin, h[a] + h[na + a] + h[2 * na + a]);
+      cmax              = PetscMax(cmax, h[a] + h[na + a] + h[2 * na + a]);
     }
     for (PetscInt oct = 0; oct < 8; oct++)
       for (PetscInt m = 0; m < cm; m++)
@@ -1007,12 +1010,8 @@ static PetscErrorCode SweepCUDASetup(Mat A)
     c->tile[0] = c->TZ == 4 ? TileKernel<4, false> : TileKernel<8, false>;
     c->tile[1] = c->TZ == 4 ? TileKernel<4, true> : TileKernel<8, true>;
     { /* the instance without branches takes 1e-30 < sigma_t + c_x + c_y + c_z < 1e30 (Rcp()) */
-      PetscReal smin = PETSC_MAX_REAL, smax = 0, cmin = PETSC_MAX_REAL, cmax = 0;
+      PetscReal smin = PETSC_MAX_REAL, smax = 0;
       for (PetscInt i = 0; i < P->ncells * ng; i++) smin = PetscMin(smin, P->sigt[i]), smax = PetscMax(smax, P->sigt[i]);
-      for (PetscInt a = 0; a < na; a++) {
-        const PetscReal f = P->scheme == MATSWEEP_SCHEME_DD ? 2.0 : 1.0, cs = f * Q->mu[a] / P->dx + f * Q->eta[a] / P->dy + (P->twod ? 0.0 : f * Q->xi[a] / P->dz);
-        cmin = PetscMin(cmin, cs), cmax = PetscMax(cmax, cs);
-      }
       c->tfast = smin + cmin > 1e-30 && smax + cmax < 1e30 ? PETSC_TRUE : PETSC_FALSE;
     }
     while (c->GB > 1 && sizeof(double) * TILE_SHARED(c->GB, na, cm) > 113 * 1024) c->GB--; /* two blocks an SM */
