@@ -72,6 +72,7 @@ static PetscErrorCode FMMCUDAReset(FMMContext *ctx)
   (void)cudaGetLastError();
   PetscCall(PetscFree(c->repleaf));
   PetscCall(PetscFree(c->itemstart));
+  PetscCall(PetscFree(c->rbox));
   PetscCall(PetscFree(ctx->data));
   PetscFunctionReturn(0);
 }
@@ -362,10 +363,78 @@ static PetscErrorCode PoolText(char *buf, size_t len)
   PetscFunctionReturn(0);
 }
 
-/* the plan built by src/fmm/plan.c, uploaded */
-static PetscErrorCode UploadPlan(FMM_CUDA *c, const FMMPlan *P, const FMMHostPlan *H)
+/* box g (global number) in the GPU's box arrays (FMM_CUDA's nbc), -1: not there */
+static PetscInt BoxSlot(const FMM_CUDA *c, const FMMPlan *P, PetscInt g)
 {
+  PetscInt l = 0, first, n, k;
+
+  if (!c->nbc) return g;
+  while (l < P->L && g >= FMMLevelStart(l + 1)) l++;
+  FMMPlanLevelBoxes(P, l, &first, &n);
+  if (l <= P->l0 || (g - FMMLevelStart(l) >= first && g - FMMLevelStart(l) < first + n)) return c->lbase[l] + (g - FMMLevelStart(l));
+  if (PetscFindInt(g, c->nrb, c->rbox, &k) || k < 0) return -1;
+  return c->nbc - c->nrb + k;
+}
+
+/* A rank's part of the distributed tree (P->b1 > 0) keeps on the GPU only the
+   boxes it reads: levels 0..l0 (the top, on every rank), its own below, and
+   the remote boxes its far lists and the exchange name (FMM_CUDA's nbc):
+   the geometry, far lists (in the same order), expansions and M2L partials
+   then scale with the rank's part, not with the pyramid.  *cx .. *far: the
+   host plan's arrays in that numbering (to free) */
+static PetscErrorCode CompactBoxes(FMM_CUDA *c, const FMMPlan *P, const FMMHostPlan *H, PetscInt nximp, const PetscInt *ximp, PetscReal **cx, PetscReal **cy, PetscReal **scale, PetscInt **faroff, PetscInt **far)
+{
+  PetscInt next = FMMLevelStart(P->l0 + 1), nr = 0, k = 0;
+
   PetscFunctionBegin;
+  PetscCheck(P->L <= FMM_MAX_LEVELS && P->l0 <= P->L, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CUDA: levels %" PetscInt_FMT ", part level %" PetscInt_FMT, P->L, P->l0);
+  for (PetscInt l = 0; l <= P->L; l++) {
+    PetscInt first, n;
+    if (l <= P->l0) {
+      c->lbase[l] = FMMLevelStart(l);
+      continue;
+    }
+    FMMPlanLevelBoxes(P, l, &first, &n);
+    c->lbase[l] = next - first;
+    next += n;
+  }
+  c->nbc = next; /* (BoxSlot: no remote box yet) */
+  PetscCall(PetscMalloc1(PetscMax(P->nfar + nximp, 1), &c->rbox));
+  for (PetscInt j = 0; j < P->nfar + nximp; j++) {
+    const PetscInt g = j < P->nfar ? H->far[j] : ximp[j - P->nfar];
+    if (BoxSlot(c, P, g) < 0) c->rbox[nr++] = g;
+  }
+  PetscCall(PetscSortRemoveDupsInt(&nr, c->rbox));
+  c->nrb = nr;
+  c->nbc = next + nr;
+  PetscCall(PetscMalloc5(c->nbc, cx, c->nbc, cy, c->nbc, scale, c->nbc + 1, faroff, PetscMax(P->nfar, 1), far));
+  (*faroff)[0] = 0;
+  for (PetscInt l = 0; l <= P->L + 1; l++) { /* the boxes in their new order: level by level, then the remote ones */
+    PetscInt first = 0, n = nr;
+    if (l <= P->L) FMMPlanLevelBoxes(P, l, &first, &n);
+    if (l <= P->l0) first = 0, n = (PetscInt)1 << (2 * l);
+    for (PetscInt b = first; b < first + n; b++, k++) {
+      const PetscInt g = l <= P->L ? FMMLevelStart(l) + b : c->rbox[b];
+      (*cx)[k]         = H->cx[g];
+      (*cy)[k]         = H->cy[g];
+      (*scale)[k]      = H->scale[g];
+      (*faroff)[k + 1] = (*faroff)[k];
+      if (l > P->L) continue; /* a remote box takes no M2L here */
+      for (PetscInt j = H->faroff[g]; j < H->faroff[g + 1]; j++) (*far)[(*faroff)[k + 1]++] = BoxSlot(c, P, H->far[j]);
+    }
+  }
+  PetscCheck(k == c->nbc && (*faroff)[k] == P->nfar, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CUDA: %" PetscInt_FMT " of %" PetscInt_FMT " boxes, %" PetscInt_FMT " of %" PetscInt_FMT " M2L pairs in the rank's numbering", k, c->nbc, (*faroff)[k], P->nfar);
+  PetscFunctionReturn(0);
+}
+
+/* the plan built by src/fmm/plan.c or src/fmm/dist.c (FMMDistHostPlan(): ctx's exchange), uploaded */
+static PetscErrorCode UploadPlan(FMMContext *ctx, FMM_CUDA *c, const FMMPlan *P, const FMMHostPlan *H)
+{
+  PetscReal *cx = H->cx, *cy = H->cy, *scale = H->scale;
+  PetscInt  *faroff = H->faroff, *far = H->far;
+
+  PetscFunctionBegin;
+  if (P->b1) PetscCall(CompactBoxes(c, P, H, ctx->exchange ? ctx->nximp : 0, ctx->ximp, &cx, &cy, &scale, &faroff, &far));
   PetscCall(Upload(c, &c->sperm, H->sperm, P->N, "the source permutation"));
   PetscCall(Upload(c, &c->sx, H->sx, P->N, "the source coordinates"));
   PetscCall(Upload(c, &c->sy, H->sy, P->N, "the source coordinates"));
@@ -386,15 +455,16 @@ static PetscErrorCode UploadPlan(FMM_CUDA *c, const FMMPlan *P, const FMMHostPla
   }
   PetscCall(Upload(c, &c->sleaf, H->sleaf, P->nleaves + 1, "the leaf source ranges"));
   PetscCall(Upload(c, &c->tleaf, H->tleaf, P->nleaves + 1, "the leaf target ranges"));
-  PetscCall(Upload(c, &c->cx, H->cx, P->nboxes, "the box centres"));
-  PetscCall(Upload(c, &c->cy, H->cy, P->nboxes, "the box centres"));
-  PetscCall(Upload(c, &c->scale, H->scale, P->nboxes, "the box scales"));
-  PetscCall(Upload(c, &c->faroff, H->faroff, P->nboxes + 1, "the M2L offsets"));
-  PetscCall(Upload(c, &c->far, H->far, P->nfar, "the M2L list"));
+  PetscCall(Upload(c, &c->cx, cx, FMMCUDABoxCount(c, P), "the box centres"));
+  PetscCall(Upload(c, &c->cy, cy, FMMCUDABoxCount(c, P), "the box centres"));
+  PetscCall(Upload(c, &c->scale, scale, FMMCUDABoxCount(c, P), "the box scales"));
+  PetscCall(Upload(c, &c->faroff, faroff, FMMCUDABoxCount(c, P) + 1, "the M2L offsets"));
+  PetscCall(Upload(c, &c->far, far, P->nfar, "the M2L list"));
   PetscCall(Upload(c, &c->nearoff, H->nearoff, P->nleaves + 1, "the P2P offsets"));
   PetscCall(Upload(c, &c->near, H->near, H->nearoff[P->nleaves], "the P2P lists"));
   c->nnear = H->nearoff[P->nleaves];
   FMMCallCUDA(cudaStreamSynchronize(c->stream));
+  if (cx != H->cx) PetscCall(PetscFree5(cx, cy, scale, faroff, far));
   PetscFunctionReturn(0);
 }
 
@@ -413,7 +483,7 @@ static PetscErrorCode FMMCUDASetup(FMMContext *ctx)
     PetscCheck(ctx->host, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CUDA: no plan, on the GPU or the host");
     PetscCall(Create(ctx));
     c = (FMM_CUDA *)ctx->data;
-    PetscCall(UploadPlan(c, P, ctx->host));
+    PetscCall(UploadPlan(ctx, c, P, ctx->host));
   }
   /* the near field's log by table unless -mat_fmm_cuda_log libm */
   if (m->log_fast) PetscCall(FMMCUDALogTable(c));
@@ -438,16 +508,23 @@ static PetscErrorCode FMMCUDASetup(FMMContext *ctx)
   if (ctx->split) FMMCallCUDA(cudaMemsetAsync(c->y, 0, sizeof(double) * (ctx->nout + ctx->nout2), c->stream)); /* rows other ranks compute: defined */
   if (c->fmm) {
     PetscCall(FMMCUDAM2LSetup(c)); /* the tables of the expansions */
-    PetscCall(Upload(c, &c->mpole, (PetscReal *)NULL, (PetscInt64)P->nboxes * c->ne, "the multipole expansions"));
-    if (P->b1) FMMCallCUDA(cudaMemsetAsync(c->mpole, 0, sizeof(double) * P->nboxes * c->ne, c->stream)); /* boxes a rank's part never computes: defined */
-    PetscCall(Upload(c, &c->local, (PetscReal *)NULL, (PetscInt64)P->nboxes * c->ne, "the local expansions"));
+    const PetscInt64 nb = FMMCUDABoxCount(c, P);
+    PetscCall(Upload(c, &c->mpole, (PetscReal *)NULL, nb * c->ne, "the multipole expansions"));
+    if (P->b1) FMMCallCUDA(cudaMemsetAsync(c->mpole, 0, sizeof(double) * nb * c->ne, c->stream)); /* boxes a rank's part never computes: defined */
+    PetscCall(Upload(c, &c->local, (PetscReal *)NULL, nb * c->ne, "the local expansions"));
     PetscCall(FMMCUDAM2LPlan(c, P));
   }
   if (ctx->exchange) { /* the distributed tree's multipole rows: indices, device rows, page-locked host rows */
     const PetscInt nx = ctx->nxexp + ctx->nximp;
-    PetscCall(Upload(c, &c->xidx, (PetscInt *)NULL, PetscMax(nx, 1), "the exchanged rows' boxes"));
-    if (ctx->nxexp) FMMCallCUDA(cudaMemcpyAsync(c->xidx, ctx->xexp, sizeof(PetscInt) * ctx->nxexp, cudaMemcpyHostToDevice, c->stream));
-    if (ctx->nximp) FMMCallCUDA(cudaMemcpyAsync(c->xidx + ctx->nxexp, ctx->ximp, sizeof(PetscInt) * ctx->nximp, cudaMemcpyHostToDevice, c->stream));
+    PetscInt      *slot;
+    PetscCall(PetscMalloc1(PetscMax(nx, 1), &slot));
+    for (PetscInt j = 0; j < nx; j++) {
+      slot[j] = BoxSlot(c, P, j < ctx->nxexp ? ctx->xexp[j] : ctx->ximp[j - ctx->nxexp]);
+      PetscCheck(slot[j] >= 0, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CUDA: exchanged box %" PetscInt_FMT " is not on this rank's GPU", j < ctx->nxexp ? ctx->xexp[j] : ctx->ximp[j - ctx->nxexp]);
+    }
+    PetscCall(Upload(c, &c->xidx, slot, PetscMax(nx, 1), "the exchanged rows' boxes"));
+    FMMCallCUDA(cudaStreamSynchronize(c->stream));
+    PetscCall(PetscFree(slot));
     PetscCall(Upload(c, &c->xrows, (PetscReal *)NULL, (PetscInt64)PetscMax(nx, 1) * c->ne, "the exchanged rows"));
     FMMCallCUDA(cudaMallocHost((void **)&c->hrows, sizeof(double) * (size_t)PetscMax(nx, 1) * c->ne));
   }

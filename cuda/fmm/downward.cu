@@ -32,7 +32,7 @@ PetscErrorCode FMMCUDAL2L(FMM_CUDA *c, const FMMPlan *P)
   for (PetscInt l = 1; l <= P->L; l++) {
     PetscInt first, nb, span = (PetscInt)1 << (2 * (P->L - l));
     FMMPlanLevelBoxes(P, l, &first, &nb);
-    FMMLaunch(L2LKernel, FMMCUDABlocks(nb * (c->p + 1), 128), 128, 0, c->stream, first, nb, (int)c->p, (int)c->ne, FMMLevelStart(l - 1), FMMLevelStart(l), span, c->tleaf, c->cx, c->cy, c->scale, c->binom, c->local);
+    FMMLaunch(L2LKernel, FMMCUDABlocks(nb * (c->p + 1), 128), 128, 0, c->stream, first, nb, (int)c->p, (int)c->ne, FMMCUDABoxBase(c, l - 1), FMMCUDABoxBase(c, l), span, c->tleaf, c->cx, c->cy, c->scale, c->binom, c->local);
     FMMCheckLaunch();
   }
   PetscFunctionReturn(0);
@@ -76,7 +76,7 @@ __global__ void L2PKernel(PetscInt M, int p, int ne, const PetscInt *tleafof, co
 /* y: where the potentials go with the symmetric P2P (c->y or the caller's device array) */
 PetscErrorCode FMMCUDAL2P(FMM_CUDA *c, const FMMPlan *P, double *y)
 {
-  const PetscInt l0 = FMMLevelStart(P->L);
+  const PetscInt l0 = FMMCUDABoxBase(c, P->L);
   const unsigned nb = FMMCUDABlocks(P->M, 128);
 
   PetscFunctionBegin;

@@ -174,6 +174,11 @@ typedef struct {
   /* the plan (see FMMPlan) */
   PetscInt  *sperm, *sleaf, *tperm, *tleaf, *faroff, *far, *nearoff, *near;
   PetscInt  *tleafof; /* [M] leaf of each target (tree order) */
+  /* the boxes on the GPU (geometry, far lists, expansions, M2L partials): nbc = 0, every box of the pyramid
+     by its global number; else (a rank's part of the distributed tree, FMMCUDACompactBoxes()) nbc of them,
+     box b of level l at lbase[l] + b (levels 0..l0: all of them, below: the rank's own), then the nrb
+     remote boxes of the far lists and the exchange, rbox[] (host, ascending) */
+  PetscInt   nbc, lbase[FMM_MAX_LEVELS + 1], nrb, *rbox;
   PetscInt   nnear;    /* entries of the near lists, nearoff[nleaves] */
   PetscReal *sx, *sy, *cq, *cdx, *cdy, *tx, *ty, *cx, *cy, *scale;
   /* the constant tables, kept per process (FMMCUDATableKeep): not the backend's to free */
@@ -237,6 +242,16 @@ typedef struct {
   PetscBool   treebuilt; /* the device plan was built by FMMCUDATreeBuild (tree.cu), not uploaded; set with its lists, nearoff then lies in near's block */
   void       *treeblk;   /* FMMCUDATreeBuild's block of sperm .. tleafof, sleaf, tleaf, cx, cy, scale, faroff (NULL: each its own) */
 } FMM_CUDA;
+
+/* box b of level l in the GPU's box arrays is at FMMCUDABoxBase(c, l) + b; FMMCUDABoxCount() boxes (see nbc) */
+static inline PetscInt FMMCUDABoxBase(const FMM_CUDA *c, PetscInt l)
+{
+  return c->nbc ? c->lbase[l] : FMMLevelStart(l);
+}
+static inline PetscInt FMMCUDABoxCount(const FMM_CUDA *c, const FMMPlan *P)
+{
+  return c->nbc ? c->nbc : P->nboxes;
+}
 
 /* a block of device memory carved into arrays, each at a 256-byte boundary:
    laid out once with base NULL (off is then the block's size), allocated,

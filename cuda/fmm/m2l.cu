@@ -647,13 +647,13 @@ PetscErrorCode FMMCUDAM2L(FMM_CUDA *c, const FMMPlan *P)
     FMMCheckLaunch();
   }
   if (!P->b1) {
-    FMMLaunch(M2LSumKernel, FMMCUDABlocks((PetscInt64)P->nboxes * c->ne, 256), 256, 0, c->stream, 0, P->nboxes, (int)c->ne, c->tpart, c->part, c->local);
+    FMMLaunch(M2LSumKernel, FMMCUDABlocks((PetscInt64)P->nboxes * c->ne, 256), 256, 0, c->stream, 0, P->nboxes, (int)c->ne, c->tpart, c->part, c->local); /* (one rank: nbc = 0) */
     FMMCheckLaunch();
   } else
     for (PetscInt l = 0; l <= P->L; l++) { /* a rank's part of the distributed tree: its boxes (and the top's) */
       PetscInt first, nb;
       FMMPlanLevelBoxes(P, l, &first, &nb);
-      FMMLaunch(M2LSumKernel, FMMCUDABlocks((PetscInt64)nb * c->ne, 256), 256, 0, c->stream, FMMLevelStart(l) + first, nb, (int)c->ne, c->tpart, c->part, c->local);
+      FMMLaunch(M2LSumKernel, FMMCUDABlocks((PetscInt64)nb * c->ne, 256), 256, 0, c->stream, FMMCUDABoxBase(c, l) + first, nb, (int)c->ne, c->tpart, c->part, c->local);
       FMMCheckLaunch();
     }
   PetscFunctionReturn(0);

@@ -304,7 +304,7 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, const FMMCUDATreeInput 
   w->in = in;
   PetscCall(PetscInfoEnabled(MAT_CLASSID, &stg.on));
   PetscCall(StageMark(c, &stg));
-  while (L < 14 && (PetscInt64)ct * ((PetscInt64)1 << (2 * L)) < U) L++;
+  while (L < FMM_MAX_LEVELS && (PetscInt64)ct * ((PetscInt64)1 << (2 * L)) < U) L++;
   nleaves    = (PetscInt)1 << (2 * L);
   nboxes     = FMMLevelStart(L + 1);
   P->L       = L;

@@ -136,7 +136,7 @@ PetscErrorCode FMMCUDAP2M(FMM_CUDA *c, const FMMPlan *P)
 
   PetscFunctionBegin;
   FMMPlanLevelBoxes(P, P->L, &first, &nl);
-  l0 = FMMLevelStart(P->L) + first;
+  l0 = FMMCUDABoxBase(c, P->L) + first;
   if (c->pp) {
     FMMLaunch(P2MFastKernels[c->pp / 2][c->kind != 0], FMMCUDABlocks((PetscInt64)P2M_GROUP * nl, 128), 128, 0, c->stream, nl, (int)c->p, (int)c->ne, c->sleaf + first, c->sx, c->sy, c->q, c->dx, c->dy, c->cx + l0, c->cy + l0, c->scale + l0, c->mpole + l0 * c->ne);
     FMMCheckLaunch();
@@ -179,7 +179,7 @@ PetscErrorCode FMMCUDAM2M(FMM_CUDA *c, const FMMPlan *P)
   for (PetscInt l = P->L - 1; l >= 0; l--) {
     PetscInt first, nb, span = (PetscInt)1 << (2 * (P->L - l - 1));
     FMMPlanLevelBoxes(P, l, &first, &nb);
-    FMMLaunch(M2MKernel, FMMCUDABlocks(nb * (c->p + 1), 128), 128, 0, c->stream, first, nb, (int)c->p, (int)c->ne, FMMLevelStart(l), FMMLevelStart(l + 1), span, c->sleaf, c->cx, c->cy, c->scale, c->binom, c->mpole);
+    FMMLaunch(M2MKernel, FMMCUDABlocks(nb * (c->p + 1), 128), 128, 0, c->stream, first, nb, (int)c->p, (int)c->ne, FMMCUDABoxBase(c, l), FMMCUDABoxBase(c, l + 1), span, c->sleaf, c->cx, c->cy, c->scale, c->binom, c->mpole);
     FMMCheckLaunch();
   }
   PetscFunctionReturn(0);

@@ -48,7 +48,7 @@ PetscErrorCode FMMDistLevels(PetscInt U, PetscInt ct, PetscMPIInt size, PetscInt
 {
   PetscFunctionBegin;
   *L = 0;
-  while (*L < 14 && (PetscInt64)ct * ((PetscInt64)1 << (2 * *L)) < U) (*L)++;
+  while (*L < FMM_MAX_LEVELS && (PetscInt64)ct * ((PetscInt64)1 << (2 * *L)) < U) (*L)++;
   *l0 = 0;
   while (((PetscInt64)1 << (2 * *l0)) < size) (*l0)++;
   if ((((PetscInt64)1 << (2 * *l0)) % size) != 0) (*l0)++; /* at least 4 boxes a rank where they cannot be shared evenly */

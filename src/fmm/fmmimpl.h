@@ -94,6 +94,9 @@ typedef struct {
   PetscCount wpairs;                        /* the walks' point pairs (in p2ppairs) */
 } FMMPlan;
 
+/* the deepest leaf level of the pyramid (the plan's L is chosen from the clustering threshold up to it) */
+#define FMM_MAX_LEVELS 14
+
 /* the boxes of level l that a plan evaluates below its part's level l0 (FMMPlan): first, count */
 static inline void FMMPlanLevelBoxes(const FMMPlan *P, PetscInt l, PetscInt *first, PetscInt *n)
 {

@@ -245,7 +245,7 @@ PetscErrorCode FMMPlanBuild(FMMContext *ctx)
   PetscCall(PetscNew(&ctx->host));
   H = ctx->host;
   /* depth: leaves of about CT points; 4^14 leaves at most */
-  while (L < 14 && (PetscInt64)par->ct * ((PetscInt64)1 << (2 * L)) < U) L++;
+  while (L < FMM_MAX_LEVELS && (PetscInt64)par->ct * ((PetscInt64)1 << (2 * L)) < U) L++;
   nleaves    = (PetscInt)1 << (2 * L);
   nboxes     = FMMLevelStart(L + 1);
   P->L       = L;

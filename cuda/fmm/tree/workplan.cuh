@@ -147,8 +147,9 @@ __global__ void ChunkKernel(PetscInt nchunks, PetscInt npairs, const PetscInt *p
 /* the M2L chunks and partial sums from faroff (device) */
 PetscErrorCode FMMCUDAM2LPlan(FMM_CUDA *c, const FMMPlan *P)
 {
-  Scratch   own = {NULL, 0}, *s = &own;
-  PetscInt *tcnt, *ccnt;
+  Scratch        own = {NULL, 0}, *s = &own;
+  PetscInt      *tcnt, *ccnt;
+  const PetscInt nb = FMMCUDABoxCount(c, P);
 
   PetscFunctionBegin;
   c->npairs    = P->nfar;
@@ -156,14 +157,14 @@ PetscErrorCode FMMCUDAM2LPlan(FMM_CUDA *c, const FMMPlan *P)
   c->m2lblocks = 0; /* chosen at the first product (FMMCUDAM2L) */
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->pairtgt, sizeof(PetscInt) * PetscMax(c->npairs, 1), "the M2L targets"));
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->chunkpart, sizeof(PetscInt) * (c->nchunks + 1), "the M2L chunks"));
-  PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->tpart, sizeof(PetscInt) * (P->nboxes + 1), "the M2L partial offsets"));
-  PetscCall(FMMCUDAMalloc(c->stream, (void **)&tcnt, sizeof(PetscInt) * (PetscMax(P->nboxes, c->nchunks) + 1), "the M2L counts"));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->tpart, sizeof(PetscInt) * (nb + 1), "the M2L partial offsets"));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&tcnt, sizeof(PetscInt) * (PetscMax(nb, c->nchunks) + 1), "the M2L counts"));
   ccnt = tcnt;
-  if (c->npairs) FMMLaunch(PairTargetKernel, LAUNCH_N(c->npairs), c->npairs, P->nboxes, c->faroff, c->pairtgt);
+  if (c->npairs) FMMLaunch(PairTargetKernel, LAUNCH_N(c->npairs), c->npairs, nb, c->faroff, c->pairtgt);
   FMMCheckLaunch();
-  FMMLaunch(BoxChunksKernel, LAUNCH_N(P->nboxes + 1), P->nboxes, c->faroff, tcnt);
+  FMMLaunch(BoxChunksKernel, LAUNCH_N(nb + 1), nb, c->faroff, tcnt);
   FMMCheckLaunch();
-  PetscCall(ExclusiveScan(c, s, tcnt, c->tpart, P->nboxes));
+  PetscCall(ExclusiveScan(c, s, tcnt, c->tpart, nb));
   FMMLaunch(ChunkKernel, LAUNCH_N(c->nchunks + 1), c->nchunks, c->npairs, c->pairtgt, ccnt);
   FMMCheckLaunch();
   PetscCall(ExclusiveScan(c, s, ccnt, c->chunkpart, c->nchunks));
@@ -171,7 +172,7 @@ PetscErrorCode FMMCUDAM2LPlan(FMM_CUDA *c, const FMMPlan *P)
   if (own.tmp) PetscCall(FMMCUDAFree(c->stream, own.tmp));
   /* the partials, without reading their number back: a chunk has one per
      target box it meets, one plus the box ends inside it */
-  c->nparts = c->nchunks + P->nboxes;
+  c->nparts = c->nchunks + nb;
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->part, sizeof(PetscReal) * (size_t)c->nparts * c->ne, "the M2L partial sums"));
   PetscFunctionReturn(0);
 }
