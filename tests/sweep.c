@@ -671,6 +671,11 @@ static PetscErrorCode CompareProblem(DM da, MatSweepDevice dev, Vec *Ax, Vec *b)
   PetscCall(MatSweepSetDevice(A, dev)); /* the map made it assemble again */
   PetscCall(MatAssemblyBegin(A, MAT_FINAL_ASSEMBLY));
   PetscCall(MatAssemblyEnd(A, MAT_FINAL_ASSEMBLY));
+  {
+    MatSweepDevice used;
+    PetscCall(MatSweepGetDevice(A, &used));
+    PetscCheck(used == dev, PETSC_COMM_WORLD, PETSC_ERR_PLIB, "the matrix computes on %s, not %s", MatSweepDevices[used], MatSweepDevices[dev]);
+  }
   PetscCall(MatSweepSetSource(A, q));
   if (angular) PetscCall(MatSweepSetAngularSource(A, qa));
   PetscCall(MatCreateVecs(A, &x, Ax));

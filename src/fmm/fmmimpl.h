@@ -488,6 +488,7 @@ typedef struct {
   /* diagonal terms: y = scale*K x + diag .* x + shift*x */
   PetscScalar  scale, shift;
   Vec          diag; /* NULL when none (row layout) */
+  Vec          kx;   /* the distributed tree's K x of a product with diagonal terms on device vectors (row layout; made at first use) */
   /* setup */
   PetscBool    setup;
   PetscSF      sf;                  /* allgather of the source data and densities */

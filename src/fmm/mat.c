@@ -423,16 +423,42 @@ static PetscErrorCode MatApply_FMM(Mat A, Vec x, Vec y, PetscBool add)
   PetscCallMPI(MPI_Comm_size(PetscObjectComm((PetscObject)A), &size));
   if (fmm->dist) { /* the distributed tree: densities and potentials in the caller's layout */
     plain = (!add && fmm->scale == 1.0 && fmm->shift == 0.0 && !fmm->diag) ? PETSC_TRUE : PETSC_FALSE;
-    if (plain && fmm->ops->mem && !fmm->dist->mpole) { /* device vectors (a PETSc with CUDA): read and written in place */
+    if (fmm->ops->mem && !fmm->dist->mpole) { /* device vectors (a PETSc with CUDA): K x read and written in place, into y
+                                                 (plain) or kx, then the diagonal terms by PETSc's vector operations there */
+      Vec w = y;
       PetscCall(VecGetArrayReadAndMemType(x, &xa, &mx));
-      PetscCall(VecGetArrayWriteAndMemType(y, &ya, &my));
-      ondev = PetscMemTypeDevice(mx) && PetscMemTypeDevice(my) ? PETSC_TRUE : PETSC_FALSE;
-      if (ondev) {
-        PetscCall(FMMWaitForPETSc(PETSC_TRUE));
-        PetscCall(DistMult(A, xa, ya, fmm->ops->mem));
+      ondev = PetscMemTypeDevice(mx);
+      if (ondev && !plain) { /* y and the diagonal in device memory too */
+        PetscCall(VecGetArrayReadAndMemType(y, (const PetscScalar **)&ya, &my));
+        PetscCall(VecRestoreArrayReadAndMemType(y, (const PetscScalar **)&ya));
+        if (fmm->diag) PetscCall(VecGetArrayReadAndMemType(fmm->diag, &da, &md));
+        if (fmm->diag) PetscCall(VecRestoreArrayReadAndMemType(fmm->diag, &da));
+        ondev = PetscMemTypeDevice(my) && (!fmm->diag || PetscMemTypeDevice(md)) ? PETSC_TRUE : PETSC_FALSE;
+        if (ondev && !fmm->kx) PetscCall(VecDuplicate(y, &fmm->kx));
+        w = fmm->kx;
       }
-      PetscCall(VecRestoreArrayWriteAndMemType(y, &ya));
+      if (ondev) {
+        PetscCall(VecGetArrayWriteAndMemType(w, &ya, &my));
+        ondev = PetscMemTypeDevice(my);
+        if (ondev) {
+          PetscCall(FMMWaitForPETSc(PETSC_TRUE));
+          PetscCall(DistMult(A, xa, ya, fmm->ops->mem));
+        }
+        PetscCall(VecRestoreArrayWriteAndMemType(w, &ya));
+      }
       PetscCall(VecRestoreArrayReadAndMemType(x, &xa));
+      if (ondev && !plain) { /* y = [y +] scale K x + shift x + diag .* x */
+        if (add) PetscCall(VecAXPY(y, fmm->scale, w));
+        else {
+          PetscCall(VecCopy(w, y));
+          if (fmm->scale != 1.0) PetscCall(VecScale(y, fmm->scale));
+        }
+        if (fmm->shift != 0.0) PetscCall(VecAXPY(y, fmm->shift, x));
+        if (fmm->diag) {
+          PetscCall(VecPointwiseMult(w, fmm->diag, x));
+          PetscCall(VecAXPY(y, 1.0, w));
+        }
+      }
       if (ondev) PetscFunctionReturn(0);
     }
     PetscCall(VecGetArrayRead(x, &xa));
@@ -732,6 +758,7 @@ static PetscErrorCode MatDestroy_FMM(Mat A)
   for (PetscInt b = 0; b < FMM_NBACKENDS; b++)
     if (FMMBackends[b]->destroy) PetscCall((*FMMBackends[b]->destroy)(&fmm->bmat[b]));
   PetscCall(VecDestroy(&fmm->diag));
+  PetscCall(VecDestroy(&fmm->kx));
   PetscCall(PetscFree(A->data));
   PetscCall(PetscObjectChangeTypeName((PetscObject)A, NULL));
   PetscCall(MatFMMComposeSetters(A, PETSC_FALSE));

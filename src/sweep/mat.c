@@ -701,7 +701,10 @@ PETSC_EXTERN PetscErrorCode MatCreate_Sweep(Mat A)
   A->ops->assemblyend    = MatAssemblyEnd_Sweep;
   A->ops->getvecs        = MatCreateVecs_Sweep;
   A->ops->bindtocpu      = MatBindToCPU_Sweep;
-  A->assembled           = PETSC_FALSE;
+#if defined(PETSC_HAVE_DEVICE)
+  A->boundtocpu = PETSC_FALSE; /* MatCreate() binds every matrix (a PETSc with a device): unbound, the GPU when there is one */
+#endif
+  A->assembled = PETSC_FALSE;
   PetscCall(PetscObjectChangeTypeName((PetscObject)A, MATSWEEP));
   PetscFunctionReturn(0);
 }
