@@ -130,6 +130,20 @@ __device__ __noinline__ double Fixup(double s, double st, const double pin[3], c
   return pc;
 }
 
+/* SNAP's fixup of a cell (diamond difference, -mat_sweep_fixup) where a face leaving it, ox, oy or oz, is
+   negative: psi and those faces again, from the entering faces x, y, z and *st, sigma_t (read only then;
+   the line march and the tiles) */
+__device__ __forceinline__ void FixupCell(const SweepArgs &k, double s, const double *st, double x, double y, double z, double cx, double cy, double cz, double &psi, double &ox, double &oy, double &oz)
+{
+  if (!(k.fixup && (ox < 0 || oy < 0 || (!k.twod && oz < 0)))) return;
+  const double pin[3] = {x, y, z}, cf[3] = {cx, cy, cz};
+  double       pout[3];
+  psi = Fixup(s, *st, pin, cf, k.twod ? 2 : 3, psi, pout);
+  ox  = pout[0];
+  oy  = pout[1];
+  oz  = k.twod ? z : pout[2];
+}
+
 /* the octants of one launch */
 typedef struct {
   int n, oct[8];
@@ -254,14 +268,7 @@ __device__ __forceinline__ void MarchCell(const SweepArgs &k, Lines<J> &L, int a
       ox = 2 * psi - L.px[u];
       oy = 2 * psi - py;
       oz = 2 * psi - z;
-      if (k.fixup && (ox < 0 || oy < 0 || (!k.twod && oz < 0))) {
-        const double pin[3] = {L.px[u], py, z}, cf[3] = {L.cx, L.cy, L.cz};
-        double       pout[3];
-        psi = Fixup(sc[u], L.st0[ip * L.sstep + u * L.ju * k.ng], pin, cf, k.twod ? 2 : 3, psi, pout);
-        ox  = pout[0];
-        oy  = pout[1];
-        oz  = k.twod ? z : pout[2];
-      }
+      FixupCell(k, sc[u], L.st0 + ip * L.sstep + u * L.ju * k.ng, L.px[u], py, z, L.cx, L.cy, L.cz, psi, ox, oy, oz);
     }
     L.px[u] = ox;
     py      = oy; /* into the next line */
@@ -562,14 +569,7 @@ __global__ void __launch_bounds__(TILE_T, 2) TileKernel(const __grid_constant__ 
           ox  = f * psi - d * x;
           oy  = f * psi - d * y;
           oz  = f * psi - d * z;
-          if (k.fixup && (ox < 0 || oy < 0 || (!k.twod && oz < 0))) {
-            const double pin[3] = {x, y, z}, cf[3] = {cx, cy, cz};
-            double       pout[3];
-            psi = Fixup(s, st, pin, cf, k.twod ? 2 : 3, psi, pout);
-            ox  = pout[0];
-            oy  = pout[1];
-            oz  = k.twod ? z : pout[2];
-          }
+          FixupCell(k, s, sq + gl, x, y, z, cx, cy, cz, psi, ox, oy, oz);
         } else { /* no branch: the plane's cells are scheduled together */
           psi = (s + cy * y + cz * z + cx * x) * Rcp(st + cs);
           ox  = fma(f, psi, -d * x);
