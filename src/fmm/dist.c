@@ -456,7 +456,7 @@ static PetscErrorCode FMMDistIOSetup(FMMDist *D)
      them where x lives) */
   PetscCall(PetscObjectGetComm((PetscObject)D->sfhalo, &comm));
   PetscCall(PetscSFGetGraph(D->sfhalo, &nroots, &nleaves, &ilocal, &rem));
-  PetscCheck(!ilocal, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM: the halo's SF has contiguous leaves");
+  PetscCheck(!ilocal && nroots == D->n, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM: the halo's SF has contiguous leaves and a root for each of the rank's sources");
   PetscCall(PetscMalloc2(PetscMax(nroots, 1), &code, PetscMax(nleaves, 1), &lcode));
   for (PetscInt i = 0; i < nroots; i++) code[i] = D->cin[i] < D->nxc ? D->cin[i] : -1 - (D->cin[i] - D->nxc);
   PetscCall(PetscSFBcastBegin(D->sfhalo, MPIU_INT, code, lcode, MPI_REPLACE));
