@@ -384,7 +384,7 @@ static PetscInt BoxSlot(const FMM_CUDA *c, const FMMPlan *P, PetscInt g)
    host plan's arrays in that numbering (to free) */
 static PetscErrorCode CompactBoxes(FMM_CUDA *c, const FMMPlan *P, const FMMHostPlan *H, PetscInt nximp, const PetscInt *ximp, PetscReal **cx, PetscReal **cy, PetscReal **scale, PetscInt **faroff, PetscInt **far)
 {
-  PetscInt next = FMMLevelStart(P->l0 + 1), nr = 0, k = 0;
+  PetscInt next = FMMLevelStart(P->l0 + 1), nr = 0, k = 0, *slot;
 
   PetscFunctionBegin;
   PetscCheck(P->L <= FMM_MAX_LEVELS && P->l0 <= P->L, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CUDA: levels %" PetscInt_FMT ", part level %" PetscInt_FMT, P->L, P->l0);
@@ -400,9 +400,11 @@ static PetscErrorCode CompactBoxes(FMM_CUDA *c, const FMMPlan *P, const FMMHostP
   }
   c->nbc = next; /* (BoxSlot: no remote box yet) */
   PetscCall(PetscMalloc1(PetscMax(P->nfar + nximp, 1), &c->rbox));
+  PetscCall(PetscMalloc1(PetscMax(P->nfar, 1), &slot)); /* each far-list entry's box here, -1: remote */
   for (PetscInt j = 0; j < P->nfar + nximp; j++) {
-    const PetscInt g = j < P->nfar ? H->far[j] : ximp[j - P->nfar];
-    if (BoxSlot(c, P, g) < 0) c->rbox[nr++] = g;
+    const PetscInt g = j < P->nfar ? H->far[j] : ximp[j - P->nfar], v = BoxSlot(c, P, g);
+    if (j < P->nfar) slot[j] = v;
+    if (v < 0) c->rbox[nr++] = g;
   }
   PetscCall(PetscSortRemoveDupsInt(&nr, c->rbox));
   c->nrb = nr;
@@ -420,9 +422,10 @@ static PetscErrorCode CompactBoxes(FMM_CUDA *c, const FMMPlan *P, const FMMHostP
       (*scale)[k]      = H->scale[g];
       (*faroff)[k + 1] = (*faroff)[k];
       if (l > P->L) continue; /* a remote box takes no M2L here */
-      for (PetscInt j = H->faroff[g]; j < H->faroff[g + 1]; j++) (*far)[(*faroff)[k + 1]++] = BoxSlot(c, P, H->far[j]);
+      for (PetscInt j = H->faroff[g]; j < H->faroff[g + 1]; j++) (*far)[(*faroff)[k + 1]++] = slot[j] >= 0 ? slot[j] : BoxSlot(c, P, H->far[j]);
     }
   }
+  PetscCall(PetscFree(slot));
   PetscCheck(k == c->nbc && (*faroff)[k] == P->nfar, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CUDA: %" PetscInt_FMT " of %" PetscInt_FMT " boxes, %" PetscInt_FMT " of %" PetscInt_FMT " M2L pairs in the rank's numbering", k, c->nbc, (*faroff)[k], P->nfar);
   PetscFunctionReturn(0);
 }

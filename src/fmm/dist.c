@@ -347,11 +347,12 @@ PetscErrorCode FMMDistUnit(FMMDist *D, PetscInt ne)
   PetscFunctionReturn(0);
 }
 
-static PetscErrorCode MakeSF(MPI_Comm comm, PetscInt nroots, PetscInt nleaves, PetscSFNode *remote, PetscSF *sf)
+/* an SF of nleaves at ilocal (NULL: contiguous) from remote; it takes both arrays */
+static PetscErrorCode MakeSF(MPI_Comm comm, PetscInt nroots, PetscInt nleaves, PetscInt *ilocal, PetscSFNode *remote, PetscSF *sf)
 {
   PetscFunctionBegin;
   PetscCall(PetscSFCreate(comm, sf));
-  PetscCall(PetscSFSetGraph(*sf, nroots, nleaves, NULL, PETSC_OWN_POINTER, remote, PETSC_OWN_POINTER));
+  PetscCall(PetscSFSetGraph(*sf, nroots, nleaves, ilocal, PETSC_OWN_POINTER, remote, PETSC_OWN_POINTER));
   PetscCall(PetscSFSetUp(*sf));
   PetscFunctionReturn(0);
 }
@@ -462,8 +463,10 @@ static PetscErrorCode FMMDistIOSetup(FMMDist *D)
   PetscCall(PetscSFBcastBegin(D->sfhalo, MPIU_INT, code, lcode, MPI_REPLACE));
   PetscCall(PetscSFBcastEnd(D->sfhalo, MPIU_INT, code, lcode, MPI_REPLACE));
   for (PetscInt h = 0; h < nleaves; h++) lcode[h] >= 0 ? nx++ : nd++;
-  PetscCall(PetscMalloc2(nx, &ix, nx, &rx));
-  PetscCall(PetscMalloc2(nd, &id, nd, &rd));
+  PetscCall(PetscMalloc1(nx, &ix));
+  PetscCall(PetscMalloc1(nx, &rx));
+  PetscCall(PetscMalloc1(nd, &id));
+  PetscCall(PetscMalloc1(nd, &rd));
   for (PetscInt h = 0, jx = 0, jd = 0; h < nleaves; h++) { /* leaf h is din[nrr + h] */
     if (lcode[h] >= 0) {
       ix[jx]   = D->nrr + h;
@@ -474,14 +477,8 @@ static PetscErrorCode FMMDistIOSetup(FMMDist *D)
     }
   }
   PetscCall(PetscFree2(code, lcode));
-  PetscCall(PetscSFCreate(comm, &D->sfhx));
-  PetscCall(PetscSFSetGraph(D->sfhx, D->nxc, nx, ix, PETSC_COPY_VALUES, rx, PETSC_COPY_VALUES));
-  PetscCall(PetscSFSetUp(D->sfhx));
-  PetscCall(PetscSFCreate(comm, &D->sfhd));
-  PetscCall(PetscSFSetGraph(D->sfhd, D->nrr, nd, id, PETSC_COPY_VALUES, rd, PETSC_COPY_VALUES));
-  PetscCall(PetscSFSetUp(D->sfhd));
-  PetscCall(PetscFree2(ix, rx));
-  PetscCall(PetscFree2(id, rd));
+  PetscCall(MakeSF(comm, D->nxc, nx, ix, rx, &D->sfhx));
+  PetscCall(MakeSF(comm, D->nrr, nd, id, rd, &D->sfhd));
   PetscCall(PetscMalloc2(D->nrr + D->nh, &D->din, D->nrt, &D->dout));
   PetscFunctionReturn(0);
 }
@@ -502,7 +499,7 @@ static PetscErrorCode FetchBoxes(MPI_Comm comm, PetscInt l, PetscInt l0, PetscIn
     rem[j].rank         = q;
     rem[j].index        = OwnIndex(l, ids[j], l0, q, size, n0);
   }
-  PetscCall(MakeSF(comm, nown, n, rem, &sf));
+  PetscCall(MakeSF(comm, nown, n, NULL, rem, &sf));
   PetscCall(RealsType(nr, &t));
   PetscCall(PetscSFBcastBegin(sf, t, T, out, MPI_REPLACE));
   PetscCall(PetscSFBcastEnd(sf, t, T, out, MPI_REPLACE));
@@ -663,8 +660,8 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
       }
     }
     PetscCall(PetscFree2(sst, tst));
-    PetscCall(MakeSF(comm, nr, ns, rs, &D->sfsrc));
-    if (!same) PetscCall(MakeSF(comm, mr, mt, rt, &D->sftgt));
+    PetscCall(MakeSF(comm, nr, ns, NULL, rs, &D->sfsrc));
+    if (!same) PetscCall(MakeSF(comm, mr, mt, NULL, rt, &D->sftgt));
   }
   PetscCall(PetscFree(pt));
   PetscCall(PetscFree2(off, cnt));
@@ -1058,7 +1055,7 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
           D->cx    = cx;
           D->cy    = cy;
           D->scale = sc;
-          PetscCall(MakeSF(comm, nob - nb0, nhal, rem, &D->sfmp));
+          PetscCall(MakeSF(comm, nob - nb0, nhal, NULL, rem, &D->sfmp));
         }
         D->halbox = hal; /* global numbers of the halo boxes */
       }
@@ -1104,7 +1101,7 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
           const PetscMPIInt q = OwnerOf(hl[h] >> (2 * (L - l0)), size, n0);
           for (PetscInt i = 0; i < (PetscInt)hg[NGEO * h + 3]; i++, k++) rem[k] = (PetscSFNode){q, (PetscInt)hg[NGEO * h + 4] + i};
         }
-        PetscCall(MakeSF(comm, nr, nh, rem, &D->sfhalo));
+        PetscCall(MakeSF(comm, nr, nh, NULL, rem, &D->sfhalo));
         PetscCall(PetscFree(hg));
         D->halleaf = hl; /* global numbers of the halo leaves */
       }
@@ -1414,7 +1411,7 @@ PetscErrorCode FMMDistExchangeSetup(FMMDist *D, PetscInt p)
   PetscCall(PetscSFGetGraph(D->sfmp, &nroots, &nleaves, NULL, &rem));
   PetscCall(PetscMalloc1(PetscMax(nleaves, 1), &nrem));
   for (PetscInt h = 0; h < nleaves; h++) nrem[h] = (PetscSFNode){rem[h].rank, leafc[h]};
-  PetscCall(MakeSF(comm, nsend, nleaves, nrem, &D->sfmpc));
+  PetscCall(MakeSF(comm, nsend, nleaves, NULL, nrem, &D->sfmpc));
   PetscCall(PetscFree(leafc));
   PetscCall(PetscFree(cidx));
   /* the top's multipoles on the host, and the tables of its M2M */

@@ -227,11 +227,7 @@ static PetscErrorCode MatAssemblyEnd_Sweep(Mat A, MatAssemblyType type)
     PetscFunctionReturn(0);
   }
   PetscCall(PetscLogEventBegin(MATSWEEP_Setup, A, 0, 0, 0));
-  if (!sw->built) { /* else MatSetUp() built it from the present settings */
-    PetscCall(Invalidate(A));
-    PetscCall(BuildProblem(A));
-  }
-  PetscCall(SetLayouts(A));
+  PetscCall(MatSetUp_Sweep(A)); /* the problem, unless MatSetUp() built it from the present settings */
   PetscCall(DMDACreateCompatibleDMDA(sw->da, sw->ng * sw->P.Q.cmom, &sw->daphi));
   for (PetscInt g = 0; g < sw->ng; g++)
     for (PetscInt m = 0; m < sw->P.Q.cmom; m++) {
