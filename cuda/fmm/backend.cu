@@ -430,6 +430,22 @@ static PetscErrorCode CompactBoxes(FMM_CUDA *c, const FMMPlan *P, const FMMHostP
   PetscFunctionReturn(0);
 }
 
+/* Upload of a plan's arrays of points: through the staging rings where h is
+   pageable (CopyIn; a plain copy of pageable memory runs at a fraction of
+   the bus) */
+template <class T>
+static PetscErrorCode UploadStaged(FMM_CUDA *c, T **d, const T *h, PetscInt64 n, const char *what)
+{
+  const size_t bytes = (size_t)n * sizeof(T), nd = bytes / sizeof(double), tail = bytes - nd * sizeof(double);
+
+  PetscFunctionBegin;
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)d, bytes, what));
+  if (!n) PetscFunctionReturn(0);
+  PetscCall(CopyIn(c->stream, (double *)*d, (const double *)h, (PetscInt)nd, MemOf(c, h)));
+  if (tail) FMMCallCUDA(cudaMemcpyAsync((char *)*d + nd * sizeof(double), (const char *)h + nd * sizeof(double), tail, cudaMemcpyHostToDevice, c->stream));
+  PetscFunctionReturn(0);
+}
+
 /* the plan built by src/fmm/plan.c or src/fmm/dist.c (FMMDistHostPlan(): ctx's exchange), uploaded */
 static PetscErrorCode UploadPlan(FMMContext *ctx, FMM_CUDA *c, const FMMPlan *P, const FMMHostPlan *H)
 {
@@ -438,23 +454,21 @@ static PetscErrorCode UploadPlan(FMMContext *ctx, FMM_CUDA *c, const FMMPlan *P,
 
   PetscFunctionBegin;
   if (P->b1) PetscCall(CompactBoxes(c, P, H, ctx->exchange ? ctx->nximp : 0, ctx->ximp, &cx, &cy, &scale, &faroff, &far));
-  PetscCall(Upload(c, &c->sperm, H->sperm, P->N, "the source permutation"));
-  PetscCall(Upload(c, &c->sx, H->sx, P->N, "the source coordinates"));
-  PetscCall(Upload(c, &c->sy, H->sy, P->N, "the source coordinates"));
-  PetscCall(Upload(c, &c->cq, H->cq, P->N, "the charges per unit density"));
-  PetscCall(Upload(c, &c->cdx, H->cdx, P->N, "the dipoles per unit density"));
-  PetscCall(Upload(c, &c->cdy, H->cdy, P->N, "the dipoles per unit density"));
-  PetscCall(Upload(c, &c->tperm, H->tperm, P->M, "the target permutation"));
-  PetscCall(Upload(c, &c->tx, H->tx, P->M, "the target coordinates"));
-  PetscCall(Upload(c, &c->ty, H->ty, P->M, "the target coordinates"));
+  PetscCall(UploadStaged(c, &c->sperm, H->sperm, P->N, "the source permutation"));
+  PetscCall(UploadStaged(c, &c->sx, H->sx, P->N, "the source coordinates"));
+  PetscCall(UploadStaged(c, &c->sy, H->sy, P->N, "the source coordinates"));
+  PetscCall(UploadStaged(c, &c->cq, H->cq, P->N, "the charges per unit density"));
+  PetscCall(UploadStaged(c, &c->cdx, H->cdx, P->N, "the dipoles per unit density"));
+  PetscCall(UploadStaged(c, &c->cdy, H->cdy, P->N, "the dipoles per unit density"));
+  PetscCall(UploadStaged(c, &c->tperm, H->tperm, P->M, "the target permutation"));
+  PetscCall(UploadStaged(c, &c->tx, H->tx, P->M, "the target coordinates"));
+  PetscCall(UploadStaged(c, &c->ty, H->ty, P->M, "the target coordinates"));
   {
     PetscInt *tleafof;
     PetscCall(PetscMalloc1(P->M, &tleafof));
-    for (PetscInt b = 0; b < P->nleaves; b++)
-      for (PetscInt i = H->tleaf[b]; i < H->tleaf[b + 1]; i++) tleafof[i] = b;
-    PetscCall(Upload(c, &c->tleafof, tleafof, P->M, "the target leaves"));
-    FMMCallCUDA(cudaStreamSynchronize(c->stream));
-    PetscCall(PetscFree(tleafof));
+    FMMLeafOf(P->nleaves, H->tleaf, tleafof);
+    PetscCall(UploadStaged(c, &c->tleafof, tleafof, P->M, "the target leaves"));
+    PetscCall(PetscFree(tleafof)); /* (CopyIn returns once it may change) */
   }
   PetscCall(Upload(c, &c->sleaf, H->sleaf, P->nleaves + 1, "the leaf source ranges"));
   PetscCall(Upload(c, &c->tleaf, H->tleaf, P->nleaves + 1, "the leaf target ranges"));
@@ -798,4 +812,30 @@ static PetscErrorCode WarmUp(void)
 }
 
 /* in the order of struct _FMMBackendOps (fmmimpl.h) */
-struct _FMMBackendOps FMMBackendCUDA = {"cuda", MATFMM_DEVICE_CUDA, 96, DeviceCount, &Memory, FMMCUDAInitializeContext, WarmUp, FMMCUDAMatCreate, FMMCUDAMatDestroy, FMMCUDAMatSetFromOptions, FMMCUDAMatSetSources, FMMCUDAMatBuildsPlan, FMMCUDAPlan, FMMCUDASetup, FMMCUDAMult, FMMCUDADirectMult, FMMCUDACombineOp, FMMCUDAReset, FMMCUDAView};
+/* subtrees(): a rank's subtrees of the distributed tree split on its GPU
+   (FMMCUDASubtrees, tree.cu); with -mat_fmm_cuda_tree cpu the host splits them */
+static PetscErrorCode FMMCUDASubtreesOp(FMMContext *ctx, PetscInt n, const PetscReal *xy, PetscInt nroot, const PetscInt *off, PetscInt levels, PetscInt *order, PetscInt *loff, PetscReal *bb, PetscBool *done)
+{
+  const FMMCUDAMat *m = (const FMMCUDAMat *)ctx->bmat;
+  FMM_CUDA         *c;
+  double           *dxy;
+  PetscLogDouble    t0, t1;
+
+  PetscFunctionBegin;
+  *done = PETSC_FALSE;
+  if (!m->tree_gpu) PetscFunctionReturn(0);
+  PetscCall(PetscTime(&t0));
+  PetscCall(Create(ctx)); /* (the plan's setup makes its own) */
+  c = (FMM_CUDA *)ctx->data;
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&dxy, sizeof(double) * 2 * PetscMax(n, 1), "the points of the subtrees"));
+  PetscCall(CopyIn(c->stream, dxy, xy, 2 * n, MemOf(c, xy)));
+  PetscCall(FMMCUDASubtrees(c, n, dxy, nroot, off, levels, ctx->par->split_median, m->split_local, order, loff, bb));
+  PetscCall(FMMCUDAFree(c->stream, dxy));
+  PetscCall(FMMCUDAReset(ctx));
+  PetscCall(PetscTime(&t1));
+  PetscCall(PetscInfo(ctx->obj, "GPU subtrees: %" PetscInt_FMT " points in %" PetscInt_FMT " boxes split %" PetscInt_FMT " levels deep, %.2f ms with the points up and the order back\n", n, nroot, levels, 1e3 * (t1 - t0)));
+  *done = PETSC_TRUE;
+  PetscFunctionReturn(0);
+}
+
+struct _FMMBackendOps FMMBackendCUDA = {"cuda", MATFMM_DEVICE_CUDA, 96, DeviceCount, &Memory, FMMCUDAInitializeContext, WarmUp, FMMCUDAMatCreate, FMMCUDAMatDestroy, FMMCUDAMatSetFromOptions, FMMCUDAMatSetSources, FMMCUDAMatBuildsPlan, FMMCUDAPlan, FMMCUDASetup, FMMCUDAMult, FMMCUDADirectMult, FMMCUDACombineOp, FMMCUDAReset, FMMCUDAView, FMMCUDASubtreesOp};

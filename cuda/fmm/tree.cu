@@ -179,14 +179,15 @@ static PetscErrorCode StageReport(Stages *st, const char *names[])
 }
 
 
-/* the splitting stage of FMMCUDATreeBuild: 2L rounds of halving; the boxes
-   of level l are the segments of round 2l.  off: the leaf offsets after it,
-   seg the leaf of each position, X the x list in its first buffer, bb the
-   boxes' bounding boxes */
+/* the splitting stage of FMMCUDATreeBuild and FMMCUDASubtrees: 2L rounds of
+   halving of the nroot boxes of off; the boxes of level l are the segments
+   of round 2l, nroot 4^l of them.  off: the leaf offsets after it, seg the
+   leaf of each position, X the x list in its first buffer, bb the boxes'
+   bounding boxes (level l's from nroot FMMLevelStart(l) on) */
 static PetscErrorCode TreeSplit(FMMTreeWork *w)
 {
   FMM_CUDA       *c = w->c;
-  const PetscInt  U = w->in->U, L = w->L, nleaves = w->nleaves, ntiles = w->ntiles;
+  const PetscInt  U = w->in->U, L = w->L, nleaves = w->nleaves, ntiles = w->ntiles, nroot = w->nroot;
   const PetscBool median = w->in->median, lsplit = w->lsplit;
   const double   *xy = w->in->xy;
   PetscInt       *X = w->X, *seg = w->seg, *cseg = w->cseg, *dmax = w->dmax;
@@ -216,11 +217,11 @@ static PetscErrorCode TreeSplit(FMMTreeWork *w)
      and the host reads it from the pinned buffer (evmax) while that round's
      moves run, instead of waiting for them and a kernel after them.  Without
      the pinned buffer the size goes to dmax and is read back after the moves */
-  const auto fits = [&](PetscInt r) { return lsplit && r < 2 * L && 2 * L - r <= SRMAX && U <= ((PetscInt64)SCAP << r); }; /* (true from some round on) */
+  const auto fits = [&](PetscInt r) { return lsplit && r >= 0 && r < 2 * L && 2 * L - r <= SRMAX && U <= (((PetscInt64)SCAP * nroot) << r); }; /* (true from some round on) */
   if (hmax && fits(2 * L - 1)) FMMCallCUDA(cudaEventCreateWithFlags(&evmax, cudaEventDisableTiming));
   for (PetscInt r = 0; r < 2 * L; r++) {
-    const PetscInt nseg = (PetscInt)1 << r;
-    double        *lbb  = (r % 2 == 0) ? bb + 4 * FMMLevelStart(r / 2) : NULL;
+    const PetscInt nseg = nroot << r;
+    double        *lbb  = (r % 2 == 0) ? bb + 4 * nroot * FMMLevelStart(r / 2) : NULL;
     if (fits(r)) {
       PetscInt nmax = U; /* round 0: one segment */
       if (r && hmax) {
@@ -229,7 +230,7 @@ static PetscErrorCode TreeSplit(FMMTreeWork *w)
       } else if (r) PetscCall(FMMCUDAReadback(c->stream, &nmax, dmax, sizeof(PetscInt)));
       if (nmax <= SCAP) {
         const int ipt = SplitLocalIPT(nmax);
-        FMMLaunch(SplitLocalOf(ipt), (unsigned)nseg, SNT, SplitLocalBytes(ipt), c->stream, (int)(2 * L - r), r, median ? 1 : 0, off, lists, xy, seg, noff, bb);
+        FMMLaunch(SplitLocalOf(ipt), (unsigned)nseg, SNT, SplitLocalBytes(ipt), c->stream, (int)(2 * L - r), r, nroot, median ? 1 : 0, off, lists, xy, seg, noff, bb);
         FMMCheckLaunch();
         PetscCall(PetscInfo(NULL, "GPU tree build: rounds %" PetscInt_FMT " to %" PetscInt_FMT " of %" PetscInt_FMT " in shared memory, %" PetscInt_FMT " blocks of up to %" PetscInt_FMT " points, %d a thread\n", r, 2 * L - 1, 2 * L, nseg, nmax, ipt));
         { PetscInt *t = off; off = noff; noff = t; }
@@ -252,11 +253,62 @@ static PetscErrorCode TreeSplit(FMMTreeWork *w)
   }
   if (evmax) FMMCallCUDA(cudaEventDestroy(evmax));
   if (!local) { /* the leaves' bounding boxes, the leaf of each position, the x list in one buffer */
-    FMMLaunch(SegmentKernel, LAUNCH_N(nleaves), nleaves, off, lists, xy, NULL, NULL, bb + 4 * FMMLevelStart(L), NULL, NULL, NULL, 0, NULL, tiles, 0);
+    FMMLaunch(SegmentKernel, LAUNCH_N(nleaves), nleaves, off, lists, xy, NULL, NULL, bb + 4 * nroot * FMMLevelStart(L), NULL, NULL, NULL, 0, NULL, tiles, 0);
     FMMCheckLaunch();
     if (U) FMMLaunch(LeafOfKernel, LAUNCH_N(U), U, nleaves, off, lists, seg);
     FMMCheckLaunch();
   }
+  PetscFunctionReturn(0);
+}
+
+/* the work arrays of a tree build, one block (*work, freed by the caller)
+   with scr bytes of CUB's scratch in it (w->s, lent); the sort keys' space
+   then holds the other coordinates: XO, YO, then their second buffers */
+static PetscErrorCode TreeWorkAlloc(FMMTreeWork *w, size_t scr, FMMCarve *work)
+{
+  FMM_CUDA      *c = w->c;
+  const PetscInt U = w->in->U, L = w->L, nleaves = w->nleaves, nboxes = w->nboxes;
+  PetscInt      *offbase;
+  const auto     carve = [&](FMMCarve *k) {
+    w->kx   = FMMCarveArray<unsigned long long>(k, 4 * (size_t)PetscMax(U, 1));
+    w->val  = FMMCarveArray<PetscInt>(k, 11 * (size_t)(U + 1));
+    offbase = FMMCarveArray<PetscInt>(k, 2 * ((size_t)nleaves + 1));
+    w->dir  = FMMCarveArray<char>(k, (size_t)nleaves);
+    w->sel  = FMMCarveArray<unsigned char>(k, 2 * (size_t)nleaves);
+    w->bb   = FMMCarveArray<double>(k, 4 * (size_t)nboxes);
+    w->tst  = FMMCarveArray<char>(k, w->tbytes);
+    w->dmax = FMMCarveArray<PetscInt>(k, 1);
+    if (!w->in->median && L > 0 && U) SplitWorkCarve(k, U, nleaves / 2, &w->sp);
+    w->s.tmp = FMMCarveArray<char>(k, scr);
+  };
+
+  PetscFunctionBegin;
+  w->ntiles = (PetscInt)FMMCUDABlocks(U, MTILE); /* of SplitMoveKernel */
+  FMMCallCUDA(SplitTiles::AllocationSize((int)w->ntiles, w->tbytes));
+  *work = FMMCarve{NULL, 0};
+  carve(work);
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&work->base, work->off, "the work arrays of the tree build"));
+  work->off = 0;
+  carve(work);
+  w->s.bytes = scr;
+  w->s.lent  = PETSC_TRUE;
+  w->ky      = w->kx + PetscMax(U, 1);
+  w->kt      = w->ky + PetscMax(U, 1);
+  w->XO      = (double *)w->kx;
+  w->YO      = (double *)w->ky;
+  w->X       = w->val + (U + 1);
+  w->Y       = w->X + (U + 1);
+  w->seg     = w->Y + 3 * (U + 1); /* after Y, the second buffers of X and Y */
+  w->cseg    = w->seg + (U + 1);   /* the chunks' segments (SegmentOf) */
+  w->fs      = w->cseg + (U + 1);
+  w->ss      = w->fs + (U + 1);
+  w->ft      = w->ss + (U + 1);
+  w->st      = w->ft + (U + 1);
+  w->off     = offbase;
+  w->noff    = w->off + nleaves + 1;
+  w->nsel    = w->sel + nleaves;
+  FMMCallCUDA(cudaMemsetAsync(w->sel, 0, 2 * (size_t)nleaves, c->stream));
+  if (L > 0 && U && w->in->splitlocal) PetscCall(SplitLocalSetup(c, &w->lsplit));
   PetscFunctionReturn(0);
 }
 
@@ -278,7 +330,7 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, const FMMCUDATreeInput 
 {
   const PetscInt       ct = in->ct, t0 = in->t0, U = in->U, keybits = in->keybits;
   const PetscReal      alpha = in->alpha, beta = in->beta;
-  const PetscBool      median = in->median, splitlocal = in->splitlocal, same = in->same, parts = in->parts;
+  const PetscBool      same = in->same, parts = in->parts;
   const double        *xy = in->xy, *nrm = in->nrm, *wts = in->wts;
   const PetscInt       N = P->N, M = P->M;
   FMMTreeWork          tw{};
@@ -286,22 +338,18 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, const FMMCUDATreeInput 
   PetscInt            &L = w->L, &nleaves = w->nleaves, &nboxes = w->nboxes;
   Scratch             &s = w->s;
   FMMCarve             work = {NULL, 0}, out = {NULL, 0};
-  unsigned long long *&kx = w->kx, *&ky = w->ky, *&kt = w->kt;
-  PetscInt           *&val = w->val, *&X = w->X, *&Y = w->Y, *&seg = w->seg, *&cseg = w->cseg, *offbase, *&off = w->off, *&noff = w->noff;
-  PetscInt           *&fs = w->fs, *&ss = w->ss, *&ft = w->ft, *&st = w->st, *&dmax = w->dmax;
-  char               *&dir = w->dir;
-  unsigned char      *&sel = w->sel, *&nsel = w->nsel;
-  double             *&bb = w->bb, *&XO = w->XO, *&YO = w->YO;
-  SplitWork           &sp     = w->sp;
-  PetscBool           &lsplit = w->lsplit;
+  PetscInt           *&X = w->X, *&seg = w->seg, *&off = w->off;
+  PetscInt           *&fs = w->fs, *&ss = w->ss, *&ft = w->ft, *&st = w->st;
+  double             *&bb = w->bb;
   cudaEvent_t         &lated  = w->lated;
   Stages               stg = {PETSC_FALSE, 0, {0}, {0}};
   const char          *stgname[] = {"allocation and sort", "splits", "leaves and scatter", "interaction lists", "frees"};
 
   PetscFunctionBegin;
-  w->c  = c;
-  w->P  = P;
-  w->in = in;
+  w->c     = c;
+  w->P     = P;
+  w->in    = in;
+  w->nroot = 1;
   PetscCall(PetscInfoEnabled(MAT_CLASSID, &stg.on));
   PetscCall(StageMark(c, &stg));
   while (L < FMM_MAX_LEVELS && (PetscInt64)ct * ((PetscInt64)1 << (2 * L)) < U) L++;
@@ -311,63 +359,17 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, const FMMCUDATreeInput 
   P->nleaves = nleaves;
   P->nboxes  = nboxes;
 
-  /* work arrays of the tree, one block freed at the end (the sort's scratch
-     in it); the sort keys' space then holds the other coordinates: XO, YO,
-     then their second buffers */
+  /* the sort's scratch: in the work block (TreeWorkAlloc) */
   const PetscInt  K         = parts && U >= SORT_PARTS_MIN ? 2 : 1, h = U / K; /* the points go up in parts [0, h) and [h, U) */
   const PetscBool shortkeys = keybits < 64 && K == 1 && U >= 64 ? PETSC_TRUE : PETSC_FALSE; /* (the parts' merge compares the keys of both) */
-  size_t n2 = 0; /* the scratch of one of SortShort's sorts */
-  const PetscInt ntiles = (PetscInt)FMMCUDABlocks(U, MTILE); /* of SplitMoveKernel */
-  size_t         tbytes = 0;
-  char          *tst;
-  {
-    size_t     scr = 0;
-    const auto carve = [&](FMMCarve *k) {
-      kx      = FMMCarveArray<unsigned long long>(k, 4 * (size_t)PetscMax(U, 1));
-      val     = FMMCarveArray<PetscInt>(k, 11 * (size_t)(U + 1));
-      offbase = FMMCarveArray<PetscInt>(k, 2 * ((size_t)nleaves + 1));
-      dir     = FMMCarveArray<char>(k, (size_t)nleaves);
-      sel     = FMMCarveArray<unsigned char>(k, 2 * (size_t)nleaves);
-      bb      = FMMCarveArray<double>(k, 4 * (size_t)nboxes);
-      tst     = FMMCarveArray<char>(k, tbytes);
-      dmax    = FMMCarveArray<PetscInt>(k, 1);
-      if (!median && L > 0 && U) SplitWorkCarve(k, U, nleaves / 2, &sp);
-      s.tmp = FMMCarveArray<char>(k, scr);
-    };
-    FMMCallCUDA(SplitTiles::AllocationSize((int)ntiles, tbytes));
-    if (U && shortkeys) PetscCall(SortShortScratch(c, U, keybits, &scr, &n2));
-    else if (U) FMMCallCUDA(cub::DeviceRadixSort::SortPairs(NULL, scr, (unsigned long long *)NULL, (unsigned long long *)NULL, (PetscInt *)NULL, (PetscInt *)NULL, (int)PetscMax(U - h, h), 0, 64, c->stream)); /* the larger part (h = U for one) */
-    carve(&work);
-    PetscCall(FMMCUDAMalloc(c->stream, (void **)&work.base, work.off, "the work arrays of the tree build"));
-    work.off = 0;
-    carve(&work);
-    s.bytes = scr;
-    s.lent  = PETSC_TRUE;
-  }
-  ky  = kx + PetscMax(U, 1);
-  kt  = ky + PetscMax(U, 1);
-  XO  = (double *)kx;
-  YO  = (double *)ky;
-  X    = val + (U + 1);
-  Y    = X + (U + 1);
-  seg  = Y + 3 * (U + 1); /* after Y, the second buffers of X and Y */
-  cseg = seg + (U + 1);   /* the chunks' segments (SegmentOf) */
-  fs   = cseg + (U + 1);
-  ss   = fs + (U + 1);
-  ft   = ss + (U + 1);
-  st   = ft + (U + 1);
-  off  = offbase;
-  noff = off + nleaves + 1;
-  nsel = sel + nleaves;
-  FMMCallCUDA(cudaMemsetAsync(sel, 0, 2 * (size_t)nleaves, c->stream));
-  if (L > 0 && U && splitlocal) PetscCall(SplitLocalSetup(c, &lsplit));
+  size_t          n2 = 0, scr = 0; /* the scratch of one of SortShort's sorts; of the sort */
+  if (U && shortkeys) PetscCall(SortShortScratch(c, U, keybits, &scr, &n2));
+  else if (U) FMMCallCUDA(cub::DeviceRadixSort::SortPairs(NULL, scr, (unsigned long long *)NULL, (unsigned long long *)NULL, (PetscInt *)NULL, (PetscInt *)NULL, (int)PetscMax(U - h, h), 0, 64, c->stream)); /* the larger part (h = U for one) */
+  PetscCall(TreeWorkAlloc(w, scr, &work));
   w->K         = K;
   w->h         = h;
   w->shortkeys = shortkeys;
   w->n2        = n2;
-  w->ntiles    = ntiles;
-  w->tst       = tst;
-  w->tbytes    = tbytes;
   PetscCall(TreeSort(w));
   {
     PetscInt h[2] = {0, U};
@@ -431,3 +433,78 @@ PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *c, FMMPlan *P, const FMMCUDATreeInput 
   PetscCall(StageReport(&stg, stgname));
   PetscFunctionReturn(0);
 }
+
+/* ------------------------------------------------ a rank's subtrees */
+
+/* key[k] = the box of point id[k] (the boxes' points are consecutive: box b's from off[b] on) */
+__global__ void BoxKeyKernel(PetscInt U, PetscInt nroot, const PetscInt *off, const PetscInt *id, unsigned int *key)
+{
+  FMMWaitPrior();
+  const PetscInt k = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
+  if (k < U) key[k] = (unsigned int)FMMLastLE(off, 0, nroot, id[k]);
+}
+
+/*
+  FMMCUDASubtrees - a rank's subtrees of the distributed tree (src/fmm/dist.c,
+  FMMBackendOps' subtrees): the U points xy (device) in nroot boxes (hoff,
+  host: box b's points from hoff[b] on, in the order of their global
+  indices) each split levels deep by the splitting stage of FMMCUDATreeBuild
+  (the same rule and keys, so the cuts of FMMTreeSplit()).  The x and y lists
+  start sorted by (box, coordinate, index): a stable sort by coordinate, then
+  a stable sort of that by box.  Gives, in host memory, order (U: the points
+  leaf by leaf), loff (nroot 4^levels + 1: the leaves' offsets) and bb (the
+  bounding boxes of the nroot (4^(levels+1) - 1) / 3 boxes, level by level).
+*/
+PetscErrorCode FMMCUDASubtrees(FMM_CUDA *c, PetscInt U, const double *xy, PetscInt nroot, const PetscInt *hoff, PetscInt levels, PetscBool median, PetscBool splitlocal, PetscInt *order, PetscInt *loff, double *hbb)
+{
+  FMMCUDATreeInput in{};
+  FMMTreeWork      tw{};
+  FMMTreeWork     *w    = &tw;
+  FMMCarve         work = {NULL, 0};
+  size_t           scr = 0, need = 0;
+  int              bits = 1;
+
+  PetscFunctionBegin;
+  in.U          = U;
+  in.median     = median;
+  in.splitlocal = splitlocal;
+  in.xy         = xy;
+  w->c          = c;
+  w->in         = &in;
+  w->nroot      = nroot;
+  w->L          = levels;
+  w->nleaves    = nroot << (2 * levels);
+  w->nboxes     = nroot * FMMLevelStart(levels + 1);
+  while (((PetscInt)1 << bits) < nroot) bits++;
+  if (U) {
+    FMMCallCUDA(cub::DeviceRadixSort::SortPairs(NULL, scr, (unsigned long long *)NULL, (unsigned long long *)NULL, (PetscInt *)NULL, (PetscInt *)NULL, (int)U, 0, 64, c->stream));
+    FMMCallCUDA(cub::DeviceRadixSort::SortPairs(NULL, need, (unsigned int *)NULL, (unsigned int *)NULL, (PetscInt *)NULL, (PetscInt *)NULL, (int)U, 0, bits, c->stream));
+    scr = PetscMax(scr, need);
+  }
+  PetscCall(TreeWorkAlloc(w, scr, &work));
+  FMMCallCUDA(cudaMemcpyAsync(w->off, hoff, sizeof(PetscInt) * (nroot + 1), cudaMemcpyHostToDevice, c->stream));
+  if (U) {
+    unsigned int *bk = (unsigned int *)w->kx, *bks = bk + U; /* box keys, in the space of kx once it is sorted */
+    PetscInt     *tmp = w->Y + (U + 1);                      /* the second buffer of X */
+    FMMLaunch(KeysKernel, LAUNCH_N(U), 0, U, xy, w->kx, w->ky, w->val);
+    FMMCheckLaunch();
+    for (int d = 0; d < 2; d++) {
+      need = scr;
+      FMMCallCUDA(cub::DeviceRadixSort::SortPairs(w->s.tmp, need, d ? w->ky : w->kx, w->kt, w->val, tmp, (int)U, 0, 64, c->stream));
+      FMMLaunch(BoxKeyKernel, LAUNCH_N(U), U, nroot, w->off, tmp, bk);
+      FMMCheckLaunch();
+      need = scr;
+      FMMCallCUDA(cub::DeviceRadixSort::SortPairs(w->s.tmp, need, bk, bks, tmp, d ? w->Y : w->X, (int)U, 0, bits, c->stream));
+    }
+    FMMLaunch(OtherKernel, LAUNCH_N(U), U, w->X, w->Y, xy, w->XO, w->YO);
+    FMMCheckLaunch();
+  }
+  PetscCall(TreeSplit(w));
+  if (U) FMMCallCUDA(cudaMemcpyAsync(order, w->X, sizeof(PetscInt) * U, cudaMemcpyDeviceToHost, c->stream));
+  FMMCallCUDA(cudaMemcpyAsync(loff, w->off, sizeof(PetscInt) * (w->nleaves + 1), cudaMemcpyDeviceToHost, c->stream));
+  FMMCallCUDA(cudaMemcpyAsync(hbb, w->bb, sizeof(double) * 4 * w->nboxes, cudaMemcpyDeviceToHost, c->stream));
+  FMMCallCUDA(cudaStreamSynchronize(c->stream));
+  PetscCall(FMMCUDAFree(c->stream, work.base));
+  PetscFunctionReturn(0);
+}
+

@@ -357,6 +357,76 @@ static PetscErrorCode MakeSF(MPI_Comm comm, PetscInt nroots, PetscInt nleaves, P
   PetscFunctionReturn(0);
 }
 
+/* The caller's n points to their owners' slots: point k goes to slot dest[k].index of rank dest[k].rank.
+   Those that stay on this rank are copied (*lmap: for each of its nroots slots the caller's point there,
+   -1: another rank's), the others go through *sf (leaves: their caller's indices, roots: the slots); a
+   PetscSF of every point took longer to set up than its moves.  Frees dest; collective */
+static PetscErrorCode OwnerMoves(MPI_Comm comm, PetscInt nroots, PetscInt n, PetscSFNode *dest, PetscSF *sf, PetscInt **lmap)
+{
+  PetscMPIInt  rank;
+  PetscInt     nrem = 0, *il;
+  PetscSFNode *rr;
+
+  PetscFunctionBegin;
+  PetscCallMPI(MPI_Comm_rank(comm, &rank));
+  PetscCall(PetscMalloc1(PetscMax(nroots, 1), lmap));
+  for (PetscInt r = 0; r < nroots; r++) (*lmap)[r] = -1;
+  for (PetscInt k = 0; k < n; k++) nrem += dest[k].rank == rank ? 0 : 1;
+  PetscCall(PetscMalloc1(nrem, &il));
+  PetscCall(PetscMalloc1(nrem, &rr));
+  for (PetscInt k = 0, j = 0; k < n; k++) {
+    if (dest[k].rank == rank) (*lmap)[dest[k].index] = k;
+    else {
+      il[j]   = k;
+      rr[j++] = dest[k];
+    }
+  }
+  PetscCall(PetscFree(dest));
+  PetscCall(MakeSF(comm, nroots, nrem, il, rr, sf));
+  PetscFunctionReturn(0);
+}
+
+/* to[r] = r0 + k for each of the nroots slots r, k the caller's point there (OwnerMoves(); nc: the
+   caller's points on this rank, whose first has global index r0); collective */
+static PetscErrorCode MoveIndices(PetscSF sf, const PetscInt lmap[], PetscInt nroots, PetscInt nc, PetscInt r0, PetscInt *to)
+{
+  PetscInt  nleaves, *g = NULL;
+  PetscBool any;
+
+  PetscFunctionBegin;
+  PetscCall(PetscSFGetGraph(sf, NULL, &nleaves, NULL, NULL));
+  any = nleaves > 0 ? PETSC_TRUE : PETSC_FALSE;
+  if (any) { /* (only where points leave this rank) */
+    PetscCall(PetscMalloc1(nc, &g));
+    for (PetscInt k = 0; k < nc; k++) g[k] = r0 + k;
+  }
+#pragma omp parallel for schedule(static) if (nroots >= FMM_OMP_MIN_POINTS)
+  for (PetscInt r = 0; r < nroots; r++)
+    if (lmap[r] >= 0) to[r] = r0 + lmap[r];
+  PetscCall(PetscSFReduceBegin(sf, MPIU_INT, g, to, MPI_REPLACE));
+  PetscCall(PetscSFReduceEnd(sf, MPIU_INT, g, to, MPI_REPLACE));
+  PetscCall(PetscFree(g));
+  PetscFunctionReturn(0);
+}
+
+/* to[r] = from[k] (bs reals) for each of the nroots slots r, k the caller's point there (OwnerMoves());
+   collective */
+static PetscErrorCode MoveReals(PetscSF sf, const PetscInt lmap[], PetscInt nroots, PetscInt bs, const PetscReal *from, PetscReal *to)
+{
+  MPI_Datatype unit;
+
+  PetscFunctionBegin;
+#pragma omp parallel for schedule(static) if (nroots >= FMM_OMP_MIN_POINTS)
+  for (PetscInt r = 0; r < nroots; r++)
+    if (lmap[r] >= 0)
+      for (PetscInt j = 0; j < bs; j++) to[bs * r + j] = from[bs * lmap[r] + j];
+  PetscCall(RealsType(bs, &unit));
+  PetscCall(PetscSFReduceBegin(sf, unit, from, to, MPI_REPLACE));
+  PetscCall(PetscSFReduceEnd(sf, unit, from, to, MPI_REPLACE));
+  PetscCallMPI(MPI_Type_free(&unit));
+  PetscFunctionReturn(0);
+}
+
 /* sf's roots that have leaves, numbered in root order (croot[0..nc): their indices), and sfc: the same
    leaves, each pointing at its root's number; sfc may be NULL (the numbers only) */
 static PetscErrorCode CompactRoots(PetscSF sf, PetscInt *nc, PetscInt **croot, PetscSF *sfc)
@@ -392,52 +462,31 @@ static PetscErrorCode CompactRoots(PetscSF sf, PetscInt *nc, PetscInt **croot, P
   PetscFunctionReturn(0);
 }
 
-/* the moves of sf (the caller's *nc points, contiguous leaves -> this rank's slots, its roots; one leaf a
-   root) as a number for each of this rank's n points in tree order (perm: its slot): its leaf where that
-   is on this rank (0..nc), else nc + its number among the slots fed from other ranks, which *sfr (leaves:
-   the caller's indices) moves; *nr of them */
-static PetscErrorCode SplitMoves(PetscSF sf, PetscInt n, const PetscInt perm[], PetscInt *nc, PetscInt **num, PetscInt *nr, PetscSF *sfr)
+/* the moves of OwnerMoves() (sf, lmap: the caller's nc points -> this rank's slots) as a number for each of
+   this rank's n points in tree order (perm: its slot): its caller's index where that is on this rank
+   (0..nc), else nc + its number among the slots fed from other ranks, which *sfr (leaves: the caller's
+   indices) moves; *nr of them */
+static PetscErrorCode SplitMoves(PetscSF sf, const PetscInt lmap[], PetscInt nc, PetscInt n, const PetscInt perm[], PetscInt **num, PetscInt *nr, PetscSF *sfr)
 {
-  MPI_Comm           comm;
-  PetscMPIInt        rank;
-  PetscInt           nroots, nleaves, nrem = 0, *il, *croot, *slot;
-  const PetscSFNode *rem;
-  PetscSFNode       *rr;
-  PetscSF            rest;
+  PetscInt nroots, *croot, *slot;
 
   PetscFunctionBegin;
-  PetscCall(PetscObjectGetComm((PetscObject)sf, &comm));
-  PetscCallMPI(MPI_Comm_rank(comm, &rank));
-  PetscCall(PetscSFGetGraph(sf, &nroots, &nleaves, NULL, &rem));
+  PetscCall(PetscSFGetGraph(sf, &nroots, NULL, NULL, NULL));
   PetscCall(PetscMalloc1(PetscMax(nroots, 1), &slot));
-  for (PetscInt r = 0; r < nroots; r++) slot[r] = -1;
-  for (PetscInt k = 0; k < nleaves; k++) nrem += rem[k].rank == rank ? 0 : 1;
-  PetscCall(PetscMalloc1(nrem, &il));
-  PetscCall(PetscMalloc1(nrem, &rr));
-  for (PetscInt k = 0, j = 0; k < nleaves; k++) {
-    if (rem[k].rank == rank) slot[rem[k].index] = k;
-    else {
-      il[j]   = k;
-      rr[j++] = rem[k];
-    }
-  }
-  PetscCall(PetscSFCreate(comm, &rest));
-  PetscCall(PetscSFSetGraph(rest, nroots, nrem, il, PETSC_OWN_POINTER, rr, PETSC_OWN_POINTER));
-  PetscCall(PetscSFSetUp(rest));
-  PetscCall(CompactRoots(rest, nr, &croot, sfr));
-  PetscCall(PetscSFDestroy(&rest));
-  for (PetscInt j = 0; j < *nr; j++) slot[croot[j]] = nleaves + j;
+  PetscCall(PetscArraycpy(slot, lmap, nroots));
+  PetscCall(CompactRoots(sf, nr, &croot, sfr));
+  for (PetscInt j = 0; j < *nr; j++) slot[croot[j]] = nc + j;
   for (PetscInt r = 0; r < nroots; r++) PetscCheck(slot[r] >= 0, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM: slot %" PetscInt_FMT " of this rank's points is fed by no caller's point", r);
   PetscCall(PetscMalloc1(PetscMax(n, 1), num));
+#pragma omp parallel for schedule(static) if (n >= FMM_OMP_MIN_POINTS)
   for (PetscInt i = 0; i < n; i++) (*num)[i] = slot[perm[i]];
-  *nc = nleaves;
   PetscCall(PetscFree(croot));
   PetscCall(PetscFree(slot));
   PetscFunctionReturn(0);
 }
 
 /* a product's moves between the caller's layout and the tree's (the numbers of FMMDist: nxc ... sfhd) */
-static PetscErrorCode FMMDistIOSetup(FMMDist *D)
+static PetscErrorCode FMMDistIOSetup(FMMDist *D, PetscInt ns, PetscInt mt)
 {
   MPI_Comm           comm;
   PetscInt           nroots, nleaves, nx = 0, nd = 0, *code, *lcode, *ix, *id;
@@ -446,12 +495,13 @@ static PetscErrorCode FMMDistIOSetup(FMMDist *D)
   PetscSFNode       *rx, *rd;
 
   PetscFunctionBegin;
-  PetscCall(SplitMoves(D->sfsrc, D->n, D->sperm, &D->nxc, &D->cin, &D->nrr, &D->sfin));
+  D->nxc = ns;
+  D->myc = D->same ? ns : mt;
+  PetscCall(SplitMoves(D->sfsrc, D->lsrc, ns, D->n, D->sperm, &D->cin, &D->nrr, &D->sfin));
   if (D->same) {
-    D->myc  = D->nxc;
     D->nrt  = D->nrr;
     D->cout = D->cin;
-  } else PetscCall(SplitMoves(D->sftgt, D->m, D->tperm, &D->myc, &D->cout, &D->nrt, &D->sfout));
+  } else PetscCall(SplitMoves(D->sftgt, D->ltgt, mt, D->m, D->tperm, &D->cout, &D->nrt, &D->sfout));
   /* the halo: each of its sources from its owner's x (code >= 0: the column) or din (code < 0: -1 - its
      place), two PetscSFs rooted there, so the owner's columns go without a gather of ours (PetscSF packs
      them where x lives) */
@@ -537,7 +587,11 @@ PetscErrorCode FMMDistDestroy(FMMDist **dp)
   if (D->hasunit) PetscCallMPI(MPI_Type_free(&D->unit));
   PetscCall(PetscSFDestroy(&D->sfmpc));
   PetscCall(PetscFree2(D->faroff, D->far));
-  PetscCall(PetscFree5(D->sx, D->sy, D->cq, D->cdx, D->cdy));
+  PetscCall(PetscFree(D->sx));
+  PetscCall(PetscFree(D->sy));
+  PetscCall(PetscFree(D->cq));
+  PetscCall(PetscFree(D->cdx));
+  PetscCall(PetscFree(D->cdy));
   PetscCall(PetscFree(D->sleaf));
   PetscCall(PetscFree(D->nearoff));
   PetscCall(PetscFree(D->near));
@@ -547,6 +601,8 @@ PetscErrorCode FMMDistDestroy(FMMDist **dp)
   if (!D->same) PetscCall(PetscFree(D->tperm));
   PetscCall(PetscSFDestroy(&D->sfsrc));
   if (D->sftgt) PetscCall(PetscSFDestroy(&D->sftgt));
+  PetscCall(PetscFree(D->lsrc));
+  PetscCall(PetscFree(D->ltgt));
   PetscCall(PetscSFDestroy(&D->sfhalo));
   PetscCall(PetscFree(D->cin));
   if (!D->same) PetscCall(PetscFree(D->cout));
@@ -576,12 +632,12 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
   const PetscInt   ns = fmm->src.n, mt = same ? 0 : fmm->tgt.m, u = ns + mt;
   PetscMPIInt      rank, size;
   FMMDist         *D;
-  FMMPoint        *pt, *lp;
+  FMMPoint        *pt, *lp = NULL;
   PetscInt         L, l0, n0, B0, B1, nb0, *off, *cnt, *cs, *ctg, *es, *et, nr, mr, nob, ntop, nl, *loff;
-  PetscInt        *sperm, *tperm;
+  PetscInt        *sperm, *tperm, *ord; /* ord: the points (slot, or nr + target slot) in tree order */
   PetscReal       *rxy, *rnrm = NULL, *rw = NULL, *txy = NULL, *bb, *T, *top;
   PetscInt        *rgi, *tgi = NULL;
-  PetscBool        anynrm, anywts;
+  PetscBool        anynrm, anywts, gpubb = PETSC_FALSE;
   PetscLogDouble   tm[8]; /* the stages' start times, for -info */
 
   PetscFunctionBegin;
@@ -651,40 +707,44 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
     }
     PetscCall(PetscMalloc1(ns, &rs));
     if (!same) PetscCall(PetscMalloc1(mt, &rt));
-    for (PetscInt B = 0; B < n0; B++) {
-      const PetscMPIInt q  = OwnerOf(B, size, n0);
-      PetscInt          is = sst[B] + es[B], it = tst[B] + et[B];
+    /* each box's points in the caller's order, so that they reach the owner in
+       the order of their global indices (the key's ties: a backend's subtrees
+       break them by position) */
+    for (PetscInt B = 0; B < n0; B++)
       for (PetscInt k = off[B]; k < off[B + 1]; k++) {
-        if (pt[k].i < N) rs[pt[k].j] = (PetscSFNode){q, is++};
-        else rt[pt[k].j - ns] = (PetscSFNode){q, it++};
+        if (pt[k].i < N) rs[pt[k].j].rank = (PetscMPIInt)B;
+        else rt[pt[k].j - ns].rank = (PetscMPIInt)B;
       }
+    for (PetscInt B = 0; B < n0; B++) {
+      sst[B] += es[B];
+      tst[B] += et[B];
+    }
+    for (PetscInt k = 0; k < ns; k++) {
+      const PetscInt B = rs[k].rank;
+      rs[k]            = (PetscSFNode){OwnerOf(B, size, n0), sst[B]++};
+    }
+    for (PetscInt k = 0; k < mt; k++) {
+      const PetscInt B = rt[k].rank;
+      rt[k]            = (PetscSFNode){OwnerOf(B, size, n0), tst[B]++};
     }
     PetscCall(PetscFree2(sst, tst));
-    PetscCall(MakeSF(comm, nr, ns, NULL, rs, &D->sfsrc));
-    if (!same) PetscCall(MakeSF(comm, mr, mt, NULL, rt, &D->sftgt));
+    PetscCall(OwnerMoves(comm, nr, ns, rs, &D->sfsrc, &D->lsrc));
+    if (!same) PetscCall(OwnerMoves(comm, mr, mt, rt, &D->sftgt, &D->ltgt));
   }
   PetscCall(PetscFree(pt));
   PetscCall(PetscFree2(off, cnt));
   D->n = nr;
   D->m = same ? nr : mr;
   { /* the points, normals, weights and key indices to their owners */
-    MPI_Datatype two;
-    PetscInt    *gi;
-    PetscReal   *ones = NULL;
-    PetscCall(RealsType(2, &two));
+    PetscReal *ones = NULL;
     PetscCall(PetscMalloc2(2 * nr, &rxy, nr, &rgi));
-    PetscCall(PetscMalloc1(PetscMax(ns, mt), &gi));
-    for (PetscInt k = 0; k < ns; k++) gi[k] = s0 + k;
-    PetscCall(PetscSFReduceBegin(D->sfsrc, two, fmm->src.block, rxy, MPI_REPLACE));
-    PetscCall(PetscSFReduceEnd(D->sfsrc, two, fmm->src.block, rxy, MPI_REPLACE));
-    PetscCall(PetscSFReduceBegin(D->sfsrc, MPIU_INT, gi, rgi, MPI_REPLACE));
-    PetscCall(PetscSFReduceEnd(D->sfsrc, MPIU_INT, gi, rgi, MPI_REPLACE));
+    PetscCall(MoveReals(D->sfsrc, D->lsrc, nr, 2, fmm->src.block, rxy));
+    PetscCall(MoveIndices(D->sfsrc, D->lsrc, nr, ns, s0, rgi));
     if (anynrm) {
       PetscReal *z = NULL;
       if (!fmm->src.hasnrm) PetscCall(PetscCalloc1(2 * ns, &z)); /* a rank without normals has no source (checked at assembly) */
       PetscCall(PetscMalloc1(2 * nr, &rnrm));
-      PetscCall(PetscSFReduceBegin(D->sfsrc, two, z ? z : fmm->src.nrm, rnrm, MPI_REPLACE));
-      PetscCall(PetscSFReduceEnd(D->sfsrc, two, z ? z : fmm->src.nrm, rnrm, MPI_REPLACE));
+      PetscCall(MoveReals(D->sfsrc, D->lsrc, nr, 2, z ? z : fmm->src.nrm, rnrm));
       PetscCall(PetscFree(z));
     }
     if (anywts) { /* weights given on some ranks only: 1 on the others */
@@ -693,43 +753,72 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
         for (PetscInt k = 0; k < ns; k++) ones[k] = 1.0;
       }
       PetscCall(PetscMalloc1(nr, &rw));
-      PetscCall(PetscSFReduceBegin(D->sfsrc, MPIU_REAL, ones ? ones : fmm->src.wts, rw, MPI_REPLACE));
-      PetscCall(PetscSFReduceEnd(D->sfsrc, MPIU_REAL, ones ? ones : fmm->src.wts, rw, MPI_REPLACE));
+      PetscCall(MoveReals(D->sfsrc, D->lsrc, nr, 1, ones ? ones : fmm->src.wts, rw));
       PetscCall(PetscFree(ones));
     }
     if (!same) {
-      for (PetscInt k = 0; k < mt; k++) gi[k] = N + t0 + k;
       PetscCall(PetscMalloc2(2 * mr, &txy, mr, &tgi));
-      PetscCall(PetscSFReduceBegin(D->sftgt, two, fmm->tgt.xy, txy, MPI_REPLACE));
-      PetscCall(PetscSFReduceEnd(D->sftgt, two, fmm->tgt.xy, txy, MPI_REPLACE));
-      PetscCall(PetscSFReduceBegin(D->sftgt, MPIU_INT, gi, tgi, MPI_REPLACE));
-      PetscCall(PetscSFReduceEnd(D->sftgt, MPIU_INT, gi, tgi, MPI_REPLACE));
+      PetscCall(MoveReals(D->sftgt, D->ltgt, mr, 2, fmm->tgt.xy, txy));
+      PetscCall(MoveIndices(D->sftgt, D->ltgt, mr, mt, N + t0, tgi));
     }
-    PetscCall(PetscFree(gi));
-    PetscCallMPI(MPI_Type_free(&two));
   }
 
   PetscCall(PetscLogEventEnd(MATFMM_Partition, A, 0, 0, 0));
 
   PetscCall(PetscTime(&tm[2]));
-  /* 3. this rank's subtrees: its boxes of level l0 split down to the leaves */
+  /* 3. this rank's subtrees: its boxes of level l0 split down to the leaves,
+     by the backend where it can (the boxes' bounding boxes too: gpubb) */
+  nl     = nb0 << (2 * (L - l0));
+  nob    = nb0 * ((((PetscInt)1 << (2 * (L - l0 + 1))) - 1) / 3); /* this rank's boxes of levels l0..L */
+  PetscCall(PetscMalloc1(4 * nob, &bb));
   {
-    PetscInt *off0, is = 0, it = 0, k = 0;
-    PetscCall(PetscMalloc1(nr + (same ? 0 : mr), &lp));
+    const PetscInt np = nr + (same ? 0 : mr);
+    PetscInt      *off0, is = 0, it = 0, k = 0, *pj = NULL;
+    PetscCall(PetscMalloc1(PetscMax(np, 1), &ord));
     PetscCall(PetscMalloc1(nb0 + 1, &off0));
-    for (PetscInt B = B0; B < B1; B++) {
+    for (PetscInt B = B0; B < B1; B++) { /* the points box by box: its sources (slots), then its targets */
       off0[B - B0] = k;
-      for (PetscInt j = 0; j < cs[B]; j++, is++, k++) lp[k] = (FMMPoint){rxy[2 * is], rxy[2 * is + 1], rgi[is], is};
-      if (!same)
-        for (PetscInt j = 0; j < ctg[B]; j++, it++, k++) lp[k] = (FMMPoint){txy[2 * it], txy[2 * it + 1], tgi[it], nr + it};
+      k += cs[B] + (same ? 0 : ctg[B]);
     }
     off0[nb0] = k;
-    PetscCall(FMMTreeSplit(lp, nb0, off0, L - l0, par->split_median, &loff));
+    if (fmm->ops->subtrees) {
+      PetscReal *xy = rxy; /* (the targets are the sources: the slots are in box order) */
+      if (!same) {         /* pj: the point at each place */
+        PetscCall(PetscMalloc1(2 * np, &xy));
+        PetscCall(PetscMalloc1(np, &pj));
+        for (PetscInt B = B0, q = 0; B < B1; B++) {
+          for (PetscInt c = 0; c < cs[B]; c++, is++, q++) pj[q] = is;
+          for (PetscInt c = 0; c < ctg[B]; c++, it++, q++) pj[q] = nr + it;
+        }
+        for (PetscInt q = 0; q < np; q++) {
+          const PetscReal *z = pj[q] < nr ? rxy + 2 * pj[q] : txy + 2 * (pj[q] - nr);
+          xy[2 * q]          = z[0];
+          xy[2 * q + 1]      = z[1];
+        }
+      }
+      PetscCall(PetscMalloc1(nl + 1, &loff));
+      PetscCall((*fmm->ops->subtrees)(&fmm->ctx, np, xy, nb0, off0, L - l0, ord, loff, bb, &gpubb));
+      if (!gpubb) PetscCall(PetscFree(loff));
+      else if (pj)
+        for (PetscInt q = 0; q < np; q++) ord[q] = pj[ord[q]];
+      if (!same) PetscCall(PetscFree(xy));
+      PetscCall(PetscFree(pj));
+    }
+    if (!gpubb) { /* on the host: the points as FMMPoint, kept for their bounding boxes */
+      is = it = k = 0;
+      PetscCall(PetscMalloc1(np, &lp));
+      for (PetscInt B = B0; B < B1; B++) {
+        for (PetscInt c = 0; c < cs[B]; c++, is++, k++) lp[k] = (FMMPoint){rxy[2 * is], rxy[2 * is + 1], rgi[is], is};
+        if (!same)
+          for (PetscInt c = 0; c < ctg[B]; c++, it++, k++) lp[k] = (FMMPoint){txy[2 * it], txy[2 * it + 1], tgi[it], nr + it};
+      }
+      PetscCall(FMMTreeSplit(lp, nb0, off0, L - l0, par->split_median, &loff));
+#pragma omp parallel for schedule(static) if (np >= FMM_OMP_MIN_POINTS)
+      for (PetscInt q = 0; q < np; q++) ord[q] = lp[q].j;
+    }
     PetscCall(PetscFree(off0));
   }
-  nl     = nb0 << (2 * (L - l0));
   D->nl  = nl;
-  nob    = nb0 * ((((PetscInt)1 << (2 * (L - l0 + 1))) - 1) / 3); /* this rank's boxes of levels l0..L */
   D->nown = ntop + nob - nb0;
   /* sources and targets of the leaves, in tree order */
   {
@@ -738,7 +827,7 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
 #pragma omp parallel for schedule(static) if (nr >= FMM_OMP_MIN_POINTS)
     for (PetscInt b = 0; b < nl; b++)
       for (PetscInt k = loff[b]; k < loff[b + 1]; k++) {
-        if (lp[k].j < nr) scnt[b + 1]++;
+        if (ord[k] < nr) scnt[b + 1]++;
         else tcnt[b + 1]++;
       }
     for (PetscInt b = 0; b < nl; b++) {
@@ -747,7 +836,11 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
     }
     /* the halo's sources are appended later: room for them then */
     PetscCall(PetscMalloc1(nr, &sperm));
-    PetscCall(PetscMalloc5(nr, &D->sx, nr, &D->sy, nr, &D->cq, nr, &D->cdx, nr, &D->cdy));
+    PetscCall(PetscMalloc1(nr, &D->sx)); /* (each apart: they grow by the halo's) */
+    PetscCall(PetscMalloc1(nr, &D->sy));
+    PetscCall(PetscMalloc1(nr, &D->cq));
+    PetscCall(PetscMalloc1(nr, &D->cdx));
+    PetscCall(PetscMalloc1(nr, &D->cdy));
     PetscCall(PetscMalloc1(nl + 1, &D->tleaf));
     if (same) {
       tperm = sperm;
@@ -761,18 +854,18 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
     for (PetscInt b = 0; b < nl; b++) {
       PetscInt s = scnt[b], t = tcnt[b];
       for (PetscInt k = loff[b]; k < loff[b + 1]; k++) {
-        const PetscInt j = lp[k].j;
+        const PetscInt j = ord[k];
         if (j < nr) {
           PetscReal cdn;
           sperm[s] = j;
-          D->sx[s] = lp[k].x;
-          D->sy[s] = lp[k].y;
+          D->sx[s] = rxy[2 * j];
+          D->sy[s] = rxy[2 * j + 1];
           FMMSourceCoefficients(par->alpha, par->beta, rw ? rw[j] : 1.0, rnrm ? &rnrm[2 * j] : NULL, &D->cq[s], &D->cdx[s], &D->cdy[s], &cdn);
           s++;
         } else {
           tperm[t] = j - nr;
-          D->tx[t] = lp[k].x;
-          D->ty[t] = lp[k].y;
+          D->tx[t] = txy[2 * (j - nr)];
+          D->ty[t] = txy[2 * (j - nr) + 1];
           t++;
         }
       }
@@ -787,6 +880,7 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
   }
   D->sperm = sperm;
   D->tperm = tperm;
+  PetscCall(PetscFree(ord));
   PetscCall(PetscFree2(rxy, rgi));
   PetscCall(PetscFree(rnrm));
   PetscCall(PetscFree(rw));
@@ -795,9 +889,8 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
   PetscCall(PetscTime(&tm[3]));
   /* 4. box geometry: bounding boxes of this rank's boxes (OwnIndex order),
      then level l0 of all ranks and the top, on every rank */
-  PetscCall(PetscMalloc1(4 * nob, &bb));
   PetscCall(PetscMalloc1(4 * ntop, &top));
-  {
+  if (!gpubb) {
     const PetscInt lb = nob - nl; /* own index of the first leaf */
 #pragma omp parallel for schedule(static) if (nr >= FMM_OMP_MIN_POINTS)
     for (PetscInt b = 0; b < nl; b++) PointsBox(lp + loff[b], loff[b + 1] - loff[b], bb + 4 * (lb + b));
@@ -806,6 +899,8 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
       for (PetscInt b = 0; b < nbl; b++)
         FMMBoxUnion4(bb + 4 * (o + b), bb + 4 * (oc + 4 * b), bb + 4 * (oc + 4 * b + 1), bb + 4 * (oc + 4 * b + 2), bb + 4 * (oc + 4 * b + 3));
     }
+  }
+  {
     for (PetscInt k = 0; k < 4 * ntop; k++) top[k] = PETSC_MAX_REAL;
     for (PetscInt b = 0; b < nb0; b++)
       for (int j = 0; j < 4; j++) top[4 * (FMMLevelStart(l0) + B0 + b) + j] = bb[4 * b + j];
@@ -1130,85 +1225,81 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
   PetscCall(PetscFree(T));
 
   PetscCall(PetscTime(&tm[5]));
-  /* 6. the halo's sources: points and coefficients, once */
+  /* 6. the halo's sources: points and coefficients, once, from the sources
+     other ranks' halos name (CompactRoots()); the arrays grow in place */
   {
     MPI_Datatype five;
     PetscReal   *pk, *hk;
-    PetscCall(PetscMalloc2(5 * nr, &pk, 5 * PetscMax(D->nh, 1), &hk));
-    for (PetscInt i = 0; i < nr; i++) {
-      pk[5 * i]     = D->sx[i];
-      pk[5 * i + 1] = D->sy[i];
-      pk[5 * i + 2] = D->cq[i];
-      pk[5 * i + 3] = D->cdx[i];
-      pk[5 * i + 4] = D->cdy[i];
+    PetscInt     nc, *croot;
+    PetscSF      sfc;
+    PetscCall(CompactRoots(D->sfhalo, &nc, &croot, &sfc));
+    PetscCall(PetscMalloc2(5 * PetscMax(nc, 1), &pk, 5 * PetscMax(D->nh, 1), &hk));
+    for (PetscInt c = 0; c < nc; c++) {
+      const PetscInt i = croot[c];
+      pk[5 * c]        = D->sx[i];
+      pk[5 * c + 1]    = D->sy[i];
+      pk[5 * c + 2]    = D->cq[i];
+      pk[5 * c + 3]    = D->cdx[i];
+      pk[5 * c + 4]    = D->cdy[i];
     }
     PetscCall(RealsType(5, &five));
-    PetscCall(PetscSFBcastBegin(D->sfhalo, five, pk, hk, MPI_REPLACE));
-    PetscCall(PetscSFBcastEnd(D->sfhalo, five, pk, hk, MPI_REPLACE));
+    PetscCall(PetscSFBcastBegin(sfc, five, pk, hk, MPI_REPLACE));
+    PetscCall(PetscSFBcastEnd(sfc, five, pk, hk, MPI_REPLACE));
     PetscCallMPI(MPI_Type_free(&five));
+    PetscCall(PetscSFDestroy(&sfc));
+    PetscCall(PetscFree(croot));
     {
       const PetscInt nt = nr + D->nh;
-      PetscReal     *sx, *sy, *cq, *cdx, *cdy;
-      PetscCall(PetscMalloc5(nt, &sx, nt, &sy, nt, &cq, nt, &cdx, nt, &cdy));
-      PetscCall(PetscArraycpy(sx, D->sx, nr));
-      PetscCall(PetscArraycpy(sy, D->sy, nr));
-      PetscCall(PetscArraycpy(cq, D->cq, nr));
-      PetscCall(PetscArraycpy(cdx, D->cdx, nr));
-      PetscCall(PetscArraycpy(cdy, D->cdy, nr));
+      PetscCall(PetscRealloc(sizeof(PetscReal) * nt, &D->sx));
+      PetscCall(PetscRealloc(sizeof(PetscReal) * nt, &D->sy));
+      PetscCall(PetscRealloc(sizeof(PetscReal) * nt, &D->cq));
+      PetscCall(PetscRealloc(sizeof(PetscReal) * nt, &D->cdx));
+      PetscCall(PetscRealloc(sizeof(PetscReal) * nt, &D->cdy));
       for (PetscInt i = 0; i < D->nh; i++) {
-        sx[nr + i]  = hk[5 * i];
-        sy[nr + i]  = hk[5 * i + 1];
-        cq[nr + i]  = hk[5 * i + 2];
-        cdx[nr + i] = hk[5 * i + 3];
-        cdy[nr + i] = hk[5 * i + 4];
+        D->sx[nr + i]  = hk[5 * i];
+        D->sy[nr + i]  = hk[5 * i + 1];
+        D->cq[nr + i]  = hk[5 * i + 2];
+        D->cdx[nr + i] = hk[5 * i + 3];
+        D->cdy[nr + i] = hk[5 * i + 4];
       }
       if (same) {
-        D->tx = sx;
-        D->ty = sy;
+        D->tx = D->sx;
+        D->ty = D->sy;
       }
-      PetscCall(PetscFree5(D->sx, D->sy, D->cq, D->cdx, D->cdy));
-      D->sx  = sx;
-      D->sy  = sy;
-      D->cq  = cq;
-      D->cdx = cdx;
-      D->cdy = cdy;
     }
     PetscCall(PetscFree2(pk, hk));
   }
   PetscCall(PetscTime(&tm[6]));
-  PetscCall(FMMDistIOSetup(D));
+  PetscCall(FMMDistIOSetup(D, ns, mt));
   PetscCall(PetscTime(&tm[7]));
   PetscCall(PetscInfo(A, "distributed tree on this rank: top cuts %.3f s, points to their owners %.3f s, subtrees %.3f s, box geometry %.3f s, lists %.3f s, halo %.3f s, moves %.3f s\n", tm[1] - tm[0], tm[2] - tm[1], tm[3] - tm[2], tm[4] - tm[3], tm[5] - tm[4], tm[6] - tm[5], tm[7] - tm[6]));
   PetscFunctionReturn(0);
 }
 
-/* the global indices (in the caller's numbering: the first of this rank's is r0) of the points sf moves to
-   this rank's slots, in tree order (perm: tree position -> slot); collective */
-static PetscErrorCode TreeOrderIndices(PetscSF sf, PetscInt r0, PetscInt n, const PetscInt perm[], IS *is)
+/* the global indices (in the caller's numbering: the first of this rank's nc points is r0) of this rank's
+   n points in tree order (perm: tree position -> slot; the slots fed by OwnerMoves()'s sf and lmap); collective */
+static PetscErrorCode TreeOrderIndices(PetscSF sf, const PetscInt lmap[], PetscInt nc, PetscInt r0, PetscInt n, const PetscInt perm[], IS *is)
 {
   MPI_Comm  comm;
-  PetscInt  nroots, nleaves, *g, *s, *idx;
+  PetscInt  nroots, *s, *idx;
 
   PetscFunctionBegin;
   PetscCall(PetscObjectGetComm((PetscObject)sf, &comm));
-  PetscCall(PetscSFGetGraph(sf, &nroots, &nleaves, NULL, NULL));
-  PetscCall(PetscMalloc2(PetscMax(nleaves, 1), &g, PetscMax(nroots, 1), &s));
-  for (PetscInt k = 0; k < nleaves; k++) g[k] = r0 + k;
-  PetscCall(PetscSFReduceBegin(sf, MPIU_INT, g, s, MPI_REPLACE));
-  PetscCall(PetscSFReduceEnd(sf, MPIU_INT, g, s, MPI_REPLACE));
+  PetscCall(PetscSFGetGraph(sf, &nroots, NULL, NULL, NULL));
+  PetscCall(PetscMalloc1(PetscMax(nroots, 1), &s));
+  PetscCall(MoveIndices(sf, lmap, nroots, nc, r0, s));
   PetscCall(PetscMalloc1(PetscMax(n, 1), &idx));
   for (PetscInt i = 0; i < n; i++) idx[i] = s[perm[i]];
   PetscCall(ISCreateGeneral(comm, n, idx, PETSC_OWN_POINTER, is));
-  PetscCall(PetscFree2(g, s));
+  PetscCall(PetscFree(s));
   PetscFunctionReturn(0);
 }
 
-/* FMMDistPartition - the sources and the targets this rank's part holds (MatFMMGetTreePartition()); collective */
 PetscErrorCode FMMDistPartition(FMMDist *D, PetscInt s0, PetscInt t0, IS *src, IS *tgt)
 {
   PetscFunctionBegin;
-  if (src) PetscCall(TreeOrderIndices(D->sfsrc, s0, D->n, D->sperm, src));
-  if (tgt) PetscCall(TreeOrderIndices(D->sftgt ? D->sftgt : D->sfsrc, D->sftgt ? t0 : s0, D->m, D->tperm, tgt));
+  if (src) PetscCall(TreeOrderIndices(D->sfsrc, D->lsrc, D->nxc, s0, D->n, D->sperm, src));
+  if (tgt) PetscCall(TreeOrderIndices(D->sftgt ? D->sftgt : D->sfsrc, D->sftgt ? D->ltgt : D->lsrc, D->myc, D->sftgt ? t0 : s0, D->m, D->tperm, tgt));
   PetscFunctionReturn(0);
 }
 
@@ -1252,7 +1343,7 @@ PetscErrorCode FMMDistHostPlan(FMMDist *D, PetscBool halotgt, FMMPlan *P, FMMHos
   const PetscInt L = D->L, l0 = D->l0, nleaves = (PetscInt)1 << (2 * L), nboxes = FMMLevelStart(L + 1), N = D->n + D->nh;
   const PetscInt lbase = D->B0 << (2 * (L - l0)), M = halotgt ? N : D->m;
   FMMHostPlan   *H;
-  PetscInt       nfar = 0, nnear = 0, *hoff = NULL, *hnear = NULL;
+  PetscInt       nfar = 0, nnear = 0, *hoff = NULL, *hnear = NULL, *i0;
 
   PetscFunctionBegin;
   PetscCheck(!halotgt || D->same, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM: halo targets need targets = sources");
@@ -1263,19 +1354,26 @@ PetscErrorCode FMMDistHostPlan(FMMDist *D, PetscBool halotgt, FMMPlan *P, FMMHos
   PetscCall(PetscMalloc3(N, &H->cq, N, &H->cdx, N, &H->cdy));
   PetscCall(PetscMalloc4(M, &H->tperm, M, &H->tx, M, &H->ty, nleaves + 1, &H->tleaf));
   PetscCall(PetscMalloc3(nboxes, &H->cx, nboxes, &H->cy, nboxes, &H->scale));
-  /* sources leaf by leaf, in the global order of the leaves */
+  /* sources leaf by leaf, in the global order of the leaves: each leaf's first source in D (i0), then
+     the copies, a leaf a thread */
+  PetscCall(PetscMalloc1(nleaves, &i0));
   H->sleaf[0] = H->tleaf[0] = 0;
-  for (PetscInt g = 0, h = 0, k = 0; g < nleaves; g++) {
-    PetscInt i0 = 0, i1 = 0;
+  for (PetscInt g = 0, h = 0; g < nleaves; g++) {
+    PetscInt a = 0, e = 0;
     if (g >= lbase && g < lbase + D->nl) {
-      i0 = D->sleaf[g - lbase];
-      i1 = D->sleaf[g - lbase + 1];
+      a = D->sleaf[g - lbase];
+      e = D->sleaf[g - lbase + 1];
     } else if (h < D->nhl && D->halleaf[h] == g) {
-      i0 = D->sleaf[D->nl + h];
-      i1 = D->sleaf[D->nl + h + 1];
+      a = D->sleaf[D->nl + h];
+      e = D->sleaf[D->nl + h + 1];
       h++;
     }
-    for (PetscInt i = i0; i < i1; i++, k++) {
+    i0[g]           = a;
+    H->sleaf[g + 1] = H->sleaf[g] + (e - a);
+  }
+#pragma omp parallel for schedule(dynamic, 256) if (N >= FMM_OMP_MIN_POINTS)
+  for (PetscInt g = 0; g < nleaves; g++)
+    for (PetscInt k = H->sleaf[g], i = i0[g]; k < H->sleaf[g + 1]; k++, i++) {
       H->sperm[k] = i < D->n ? D->cin[i] : D->nxc + D->nrr + (i - D->n); /* the caller's x, then din (FMMDistDensities()) */
       H->sx[k]    = D->sx[i];
       H->sy[k]    = D->sy[i];
@@ -1283,26 +1381,26 @@ PetscErrorCode FMMDistHostPlan(FMMDist *D, PetscBool halotgt, FMMPlan *P, FMMHos
       H->cdx[k]   = D->cdx[i];
       H->cdy[k]   = D->cdy[i];
     }
-    H->sleaf[g + 1] = k;
-  }
+  PetscCall(PetscFree(i0));
   /* targets: this rank's leaves (halotgt: the sources, the halo's dropped) */
   if (halotgt) {
+    const PetscInt k0 = H->sleaf[lbase], m = D->tleaf[D->nl]; /* own leaves: own points only, in D's order */
     PetscCall(PetscArraycpy(H->tleaf, H->sleaf, nleaves + 1));
-    PetscCall(PetscArraycpy(H->tx, H->sx, N));
-    PetscCall(PetscArraycpy(H->ty, H->sy, N));
-    for (PetscInt k = 0; k < N; k++) H->tperm[k] = -1;
-    for (PetscInt g = lbase, k = H->sleaf[lbase]; g < lbase + D->nl; g++) /* own leaves: own points only, in D's order */
-      for (PetscInt i = D->tleaf[g - lbase]; i < D->tleaf[g - lbase + 1]; i++, k++) H->tperm[k] = D->cout[i];
-  } else
-    for (PetscInt g = 0, k = 0; g < nleaves; g++) {
-      if (g >= lbase && g < lbase + D->nl)
-        for (PetscInt i = D->tleaf[g - lbase]; i < D->tleaf[g - lbase + 1]; i++, k++) {
-          H->tperm[k] = D->cout[i];
-          H->tx[k]    = D->tx[i];
-          H->ty[k]    = D->ty[i];
-        }
-      H->tleaf[g + 1] = k;
+#pragma omp parallel for schedule(static) if (N >= FMM_OMP_MIN_POINTS)
+    for (PetscInt k = 0; k < N; k++) {
+      H->tx[k]    = H->sx[k];
+      H->ty[k]    = H->sy[k];
+      H->tperm[k] = (k >= k0 && k < k0 + m) ? D->cout[k - k0] : -1;
     }
+  } else { /* own leaves only: D's targets from the first own leaf's place on */
+    for (PetscInt g = 0; g < nleaves; g++) H->tleaf[g + 1] = (g < lbase) ? 0 : (g < lbase + D->nl ? D->tleaf[g - lbase + 1] : D->m);
+#pragma omp parallel for schedule(static) if (M >= FMM_OMP_MIN_POINTS)
+    for (PetscInt k = 0; k < M; k++) {
+      H->tperm[k] = D->cout[k];
+      H->tx[k]    = D->tx[k];
+      H->ty[k]    = D->ty[k];
+    }
+  }
   /* geometry */
   for (PetscInt b = 0; b < nboxes; b++) {
     H->cx[b]    = D->cx[0];

@@ -408,6 +408,12 @@ struct _FMMBackendOps {
   PetscErrorCode (*combine)(FMMContext *, PetscScalar, PetscScalar, const PetscScalar *, const PetscScalar *, PetscScalar *, PetscBool);
   PetscErrorCode (*reset)(FMMContext *);                 /* frees ctx->data */
   PetscErrorCode (*view)(FMMContext *, PetscViewer);     /* backend lines of -mat_view (ASCII, after assembly; NULL: none) */
+  /* the distributed tree's subtrees (src/fmm/dist.c), where the backend builds them (NULL, or *done false: the
+     host does): n points xy (2n reals, host memory) in nroot boxes, box b's from off[b] to off[b + 1] in the
+     order of their global indices, each box split levels deep by FMMTreeSplit()'s rule; order (n): the points
+     leaf by leaf, loff (nroot 4^levels + 1): the leaves' offsets in order, bb: the boxes' bounding boxes
+     (FMMBoxUnion4()'s form), level by level, the nroot 4^k of level k in tree order */
+  PetscErrorCode (*subtrees)(FMMContext *, PetscInt, const PetscReal *, PetscInt, const PetscInt *, PetscInt, PetscInt *, PetscInt *, PetscReal *, PetscBool *);
 };
 
 PETSC_INTERN struct _FMMBackendOps FMMBackendCPU;
@@ -449,8 +455,9 @@ typedef struct {
   PetscInt  *sleaf, *nearoff, *near;   /* [nl + nhl + 1], [nl + 1], near leaves */
   PetscReal *tx, *ty;              /* [m] targets in tree order */
   PetscInt  *tleaf;                /* [nl + 1] */
-  PetscInt  *sperm, *tperm;        /* tree position -> the point's slot as received (root of sfsrc, sftgt) */
-  PetscSF    sfsrc, sftgt;         /* the caller's sources (leaves) -> this rank's (roots); targets likewise (NULL: same) */
+  PetscInt  *sperm, *tperm;        /* tree position -> the point's slot as received */
+  PetscInt  *lsrc, *ltgt;          /* [n], [m] slot -> the caller's index on this rank that fills it (-1: another rank's) */
+  PetscSF    sfsrc, sftgt;         /* the caller's sources on other ranks (leaves) -> this rank's slots (roots); targets likewise (NULL: same) */
   PetscSF    sfhalo, sfmp;         /* owners' sources in tree order -> the halo's; owners' multipoles (slots ntop..nown) -> halo slots */
   /* each product's moves (FMMDistIOSetup()): a density is the caller's x[c] (c < nxc) or din[c - nxc], din holding
      the nrr densities from other ranks (sfin) and then the halo's nh (sfhx: from the owners' x, sfhd: from their din);
@@ -558,6 +565,7 @@ PETSC_INTERN PetscErrorCode FMMDistDensities(FMMDist *, const PetscScalar *, con
 PETSC_INTERN PetscErrorCode FMMDistPotentials(FMMDist *, PetscScalar *, const FMMDeviceMemory *);
 /* points.c */
 PETSC_INTERN void           FMMCopyReals(PetscReal *, const PetscReal *, PetscInt);
+PETSC_INTERN void           FMMLeafOf(PetscInt, const PetscInt[], PetscInt[]);
 PETSC_INTERN PetscErrorCode FMMWaitForPETSc(PetscBool);
 PETSC_INTERN PetscErrorCode FMMArraysOnDevice(PetscInt, const PetscReal *const[], const char *const[], PetscBool *);
 PETSC_INTERN PetscErrorCode FMMSourcesSet(Mat_FMM *, PetscInt, const PetscReal[], const PetscReal[], const PetscReal[], PetscBool);

@@ -187,15 +187,19 @@ static PetscErrorCode SetupDistributed(Mat A)
   FMMDist    *D;
   PetscReal   g[4] = {-fmm->src.range[0], fmm->src.range[1], -fmm->src.range[2], fmm->src.range[3]};
   PetscInt64  mx[2];
+  PetscLogDouble tm[5]; /* the stages' start times, for -info */
 
   PetscFunctionBegin;
+  PetscCall(PetscTime(&tm[0]));
   PetscCall(FMMPointsToHost(fmm));
   if (fmm->src.n == 0) g[0] = g[1] = g[2] = g[3] = PETSC_NINFINITY;
   PetscCall(MPIU_Allreduce(MPI_IN_PLACE, g, 4, MPIU_REAL, MPIU_MAX, comm));
   PetscCheck(A->cmap->N < 2 || -g[0] != g[1] || -g[2] != g[3], comm, PETSC_ERR_ARG_WRONG, "MATFMM: all %" PetscInt_FMT " sources are at the same point (%g, %g); the kernel vanishes between coincident points, so the operator is degenerate", A->cmap->N, (double)g[1], (double)g[3]);
   PetscCall(PetscLogEventBegin(MATFMM_Tree, A, 0, 0, 0));
+  PetscCall(PetscTime(&tm[1]));
   PetscCall(FMMDistBuild(A, &fmm->dist));
   PetscCall(PetscLogEventEnd(MATFMM_Tree, A, 0, 0, 0));
+  PetscCall(PetscTime(&tm[2]));
   D = fmm->dist;
   PetscCall(PetscMalloc2(0, &fmm->sigma, A->rmap->n, &fmm->pot));
   if (fmm->device_used != MATFMM_DEVICE_CPU || fmm->distplan) { /* the backend evaluates this rank's part as a plan of its own (FMMDistHostPlan()) */
@@ -210,6 +214,7 @@ static PetscErrorCode SetupDistributed(Mat A)
     PetscCall(FMMDistHostPlan(D, D->same && !anynrm ? PETSC_TRUE : PETSC_FALSE, P, &ctx->host)); /* single layer: the halo's sources as targets, for the symmetric P2P */
     PetscCall(FMMDistExchangeSetup(D, fmm->par.p));
     PetscCall(PetscLogEventEnd(MATFMM_Tree, A, 0, 0, 0));
+    PetscCall(PetscTime(&tm[3]));
     ctx->N        = P->N;
     ctx->Mg       = 0;
     ctx->t0       = 0;
@@ -234,6 +239,8 @@ static PetscErrorCode SetupDistributed(Mat A)
     ctx->nout2    = D->nrt;
     ctx->yout     = D->dout;
     PetscCall((*fmm->ops->setup)(ctx));
+    PetscCall(PetscTime(&tm[4]));
+    PetscCall(PetscInfo(A, "distributed setup on this rank: points %.3f s, tree and lists %.3f s, the backend's plan and exchange %.3f s, backend setup %.3f s\n", tm[1] - tm[0], tm[2] - tm[1], tm[3] - tm[2], tm[4] - tm[3]));
     fmm->setup   = PETSC_TRUE;
     A->assembled = PETSC_TRUE;
     PetscFunctionReturn(0);

@@ -110,7 +110,7 @@ typedef struct {
   FMM_CUDA               *c;
   FMMPlan                *P;
   const FMMCUDATreeInput *in;
-  PetscInt                L, nleaves, nboxes;
+  PetscInt                L, nleaves, nboxes, nroot; /* nroot boxes at the top: 1, or a rank's subtrees (FMMCUDASubtrees) */
   Scratch                 s;         /* CUB's scratch: in the work block (lent), or grown */
   PetscInt                K, h;      /* the points go up in K parts: [0, h) and [h, U) */
   PetscBool               shortkeys; /* sorted through short keys (SortShort) */

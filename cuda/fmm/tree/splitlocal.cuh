@@ -117,9 +117,10 @@ __device__ __forceinline__ void SplitBlockScans(const SplitRun &v, const SplitRu
 /* rounds r0 .. r0 + R - 1 of the segments of round r0 (block s0: segment s0,
    off and lists L of round r0): the x list in the first buffer,
    ListId(L, 0, 0) (the other lists are not needed after), seg, the leaf
-   offsets loff, and bb as SegmentKernel's */
+   offsets loff, and bb as SegmentKernel's (a pyramid of nroot boxes at its
+   top: the nroot 4^k boxes of level k from nroot (4^k - 1) / 3 on) */
 template <int IPT>
-__global__ void __launch_bounds__(SNT) SplitLocalKernel(int R, PetscInt r0, int median, const PetscInt *off, SplitLists L, const double *xy, PetscInt *seg, PetscInt *loff, double *bb)
+__global__ void __launch_bounds__(SNT) SplitLocalKernel(int R, PetscInt r0, PetscInt nroot, int median, const PetscInt *off, SplitLists L, const double *xy, PetscInt *seg, PetscInt *loff, double *bb)
 {
   FMMWaitPrior();
   typedef cub::BlockScan<int, SNT, cub::BLOCK_SCAN_WARP_SCANS> IntScan;
@@ -165,7 +166,7 @@ __global__ void __launch_bounds__(SNT) SplitLocalKernel(int R, PetscInt r0, int 
         ymin = yy[SplitSlotOf<IPT>(o)];
         ymax = yy[SplitSlotOf<IPT>(o + nm - 1)];
       }
-      if (r % 2 == 0) BoxSet(bb + 4 * (((((PetscInt)1) << r) - 1) / 3 + (s0 << i) + m), nm, xmin, ymin, xmax, ymax);
+      if (r % 2 == 0) BoxSet(bb + 4 * (nroot * (((((PetscInt)1) << r) - 1) / 3) + (s0 << i) + m), nm, xmin, ymin, xmax, ymax);
       if (i < R) {
         cutd[m] = 2 * (o + nm / 2) + ((median && nm >= 2 && ymax - ymin > xmax - xmin) ? 1 : 0);
         best[m] = ~0ull;
@@ -350,7 +351,7 @@ __global__ void __launch_bounds__(SNT) SplitLocalKernel(int R, PetscInt r0, int 
 }
 
 /* the kernel of the local split for blocks of up to SNT ipt points */
-static void (*SplitLocalOf(int ipt))(int, PetscInt, int, const PetscInt *, SplitLists, const double *, PetscInt *, PetscInt *, double *)
+static void (*SplitLocalOf(int ipt))(int, PetscInt, PetscInt, int, const PetscInt *, SplitLists, const double *, PetscInt *, PetscInt *, double *)
 {
   return ipt == 5 ? SplitLocalKernel<5> : ipt == 6 ? SplitLocalKernel<6> : ipt == 7 ? SplitLocalKernel<7> : SplitLocalKernel<SIPT>;
 }
