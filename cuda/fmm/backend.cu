@@ -838,4 +838,33 @@ static PetscErrorCode FMMCUDASubtreesOp(FMMContext *ctx, PetscInt n, const Petsc
   PetscFunctionReturn(0);
 }
 
-struct _FMMBackendOps FMMBackendCUDA = {"cuda", MATFMM_DEVICE_CUDA, 96, DeviceCount, &Memory, FMMCUDAInitializeContext, WarmUp, FMMCUDAMatCreate, FMMCUDAMatDestroy, FMMCUDAMatSetFromOptions, FMMCUDAMatSetSources, FMMCUDAMatBuildsPlan, FMMCUDAPlan, FMMCUDASetup, FMMCUDAMult, FMMCUDADirectMult, FMMCUDACombineOp, FMMCUDAReset, FMMCUDAView, FMMCUDASubtreesOp};
+/* topcuts(): the distributed tree's top cuts on the ranks' GPUs (FMMCUDATopCuts,
+   tree.cu), where every rank builds its trees there (-mat_fmm_cuda_tree gpu) */
+static PetscErrorCode FMMCUDATopCutsOp(FMMContext *ctx, MPI_Comm comm, PetscInt ns, const PetscReal *sxy, PetscInt mt, const PetscReal *txy, PetscInt s0, PetscInt tg0, PetscInt U, PetscInt l0, PetscInt *boxof, PetscBool *done)
+{
+  const FMMCUDAMat *m = (const FMMCUDAMat *)ctx->bmat;
+  PetscMPIInt       all = m->tree_gpu ? 1 : 0;
+  FMM_CUDA         *c;
+  double           *dxy;
+  PetscLogDouble    t0, t1;
+
+  PetscFunctionBegin;
+  *done = PETSC_FALSE;
+  PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, &all, 1, MPI_INT, MPI_LAND, comm));
+  if (!all) PetscFunctionReturn(0);
+  PetscCall(PetscTime(&t0));
+  PetscCall(Create(ctx)); /* (the plan's setup makes its own) */
+  c = (FMM_CUDA *)ctx->data;
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&dxy, sizeof(double) * 2 * PetscMax(ns + mt, 1), "the points of the top cuts"));
+  PetscCall(CopyIn(c->stream, dxy, sxy, 2 * ns, MemOf(c, sxy)));
+  if (mt) PetscCall(CopyIn(c->stream, dxy + 2 * ns, txy, 2 * mt, MemOf(c, txy)));
+  PetscCall(FMMCUDATopCuts(c, comm, ns + mt, U, dxy, ns, s0, tg0, l0, boxof));
+  PetscCall(FMMCUDAFree(c->stream, dxy));
+  PetscCall(FMMCUDAReset(ctx));
+  PetscCall(PetscTime(&t1));
+  PetscCall(PetscInfo(ctx->obj, "GPU top cuts: %" PetscInt_FMT " points, %" PetscInt_FMT " levels, %.2f ms with the points up and the boxes back\n", ns + mt, l0, 1e3 * (t1 - t0)));
+  *done = PETSC_TRUE;
+  PetscFunctionReturn(0);
+}
+
+struct _FMMBackendOps FMMBackendCUDA = {"cuda", MATFMM_DEVICE_CUDA, 96, DeviceCount, &Memory, FMMCUDAInitializeContext, WarmUp, FMMCUDAMatCreate, FMMCUDAMatDestroy, FMMCUDAMatSetFromOptions, FMMCUDAMatSetSources, FMMCUDAMatBuildsPlan, FMMCUDAPlan, FMMCUDASetup, FMMCUDAMult, FMMCUDADirectMult, FMMCUDACombineOp, FMMCUDAReset, FMMCUDAView, FMMCUDASubtreesOp, FMMCUDATopCutsOp};

@@ -41,8 +41,9 @@
   common.cuh (what the stages share), sort.cuh, split.cuh (the rounds in
   global memory), compact.cuh (the compact split rule), splitlocal.cuh (the
   rounds in shared memory), lists.cuh, workplan.cuh (the product's work from
-  the lists), symplan.cuh (the symmetric P2P's) and walks.cuh (the walks of
-  spread leaves next to dense ones).  Why one unit: CUB's
+  the lists), symplan.cuh (the symmetric P2P's), walks.cuh (the walks of
+  spread leaves next to dense ones) and top.cuh (the distributed tree's top
+  cuts, FMMCUDATopCuts).  Why one unit: CUB's
   kernels that several parts use (scans, radix sorts of the same types) are
   then instantiated once, so CUDA loads each once per process on first use
   (lazy loading) rather than once per file, and FMMCUDAWarmUpSorts() loads the
@@ -69,6 +70,7 @@
 #include "tree/workplan.cuh"
 #include "tree/symplan.cuh"
 #include "tree/walks.cuh"
+#include "tree/top.cuh"
 
 /* ------------------------------------------------ points in tree order */
 
@@ -508,3 +510,163 @@ PetscErrorCode FMMCUDASubtrees(FMM_CUDA *c, PetscInt U, const double *xy, PetscI
   PetscFunctionReturn(0);
 }
 
+/*
+  FMMCUDATopCuts - the top l0 levels of the distributed tree on the GPUs
+  (src/fmm/dist.c's TopLevels(), the same cuts; tree/top.cuh): this rank's u
+  points xy (device; its ns sources, global indices s0 + i, then its
+  targets, tg0 + i - ns), U points on all ranks.  Gives boxof (host, u): the
+  box of level l0 of each point.  Collective on comm.
+*/
+PetscErrorCode FMMCUDATopCuts(FMM_CUDA *c, MPI_Comm comm, PetscInt u, PetscInt U, const double *xy, PetscInt ns, PetscInt64 s0, PetscInt64 tg0, PetscInt l0, PetscInt *boxof)
+{
+  const PetscInt   n0 = (PetscInt)1 << (2 * l0), nch = (u + SEG_CHUNK - 1) / SEG_CHUNK;
+  FMMCUDATreeInput in{};
+  FMMTreeWork      tw{};
+  FMMTreeWork     *w    = &tw;
+  FMMCarve         work = {NULL, 0};
+  size_t           scr  = 0;
+  PetscMPIInt      size;
+  SplitLists       lists;
+  SplitTiles       tiles;
+  PetscInt        *hoff, *hnoff, *need, *act, *hcnt, *gcnt, *ncnt, *dcnt, rounds = 0;
+  PetscInt64      *lt;
+  double          *hbb, *dbb;
+  char            *hdir;
+  TopWin          *hwin, *dwin;
+  TopKey          *hprop, *allp, *dprop, *cand;
+
+  PetscFunctionBegin;
+  PetscCallMPI(MPI_Comm_size(comm, &size));
+  in.U       = u;
+  in.median  = PETSC_TRUE;
+  in.keybits = 64;
+  in.xy      = xy;
+  w->c       = c;
+  w->in      = &in;
+  w->nroot   = 1;
+  w->L       = l0;
+  w->nleaves = n0;
+  w->nboxes  = FMMLevelStart(l0 + 1);
+  w->K       = 1;
+  w->h       = u;
+  if (u) FMMCallCUDA(cub::DeviceRadixSort::SortPairs(NULL, scr, (unsigned long long *)NULL, (unsigned long long *)NULL, (PetscInt *)NULL, (PetscInt *)NULL, (int)u, 0, 64, c->stream));
+  PetscCall(TreeWorkAlloc(w, scr, &work));
+  PetscCall(TreeSort(w));
+  PetscCall(PetscMalloc6(n0 + 1, &hoff, 2 * n0 + 1, &hnoff, n0, &need, n0, &act, 2 * n0, &hcnt, n0, &gcnt));
+  PetscCall(PetscMalloc6(n0, &ncnt, 2 * n0, &lt, 4 * n0, &hbb, n0, &hdir, n0, &hwin, n0, &hprop));
+  PetscCall(PetscMalloc2((size_t)size * n0, &allp, size, &cand));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&dbb, sizeof(double) * 4 * n0, "the top cuts' boxes"));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&dwin, sizeof(TopWin) * n0, "the top cuts' windows"));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&dprop, sizeof(TopKey) * n0, "the top cuts' proposals"));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&dcnt, sizeof(PetscInt) * 2 * n0, "the top cuts' counts"));
+  {
+    PetscInt h[2] = {0, u};
+    FMMCallCUDA(cudaMemcpyAsync(w->off, h, sizeof(h), cudaMemcpyHostToDevice, c->stream));
+  }
+  lists = SplitLists{w->X, w->XO, u + 1, PetscMax(u, 1), w->sel};
+  FMMCallCUDA(tiles.Init((int)w->ntiles, w->tst, w->tbytes));
+  gcnt[0] = U;
+  for (PetscInt r = 0; r < 2 * l0; r++) {
+    const PetscInt nseg = (PetscInt)1 << r;
+    PetscBool      busy = PETSC_TRUE;
+    /* the segments' bounding boxes over all ranks, the directions */
+    FMMLaunch(SegmentKernel, LAUNCH_N(PetscMax(nseg, nch + 1)), nseg, w->off, lists, xy, w->noff, w->dir, dbb, NULL, NULL, NULL, nch, w->cseg, tiles, (int)w->ntiles);
+    FMMCheckLaunch();
+    PetscCall(FMMCUDAReadback(c->stream, hbb, dbb, sizeof(double) * 4 * nseg));
+    PetscCall(FMMCUDAReadback(c->stream, hoff, w->off, sizeof(PetscInt) * (nseg + 1)));
+    PetscCall(MPIU_Allreduce(MPI_IN_PLACE, hbb, 4 * nseg, MPIU_REAL, MPIU_MIN, comm));
+    for (PetscInt s = 0; s < nseg; s++) {
+      const double *q = hbb + 4 * s;
+      hdir[s]         = (-q[3] - q[1] > -q[2] - q[0]) ? 1 : 0; /* y where the box is taller */
+      need[s]         = gcnt[s] / 2;
+      act[s]          = gcnt[s];
+      hwin[s]         = TopWin{hoff[s], hoff[s + 1], TopKey{0.0, 0, 0}};
+    }
+    FMMCallCUDA(cudaMemcpyAsync(w->dir, hdir, nseg, cudaMemcpyHostToDevice, c->stream));
+    /* the selection of each segment's cut */
+    while (busy) {
+      PetscCheck(++rounds < 100000, comm, PETSC_ERR_PLIB, "MATFMM CUDA: the top cuts' selection did not converge");
+      FMMCallCUDA(cudaMemcpyAsync(dwin, hwin, sizeof(TopWin) * nseg, cudaMemcpyHostToDevice, c->stream));
+      FMMLaunch(TopProposeKernel, LAUNCH_N(nseg), nseg, lists, w->dir, dwin, xy, ns, s0, tg0, dprop);
+      FMMCheckLaunch();
+      PetscCall(FMMCUDAReadback(c->stream, hprop, dprop, sizeof(TopKey) * nseg));
+      for (PetscInt s = 0; s < nseg; s++)
+        if (need[s] == 0 || need[s] == act[s]) hprop[s].w = 0; /* done */
+      PetscCallMPI(MPI_Allgather(hprop, (PetscMPIInt)(sizeof(TopKey) * nseg), MPI_BYTE, allp, (PetscMPIInt)(sizeof(TopKey) * nseg), MPI_BYTE, comm));
+      for (PetscInt s = 0; s < nseg; s++) { /* the pivot: the weighted median of the proposals */
+        PetscInt nc = 0, W = 0, cum = 0;
+        if (need[s] == 0 || need[s] == act[s]) continue;
+        for (PetscMPIInt q = 0; q < size; q++) {
+          const TopKey x = allp[(size_t)q * nseg + s];
+          PetscInt     j = nc++;
+          if (!x.w) {
+            nc--;
+            continue;
+          }
+          for (; j > 0 && (x.c < cand[j - 1].c || (x.c == cand[j - 1].c && x.g < cand[j - 1].g)); j--) cand[j] = cand[j - 1];
+          cand[j] = x;
+          W += x.w;
+        }
+        PetscCheck(nc > 0, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CUDA: no proposal for an active cut");
+        hwin[s].piv = cand[0];
+        for (PetscInt j = 0; j < nc; j++) {
+          cum += cand[j].w;
+          if (2 * cum >= W) {
+            hwin[s].piv = cand[j];
+            break;
+          }
+        }
+      }
+      FMMCallCUDA(cudaMemcpyAsync(dwin, hwin, sizeof(TopWin) * nseg, cudaMemcpyHostToDevice, c->stream));
+      FMMLaunch(TopCountKernel, LAUNCH_N(nseg), nseg, lists, w->dir, dwin, xy, ns, s0, tg0, dcnt);
+      FMMCheckLaunch();
+      PetscCall(FMMCUDAReadback(c->stream, hcnt, dcnt, sizeof(PetscInt) * 2 * nseg));
+      for (PetscInt s = 0; s < 2 * nseg; s++) lt[s] = (need[s / 2] == 0 || need[s / 2] == act[s / 2]) ? 0 : hcnt[s];
+      PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, lt, (PetscMPIInt)(2 * nseg), MPIU_INT64, MPI_SUM, comm));
+      busy = PETSC_FALSE;
+      for (PetscInt s = 0; s < nseg; s++) {
+        const PetscInt LT = (PetscInt)lt[2 * s], EQ = (PetscInt)lt[2 * s + 1];
+        if (need[s] == 0 || need[s] == act[s]) continue;
+        if (LT >= need[s]) { /* the pivot and all above it go right */
+          hwin[s].hi = hwin[s].lo + hcnt[2 * s];
+          act[s]     = LT;
+        } else { /* all below it and the pivot go left */
+          hwin[s].lo += hcnt[2 * s] + hcnt[2 * s + 1];
+          need[s] -= LT + EQ;
+          act[s] -= LT + EQ;
+        }
+        if (need[s] != 0 && need[s] != act[s]) busy = PETSC_TRUE;
+      }
+    }
+    /* the cuts, and the other list split by them */
+    for (PetscInt s = 0; s < nseg; s++) {
+      hnoff[2 * s]     = hoff[s];
+      hnoff[2 * s + 1] = need[s] == 0 ? hwin[s].lo : hwin[s].hi;
+      ncnt[2 * s]      = gcnt[s] / 2;
+      ncnt[2 * s + 1]  = gcnt[s] - gcnt[s] / 2;
+    }
+    hnoff[2 * nseg] = u;
+    PetscCall(PetscArraycpy(gcnt, ncnt, 2 * nseg));
+    FMMCallCUDA(cudaMemcpyAsync(w->noff, hnoff, sizeof(PetscInt) * (2 * nseg + 1), cudaMemcpyHostToDevice, c->stream));
+    if (u) FMMLaunch(SplitMoveKernel, (unsigned)w->ntiles, MNT, 0, c->stream, u, w->off, w->cseg, w->noff, w->dir, NULL, lists, w->nsel, xy, tiles);
+    FMMCheckLaunch();
+    { PetscInt *t = w->off; w->off = w->noff; w->noff = t; }
+    { unsigned char *t = lists.sel; lists.sel = w->nsel; w->nsel = t; }
+  }
+  if (u) {
+    FMMLaunch(TopBoxOfKernel, LAUNCH_N(u), u, n0, w->off, lists, w->seg);
+    FMMCheckLaunch();
+    FMMCallCUDA(cudaMemcpyAsync(boxof, w->seg, sizeof(PetscInt) * u, cudaMemcpyDeviceToHost, c->stream));
+  }
+  FMMCallCUDA(cudaStreamSynchronize(c->stream));
+  PetscCall(PetscInfo(NULL, "GPU top cuts: %" PetscInt_FMT " levels, %" PetscInt_FMT " selection steps\n", l0, rounds));
+  PetscCall(FMMCUDAFree(c->stream, dbb));
+  PetscCall(FMMCUDAFree(c->stream, dwin));
+  PetscCall(FMMCUDAFree(c->stream, dprop));
+  PetscCall(FMMCUDAFree(c->stream, dcnt));
+  PetscCall(FMMCUDAFree(c->stream, work.base));
+  PetscCall(PetscFree6(hoff, hnoff, need, act, hcnt, gcnt));
+  PetscCall(PetscFree6(ncnt, lt, hbb, hdir, hwin, hprop));
+  PetscCall(PetscFree2(allp, cand));
+  PetscFunctionReturn(0);
+}

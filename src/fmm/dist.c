@@ -633,11 +633,11 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
   PetscMPIInt      rank, size;
   FMMDist         *D;
   FMMPoint        *pt, *lp = NULL;
-  PetscInt         L, l0, n0, B0, B1, nb0, *off, *cnt, *cs, *ctg, *es, *et, nr, mr, nob, ntop, nl, *loff;
+  PetscInt         L, l0, n0, B0, B1, nb0, *boxof, *cs, *ctg, *es, *et, nr, mr, nob, ntop, nl, *loff;
   PetscInt        *sperm, *tperm, *ord; /* ord: the points (slot, or nr + target slot) in tree order */
   PetscReal       *rxy, *rnrm = NULL, *rw = NULL, *txy = NULL, *bb, *T, *top;
   PetscInt        *rgi, *tgi = NULL;
-  PetscBool        anynrm, anywts, gpubb = PETSC_FALSE;
+  PetscBool        anynrm, anywts, gpubb = PETSC_FALSE, gputop = PETSC_FALSE;
   PetscLogDouble   tm[8]; /* the stages' start times, for -info */
 
   PetscFunctionBegin;
@@ -666,23 +666,32 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
     anywts = has[1] ? PETSC_TRUE : PETSC_FALSE;
   }
 
-  /* 1. the top levels, cut in parallel */
+  /* 1. the top levels, cut in parallel: each point's box of level l0 (boxof: the sources, then the
+     targets), on the GPUs where the backend can */
   PetscCall(PetscLogEventBegin(MATFMM_Partition, A, 0, 0, 0));
-  PetscCall(PetscMalloc1(u, &pt));
-  for (PetscInt k = 0; k < ns; k++) pt[k] = (FMMPoint){fmm->src.block[2 * k], fmm->src.block[2 * k + 1], s0 + k, k};
-  for (PetscInt k = 0; k < mt; k++) pt[ns + k] = (FMMPoint){fmm->tgt.xy[2 * k], fmm->tgt.xy[2 * k + 1], N + t0 + k, ns + k};
-  PetscCall(TopLevels(comm, pt, u, U, l0, &off, &cnt));
+  PetscCall(PetscMalloc1(PetscMax(u, 1), &boxof));
+  if (fmm->ops->topcuts) PetscCall((*fmm->ops->topcuts)(&fmm->ctx, comm, ns, fmm->src.block, mt, same ? NULL : fmm->tgt.xy, s0, N + t0, U, l0, boxof, &gputop));
+  if (!gputop) {
+    PetscInt *off, *cnt;
+    PetscCall(PetscMalloc1(u, &pt));
+    for (PetscInt k = 0; k < ns; k++) pt[k] = (FMMPoint){fmm->src.block[2 * k], fmm->src.block[2 * k + 1], s0 + k, k};
+    for (PetscInt k = 0; k < mt; k++) pt[ns + k] = (FMMPoint){fmm->tgt.xy[2 * k], fmm->tgt.xy[2 * k + 1], N + t0 + k, ns + k};
+    PetscCall(TopLevels(comm, pt, u, U, l0, &off, &cnt));
+    for (PetscInt B = 0; B < n0; B++)
+      for (PetscInt k = off[B]; k < off[B + 1]; k++) boxof[pt[k].j] = B;
+    PetscCall(PetscFree(pt));
+    PetscCall(PetscFree2(off, cnt));
+  }
 
   PetscCall(PetscTime(&tm[1]));
   /* 2. the points to the owners of their boxes: sources and targets each in
      box order, then by rank (an SF from the caller's layout, leaves) to the
      owner's (roots) */
   PetscCall(PetscCalloc4(n0, &cs, n0, &ctg, n0, &es, n0, &et));
-  for (PetscInt B = 0; B < n0; B++)
-    for (PetscInt k = off[B]; k < off[B + 1]; k++) {
-      if (pt[k].i < N) cs[B]++;
-      else ctg[B]++;
-    }
+  for (PetscInt k = 0; k < u; k++) {
+    if (k < ns) cs[boxof[k]]++;
+    else ctg[boxof[k]]++;
+  }
   PetscCallMPI(MPI_Exscan(cs, es, (PetscMPIInt)n0, MPIU_INT, MPI_SUM, comm));
   PetscCallMPI(MPI_Exscan(ctg, et, (PetscMPIInt)n0, MPIU_INT, MPI_SUM, comm));
   if (rank == 0) {
@@ -710,29 +719,23 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
     /* each box's points in the caller's order, so that they reach the owner in
        the order of their global indices (the key's ties: a backend's subtrees
        break them by position) */
-    for (PetscInt B = 0; B < n0; B++)
-      for (PetscInt k = off[B]; k < off[B + 1]; k++) {
-        if (pt[k].i < N) rs[pt[k].j].rank = (PetscMPIInt)B;
-        else rt[pt[k].j - ns].rank = (PetscMPIInt)B;
-      }
     for (PetscInt B = 0; B < n0; B++) {
       sst[B] += es[B];
       tst[B] += et[B];
     }
     for (PetscInt k = 0; k < ns; k++) {
-      const PetscInt B = rs[k].rank;
+      const PetscInt B = boxof[k];
       rs[k]            = (PetscSFNode){OwnerOf(B, size, n0), sst[B]++};
     }
     for (PetscInt k = 0; k < mt; k++) {
-      const PetscInt B = rt[k].rank;
+      const PetscInt B = boxof[ns + k];
       rt[k]            = (PetscSFNode){OwnerOf(B, size, n0), tst[B]++};
     }
     PetscCall(PetscFree2(sst, tst));
     PetscCall(OwnerMoves(comm, nr, ns, rs, &D->sfsrc, &D->lsrc));
     if (!same) PetscCall(OwnerMoves(comm, mr, mt, rt, &D->sftgt, &D->ltgt));
   }
-  PetscCall(PetscFree(pt));
-  PetscCall(PetscFree2(off, cnt));
+  PetscCall(PetscFree(boxof));
   D->n = nr;
   D->m = same ? nr : mr;
   { /* the points, normals, weights and key indices to their owners */

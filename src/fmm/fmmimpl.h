@@ -414,6 +414,11 @@ struct _FMMBackendOps {
      leaf by leaf, loff (nroot 4^levels + 1): the leaves' offsets in order, bb: the boxes' bounding boxes
      (FMMBoxUnion4()'s form), level by level, the nroot 4^k of level k in tree order */
   PetscErrorCode (*subtrees)(FMMContext *, PetscInt, const PetscReal *, PetscInt, const PetscInt *, PetscInt, PetscInt *, PetscInt *, PetscReal *, PetscBool *);
+  /* the distributed tree's top cuts (src/fmm/dist.c), where the backend makes them (NULL, or *done false on
+     every rank: the host does): this rank's ns sources xy (2 ns reals, host memory; global indices s0 + k)
+     and mt targets txy (NULL: none; N + t0 + k), U points on all ranks, cut l0 levels deep as TopLevels()
+     does; boxof (ns + mt): each point's box of level l0.  Collective on comm */
+  PetscErrorCode (*topcuts)(FMMContext *, MPI_Comm, PetscInt, const PetscReal *, PetscInt, const PetscReal *, PetscInt, PetscInt, PetscInt, PetscInt, PetscInt *, PetscBool *);
 };
 
 PETSC_INTERN struct _FMMBackendOps FMMBackendCPU;

@@ -172,8 +172,13 @@ __device__ __forceinline__ void SplitSegAt(SplitSeg *g, PetscInt s, const PetscI
   SplitOf(s, off, noff, dir, rank, &d, &g->cut);
   g->l  = 1 - d;
   g->b  = ListBuf(L, g->l, s);
-  g->q  = ListId(L, d, ListBuf(L, d, s))[g->cut];
-  g->cv = xy[2 * g->q + d];
+  if (g->cut < g->e) {
+    g->q  = ListId(L, d, ListBuf(L, d, s))[g->cut];
+    g->cv = xy[2 * g->q + d];
+  } else { /* a cut at the end (a rank's part of a box of the top cuts, top.cuh): all to the first child */
+    g->q  = PETSC_MAX_INT;
+    g->cv = INFINITY;
+  }
 }
 
 /* g: the segment of position k (g holds one at or before it) */
