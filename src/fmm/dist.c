@@ -7,8 +7,12 @@
   longer side of the box (as -mat_fmm_tree_split median) on the key
   (coordinate, global index), so the cuts are those one rank makes.  Rank r
   owns a contiguous run of the boxes of level l0 (4^l0 >= P of them, about
-  U/P points each), receives their points through a PetscSF from the
-  caller's layout, and builds the levels below with plan.c's split rule.
+  U/P points each), receives their points from the caller's layout (copied
+  where they stay on the rank, a PetscSF for the others), and builds the
+  levels below with plan.c's split rule.  A backend may make the top cuts
+  and the subtrees itself (FMMBackendOps topcuts, subtrees: the CUDA
+  backend on the GPUs, cuda/fmm/tree/top.cuh, FMMCUDASubtrees), with the
+  same cuts; else TopLevels() and FMMTreeSplit() here.
 
   Each rank then builds the interaction lists of its own boxes level by
   level, as plan.c does, fetching the geometry of the remote boxes its lists
