@@ -15,7 +15,12 @@ static char help[] = "MATFMM with the tree shared out among the ranks (-mat_fmm_
   replicated one to rounding: <= 1e-13; so do the diagonal terms (MatShift,
   MatDiagonalSet, MatScale, MatMultAdd), and MatGetDiagonal to 1e-15.
   MatFMMGetTreePartition() names each point once; renumbered by it, the
-  points stay on their ranks and the product is the same (1e-9).  Caller layouts are uneven on purpose: rank 0 holds 90% of the
+  points stay on their ranks and the product is the same (1e-9).  With
+  -device cuda on 2 ranks or more, the tree whose top cuts and subtrees the
+  GPUs make holds each rank's points as the host's tree
+  (-mat_fmm_cuda_tree cpu) does, and its product agrees to rounding, 1e-13
+  (the same boxes; only the order of the points within a leaf differs:
+  measured 8e-15 and 9e-16).  Caller layouts are uneven on purpose: rank 0 holds 90% of the
   points, the last rank none (from 3 ranks), and the targets (when separate)
   are split the other way.  Geometries: a closed curve, 16 clusters with 2%
   uniform outliers, uniform points in the square; kernels: single layer,
@@ -26,6 +31,7 @@ static char help[] = "MATFMM with the tree shared out among the ranks (-mat_fmm_
 #include "testutil.h"
 
 static PetscBool    verbose = PETSC_FALSE;
+static const char  *prefix  = NULL; /* CreateOn(): the options prefix of the matrix (NULL: none; median: med_) */
 static MatFMMDevice device  = MATFMM_DEVICE_CPU;
 static PetscReal    medtol  = 1e-13;
 static PetscInt     nfail   = 0;
@@ -110,8 +116,8 @@ static PetscErrorCode CreateOn(const char *geom, MatFMMKernel kernel, PetscInt N
   PetscCall(MatFMMSetMethod(A, method));
   PetscCall(MatFMMSetDevice(A, device)); /* the CPU unless -device cuda (auto would take a GPU where there is one) */
   PetscCall(MatFMMSetDistribution(A, dist));
-  if (median) PetscCall(PetscObjectSetOptionsPrefix((PetscObject)A, "med_")); /* -med_mat_fmm_tree_split median */
-  if (median) PetscCall(MatSetFromOptions(A));
+  if (median || prefix) PetscCall(PetscObjectSetOptionsPrefix((PetscObject)A, median ? "med_" : prefix)); /* -med_mat_fmm_tree_split median */
+  if (median || prefix) PetscCall(MatSetFromOptions(A));
   PetscCall(MatAssemblyBegin(A, MAT_FINAL_ASSEMBLY));
   PetscCall(MatAssemblyEnd(A, MAT_FINAL_ASSEMBLY));
   PetscCall(PetscFree3(xy, nrm, w));
@@ -309,6 +315,67 @@ static PetscErrorCode PartitionCase(const char *geom, MatFMMKernel kernel, Petsc
   PetscFunctionReturn(0);
 }
 
+/* the same local indices in a and b on every rank (in any order) */
+static PetscErrorCode SameSets(IS a, IS b, PetscBool *same)
+{
+  IS          c[2] = {a, b}, d[2];
+  PetscMPIInt ok;
+
+  PetscFunctionBeginUser;
+  for (int k = 0; k < 2; k++) {
+    PetscCall(ISDuplicate(c[k], &d[k]));
+    PetscCall(ISSort(d[k]));
+  }
+  PetscCall(ISEqualUnsorted(d[0], d[1], same));
+  ok = *same ? 1 : 0;
+  PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_LAND, PETSC_COMM_WORLD));
+  *same = ok ? PETSC_TRUE : PETSC_FALSE;
+  for (int k = 0; k < 2; k++) PetscCall(ISDestroy(&d[k]));
+  PetscFunctionReturn(0);
+}
+
+/* -device cuda, 2 ranks or more: the tree's top cuts and subtrees made on the GPUs (the CUDA backend's topcuts and
+   subtrees) are the host's (-mat_fmm_cuda_tree cpu): each rank holds the same points, and the products
+   agree to rounding (the same boxes and lists; only the order within a leaf differs) */
+static PetscErrorCode GPUTreeCase(const char *geom, MatFMMKernel kernel, PetscInt N, PetscInt M)
+{
+  Mat       A[2];
+  IS        si[2], ti[2];
+  Vec       x, y[2];
+  PetscBool same[2];
+  PetscReal d;
+  char      what[160];
+
+  PetscFunctionBeginUser;
+  for (int k = 0; k < 2; k++) {
+    prefix = k ? "host_" : NULL; /* -host_mat_fmm_cuda_tree cpu */
+    PetscCall(Create(geom, kernel, N, M, MATFMM_METHOD_FMM, MATFMM_DISTRIBUTION_TREE, PETSC_FALSE, &A[k]));
+    PetscCall(MatFMMGetTreePartition(A[k], &si[k], &ti[k]));
+    if (!k) {
+      PetscCall(MatCreateVecs(A[0], &x, NULL));
+      PetscCall(FillX(x));
+    }
+    PetscCall(MatCreateVecs(A[k], NULL, &y[k]));
+    PetscCall(MatMult(A[k], x, y[k]));
+  }
+  prefix = NULL;
+  PetscCall(SameSets(si[0], si[1], &same[0]));
+  PetscCall(SameSets(ti[0], ti[1], &same[1]));
+  PetscCall(PetscSNPrintf(what, sizeof(what), "%s, %s layer, %s: the tree made on the GPUs, each rank's points as the host's", geom, MatFMMKernels[kernel], M ? "separate targets" : "targets = sources"));
+  PetscCall(TestCheck(what, same[0] && same[1] ? 0.0 : 1.0, 0.0, verbose, &nfail));
+  PetscCall(TestRelDiff(y[0], y[1], y[1], &d));
+  PetscCall(PetscSNPrintf(what, sizeof(what), "%s, %s layer, %s: the tree made on the GPUs, the product as the host's tree", geom, MatFMMKernels[kernel], M ? "separate targets" : "targets = sources"));
+  PetscCall(TestCheck(what, d, 1e-13, verbose, &nfail));
+  for (int k = 0; k < 2; k++) {
+    PetscCall(MatDestroy(&A[k]));
+    PetscCall(ISDestroy(&si[k]));
+    PetscCall(ISDestroy(&ti[k]));
+    PetscCall(VecDestroy(&y[k]));
+  }
+  PetscCall(VecDestroy(&x));
+  PetscFunctionReturn(0);
+}
+
 static PetscErrorCode RunCase(const char *geom, MatFMMKernel kernel, PetscInt N, PetscInt M)
 {
   Vec       yt, yd, ym, yr;
@@ -358,6 +425,11 @@ int main(int argc, char **argv)
   PetscCall(OperatorCase("clusters", MATFMM_KERNEL_COMBINED, N));
   PetscCall(PartitionCase("curve", MATFMM_KERNEL_DOUBLE, N, 0));
   PetscCall(PartitionCase("clusters", MATFMM_KERNEL_COMBINED, N, M));
+  if (device == MATFMM_DEVICE_CUDA && size > 1) { /* (one rank: tests/gpu.c compares the one-GPU tree with the host's) */
+    PetscCall(PetscOptionsSetValue(NULL, "-host_mat_fmm_cuda_tree", "cpu"));
+    PetscCall(GPUTreeCase("curve", MATFMM_KERNEL_SINGLE, N, 0));
+    PetscCall(GPUTreeCase("clusters", MATFMM_KERNEL_COMBINED, N, M));
+  }
   PetscCall(PetscPrintf(PETSC_COMM_WORLD, "%s\n", nfail ? "SOME CHECKS FAILED" : "all distributed-tree checks passed"));
   PetscCall(PetscFinalize());
   return nfail ? 1 : 0;

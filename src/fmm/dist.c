@@ -689,8 +689,8 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
 
   PetscCall(PetscTime(&tm[1]));
   /* 2. the points to the owners of their boxes: sources and targets each in
-     box order, then by rank (an SF from the caller's layout, leaves) to the
-     owner's (roots) */
+     box order, then by rank, then in the caller's order (OwnerMoves(): copied
+     where they stay on the rank, a PetscSF for the others) */
   PetscCall(PetscCalloc4(n0, &cs, n0, &ctg, n0, &es, n0, &et));
   for (PetscInt k = 0; k < u; k++) {
     if (k < ns) cs[boxof[k]]++;
