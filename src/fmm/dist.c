@@ -537,6 +537,23 @@ static PetscErrorCode FMMDistIOSetup(FMMDist *D, PetscInt ns, PetscInt mt)
   PetscFunctionReturn(0);
 }
 
+/*
+  FMMDistDeviceIO - a product's densities from other ranks and potentials for them (D->din, D->dout) in
+  the device memory mem, where the backend evaluates the product there and PETSc moves device memory
+  (PetscSF with memory types): the moves of a product then stay on the GPUs where the caller's vectors
+  are device vectors.  Not collective.
+*/
+PetscErrorCode FMMDistDeviceIO(FMMDist *D, const FMMDeviceMemory *mem)
+{
+  PetscFunctionBegin;
+  if (D->iomem || !mem) PetscFunctionReturn(0);
+  PetscCall(PetscFree2(D->din, D->dout));
+  PetscCall((*mem->alloc)((size_t)PetscMax(D->nrr + D->nh, 1), &D->din));
+  PetscCall((*mem->alloc)((size_t)PetscMax(D->nrt, 1), &D->dout));
+  D->iomem = mem;
+  PetscFunctionReturn(0);
+}
+
 /* fetch nr reals a box of the remote boxes ids[0..n) of level l from their owners' table T (OwnIndex order) */
 static PetscErrorCode FetchBoxes(MPI_Comm comm, PetscInt l, PetscInt l0, PetscInt n0, PetscInt nown, const PetscReal *T, PetscInt nr, PetscInt n, const PetscInt ids[], PetscReal *out)
 {
@@ -614,7 +631,10 @@ PetscErrorCode FMMDistDestroy(FMMDist **dp)
   PetscCall(PetscSFDestroy(&D->sfout));
   PetscCall(PetscSFDestroy(&D->sfhx));
   PetscCall(PetscSFDestroy(&D->sfhd));
-  PetscCall(PetscFree2(D->din, D->dout));
+  if (D->iomem) {
+    PetscCall((*D->iomem->free)(D->din));
+    PetscCall((*D->iomem->free)(D->dout));
+  } else PetscCall(PetscFree2(D->din, D->dout));
   PetscCall(PetscSFDestroy(&D->sfmp));
   PetscCall(FMMDistResetCPU(D));
   PetscCall(PetscFree(*dp));

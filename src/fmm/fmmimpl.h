@@ -471,6 +471,7 @@ typedef struct {
   PetscInt    *cin, *cout;         /* [n], [m] tree order */
   PetscSF      sfin, sfout, sfhx, sfhd; /* sfout NULL: sfin (the targets are the sources) */
   PetscScalar *din, *dout;         /* [nrr + nh], [nrt] */
+  const FMMDeviceMemory *iomem;    /* din and dout in this device memory (FMMDistDeviceIO(); NULL: host memory) */
   PetscInt64 nfar, nfartop, p2ppairs; /* M2L of this rank's boxes (+ the top's, on rank 0), of the top; P2P pairs */
   PetscInt  *halbox, *halleaf;     /* [nhb], [nhl] global numbers of the halo's boxes and leaves */
   /* the multipole exchange of a backend that evaluates FMMDistHostPlan() (FMMDistExchangeSetup()) */
@@ -562,6 +563,7 @@ PETSC_INTERN PetscErrorCode FMMDistUnit(FMMDist *, PetscInt);
 PETSC_INTERN PetscErrorCode FMMDistPartition(FMMDist *, PetscInt, PetscInt, IS *, IS *);
 PETSC_INTERN PetscErrorCode FMMDistHostPlan(FMMDist *, PetscBool, FMMPlan *, FMMHostPlan **);
 PETSC_INTERN PetscErrorCode FMMDistExchangeSetup(FMMDist *, PetscInt);
+PETSC_INTERN PetscErrorCode FMMDistDeviceIO(FMMDist *, const FMMDeviceMemory *);
 PETSC_INTERN PetscErrorCode FMMDistExchange(void *, const PetscReal *, PetscReal *);
 PETSC_INTERN PetscErrorCode FMMDistSetupCPU(FMMDist *, const FMMParams *);
 PETSC_INTERN PetscErrorCode FMMDistResetCPU(FMMDist *);

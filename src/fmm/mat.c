@@ -213,6 +213,9 @@ static PetscErrorCode SetupDistributed(Mat A)
     PetscCall(PetscLogEventBegin(MATFMM_Tree, A, 0, 0, 0));
     PetscCall(FMMDistHostPlan(D, D->same && !anynrm ? PETSC_TRUE : PETSC_FALSE, P, &ctx->host)); /* single layer: the halo's sources as targets, for the symmetric P2P */
     PetscCall(FMMDistExchangeSetup(D, fmm->par.p));
+#if defined(PETSC_HAVE_CUDA) /* PetscSF moves device memory: the product's moves stay on the GPUs */
+    if (fmm->device_used == MATFMM_DEVICE_CUDA) PetscCall(FMMDistDeviceIO(D, fmm->ops->mem));
+#endif
     PetscCall(PetscLogEventEnd(MATFMM_Tree, A, 0, 0, 0));
     PetscCall(PetscTime(&tm[3]));
     ctx->N        = P->N;

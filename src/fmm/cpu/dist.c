@@ -16,6 +16,9 @@
 extern double log(double);
 #endif
 #include "../fmmimpl.h"
+#if defined(PETSC_HAVE_CUDA)
+  #include <petscdevice.h>
+#endif
 #include "../expansions.h"
 
 PetscErrorCode FMMDistResetCPU(FMMDist *D)
@@ -166,16 +169,23 @@ static PetscErrorCode Downward(FMMDist *D)
    device memory mem (a device vector of a PETSc with CUDA), or in host memory (mem NULL); collective */
 PetscErrorCode FMMDistDensities(FMMDist *D, const PetscScalar *x, const FMMDeviceMemory *mem)
 {
-  const PetscMemType xm = mem ? PETSC_MEMTYPE_DEVICE : PETSC_MEMTYPE_HOST;
+  const PetscMemType xm = mem ? PETSC_MEMTYPE_DEVICE : PETSC_MEMTYPE_HOST, dm = D->iomem ? PETSC_MEMTYPE_DEVICE : PETSC_MEMTYPE_HOST;
 
   PetscFunctionBegin;
   PetscCall(PetscLogEventBegin(MATFMM_Move, 0, 0, 0, 0));
-  PetscCall(PetscSFReduceWithMemTypeBegin(D->sfin, MPIU_SCALAR, xm, x, PETSC_MEMTYPE_HOST, D->din, MPI_REPLACE));
-  PetscCall(PetscSFBcastWithMemTypeBegin(D->sfhx, MPIU_SCALAR, xm, x, PETSC_MEMTYPE_HOST, D->din, MPI_REPLACE));
+  PetscCall(PetscSFReduceWithMemTypeBegin(D->sfin, MPIU_SCALAR, xm, x, dm, D->din, MPI_REPLACE));
+  PetscCall(PetscSFBcastWithMemTypeBegin(D->sfhx, MPIU_SCALAR, xm, x, dm, D->din, MPI_REPLACE));
   PetscCall(PetscSFReduceEnd(D->sfin, MPIU_SCALAR, x, D->din, MPI_REPLACE));
-  PetscCall(PetscSFBcastBegin(D->sfhd, MPIU_SCALAR, D->din, D->din, MPI_REPLACE)); /* din's first nrr are the roots */
+  PetscCall(PetscSFBcastWithMemTypeBegin(D->sfhd, MPIU_SCALAR, dm, D->din, dm, D->din, MPI_REPLACE)); /* din's first nrr are the roots */
   PetscCall(PetscSFBcastEnd(D->sfhx, MPIU_SCALAR, x, D->din, MPI_REPLACE));
   PetscCall(PetscSFBcastEnd(D->sfhd, MPIU_SCALAR, D->din, D->din, MPI_REPLACE));
+#if defined(PETSC_HAVE_CUDA)
+  if (D->iomem) { /* PetscSF unpacked din on PETSc's stream; the backend reads it on its own */
+    PetscDeviceContext dctx;
+    PetscCall(PetscDeviceContextGetCurrentContext(&dctx));
+    PetscCall(PetscDeviceContextSynchronize(dctx));
+  }
+#endif
   PetscCall(PetscLogEventEnd(MATFMM_Move, 0, 0, 0, 0));
   PetscFunctionReturn(0);
 }
@@ -188,7 +198,7 @@ PetscErrorCode FMMDistPotentials(FMMDist *D, PetscScalar *y, const FMMDeviceMemo
 
   PetscFunctionBegin;
   PetscCall(PetscLogEventBegin(MATFMM_Move, 0, 0, 0, 0));
-  PetscCall(PetscSFBcastWithMemTypeBegin(sf, MPIU_SCALAR, PETSC_MEMTYPE_HOST, D->dout, mem ? PETSC_MEMTYPE_DEVICE : PETSC_MEMTYPE_HOST, y, MPI_REPLACE));
+  PetscCall(PetscSFBcastWithMemTypeBegin(sf, MPIU_SCALAR, D->iomem ? PETSC_MEMTYPE_DEVICE : PETSC_MEMTYPE_HOST, D->dout, mem ? PETSC_MEMTYPE_DEVICE : PETSC_MEMTYPE_HOST, y, MPI_REPLACE));
   PetscCall(PetscSFBcastEnd(sf, MPIU_SCALAR, D->dout, y, MPI_REPLACE));
   PetscCall(PetscLogEventEnd(MATFMM_Move, 0, 0, 0, 0));
   PetscFunctionReturn(0);
