@@ -315,25 +315,6 @@ static PetscErrorCode PartitionCase(const char *geom, MatFMMKernel kernel, Petsc
   PetscFunctionReturn(0);
 }
 
-/* the same local indices in a and b on every rank (in any order) */
-static PetscErrorCode SameSets(IS a, IS b, PetscBool *same)
-{
-  IS          c[2] = {a, b}, d[2];
-  PetscMPIInt ok;
-
-  PetscFunctionBeginUser;
-  for (int k = 0; k < 2; k++) {
-    PetscCall(ISDuplicate(c[k], &d[k]));
-    PetscCall(ISSort(d[k]));
-  }
-  PetscCall(ISEqualUnsorted(d[0], d[1], same));
-  ok = *same ? 1 : 0;
-  PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_LAND, PETSC_COMM_WORLD));
-  *same = ok ? PETSC_TRUE : PETSC_FALSE;
-  for (int k = 0; k < 2; k++) PetscCall(ISDestroy(&d[k]));
-  PetscFunctionReturn(0);
-}
-
 /* -device cuda, 2 ranks or more: the tree's top cuts and subtrees made on the GPUs (the CUDA backend's topcuts and
    subtrees) are the host's (-mat_fmm_cuda_tree cpu): each rank holds the same points, and the products
    agree to rounding (the same boxes and lists; only the order within a leaf differs) */
@@ -359,8 +340,8 @@ static PetscErrorCode GPUTreeCase(const char *geom, MatFMMKernel kernel, PetscIn
     PetscCall(MatMult(A[k], x, y[k]));
   }
   prefix = NULL;
-  PetscCall(SameSets(si[0], si[1], &same[0]));
-  PetscCall(SameSets(ti[0], ti[1], &same[1]));
+  PetscCall(ISEqual(si[0], si[1], &same[0])); /* (the same indices on each rank, in any order) */
+  PetscCall(ISEqual(ti[0], ti[1], &same[1]));
   PetscCall(PetscSNPrintf(what, sizeof(what), "%s, %s layer, %s: the tree made on the GPUs, each rank's points as the host's", geom, MatFMMKernels[kernel], M ? "separate targets" : "targets = sources"));
   PetscCall(TestCheck(what, same[0] && same[1] ? 0.0 : 1.0, 0.0, verbose, &nfail));
   PetscCall(TestRelDiff(y[0], y[1], y[1], &d));
