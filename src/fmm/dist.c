@@ -361,11 +361,53 @@ static PetscErrorCode MakeSF(MPI_Comm comm, PetscInt nroots, PetscInt nleaves, P
   PetscFunctionReturn(0);
 }
 
-/* The caller's n points to their owners' slots: point k goes to slot dest[k].index of rank dest[k].rank.
-   Those that stay on this rank are copied (*lmap: for each of its nroots slots the caller's point there,
-   -1: another rank's), the others go through *sf (leaves: their caller's indices, roots: the slots); a
-   PetscSF of every point took longer to set up than its moves.  Frees dest; collective */
-static PetscErrorCode OwnerMoves(MPI_Comm comm, PetscInt nroots, PetscInt n, PetscSFNode *dest, PetscSF *sf, PetscInt **lmap)
+/* The owners' slots of this rank's n points (box[k]: each one's box of level l0; cl: this rank's points in
+   each box, c: all ranks', e: the ranks' before this one): a box's points take its owner's slots in rank
+   order, each rank's in the caller's order.  The slots fed by other ranks are numbered apart, in slot order
+   (the roots of the moves' PetscSF, OwnerMoves()): dest[k] is (owner, slot) where the point stays on this
+   rank, else (owner, that number); every rank computes those numbers from the owners' counts of their own
+   points, without a message.  *croot: this rank's slots fed by other ranks, *ncr of them.  Collective */
+static PetscErrorCode OwnerSlots(MPI_Comm comm, PetscInt n0, PetscInt n, const PetscInt box[], const PetscInt cl[], const PetscInt c[], const PetscInt e[], PetscSFNode **dest, PetscInt *ncr, PetscInt **croot)
+{
+  PetscMPIInt rank, size;
+  PetscInt    B0, B1, *next, *own, *before, j = 0; /* a box's next slot; its owner's own points; the owner's own slots in its boxes before */
+
+  PetscFunctionBegin;
+  PetscCallMPI(MPI_Comm_rank(comm, &rank));
+  PetscCallMPI(MPI_Comm_size(comm, &size));
+  B0 = FirstBox(rank, size, n0);
+  B1 = FirstBox(rank + 1, size, n0);
+  PetscCall(PetscCalloc3(n0, &next, n0, &own, n0, &before));
+  for (PetscInt B = B0; B < B1; B++) own[B] = cl[B];
+  PetscCall(MPIU_Allreduce(MPI_IN_PLACE, own, n0, MPIU_INT, MPI_SUM, comm));
+  for (PetscInt B = 0; B < n0; B++) {
+    if (B != FirstBox(OwnerOf(B, size, n0), size, n0)) {
+      next[B]   = next[B - 1] + c[B - 1];
+      before[B] = before[B - 1] + own[B - 1];
+    }
+  }
+  *ncr = 0;
+  for (PetscInt B = B0; B < B1; B++) *ncr += c[B] - cl[B];
+  PetscCall(PetscMalloc1(*ncr, croot));
+  for (PetscInt B = B0; B < B1; B++)
+    for (PetscInt s = next[B]; s < next[B] + c[B]; s++)
+      if (s < next[B] + e[B] || s >= next[B] + e[B] + cl[B]) (*croot)[j++] = s;
+  for (PetscInt B = 0; B < n0; B++) next[B] += e[B];
+  PetscCall(PetscMalloc1(n, dest));
+  for (PetscInt k = 0; k < n; k++) {
+    const PetscInt    B = box[k], s = next[B]++;
+    const PetscMPIInt q = OwnerOf(B, size, n0);
+    (*dest)[k]          = (PetscSFNode){q, q == rank ? s : s - before[B] - (q < rank ? own[B] : 0)};
+  }
+  PetscCall(PetscFree3(next, own, before));
+  PetscFunctionReturn(0);
+}
+
+/* The caller's n points to their owners' slots (dest: OwnerSlots()): those that stay on this rank are
+   copied (*lmap: for each of its nroots slots the caller's point there, -1: another rank's), the others go
+   through *sf (leaves: their caller's indices, roots: the ncr slots fed by other ranks, numbered apart);
+   the product's densities take the same PetscSF.  Frees dest; collective */
+static PetscErrorCode OwnerMoves(MPI_Comm comm, PetscInt nroots, PetscInt ncr, PetscInt n, PetscSFNode *dest, PetscSF *sf, PetscInt **lmap)
 {
   PetscMPIInt  rank;
   PetscInt     nrem = 0, *il;
@@ -386,48 +428,58 @@ static PetscErrorCode OwnerMoves(MPI_Comm comm, PetscInt nroots, PetscInt n, Pet
     }
   }
   PetscCall(PetscFree(dest));
-  PetscCall(MakeSF(comm, nroots, nrem, il, rr, sf));
+  PetscCall(MakeSF(comm, ncr, nrem, il, rr, sf));
   PetscFunctionReturn(0);
 }
 
-/* to[r] = r0 + k for each of the nroots slots r, k the caller's point there (OwnerMoves(); nc: the
-   caller's points on this rank, whose first has global index r0); collective */
-static PetscErrorCode MoveIndices(PetscSF sf, const PetscInt lmap[], PetscInt nroots, PetscInt nc, PetscInt r0, PetscInt *to)
+/* to[r] = r0 + k for each of the nroots slots r, k the caller's point there (OwnerMoves(); croot: the
+   slots the sf's roots fill; nc: the caller's points on this rank, whose first has global index r0);
+   collective */
+static PetscErrorCode MoveIndices(PetscSF sf, const PetscInt lmap[], const PetscInt croot[], PetscInt nroots, PetscInt nc, PetscInt r0, PetscInt *to)
 {
-  PetscInt  nleaves, *g = NULL;
-  PetscBool any;
+  PetscInt ncr, nleaves, *g = NULL, *v;
 
   PetscFunctionBegin;
-  PetscCall(PetscSFGetGraph(sf, NULL, &nleaves, NULL, NULL));
-  any = nleaves > 0 ? PETSC_TRUE : PETSC_FALSE;
-  if (any) { /* (only where points leave this rank) */
+  PetscCall(PetscSFGetGraph(sf, &ncr, &nleaves, NULL, NULL));
+  if (nleaves > 0) { /* (only where points leave this rank) */
     PetscCall(PetscMalloc1(nc, &g));
     for (PetscInt k = 0; k < nc; k++) g[k] = r0 + k;
   }
 #pragma omp parallel for schedule(static) if (nroots >= FMM_OMP_MIN_POINTS)
   for (PetscInt r = 0; r < nroots; r++)
     if (lmap[r] >= 0) to[r] = r0 + lmap[r];
-  PetscCall(PetscSFReduceBegin(sf, MPIU_INT, g, to, MPI_REPLACE));
-  PetscCall(PetscSFReduceEnd(sf, MPIU_INT, g, to, MPI_REPLACE));
+  PetscCall(PetscMalloc1(ncr, &v));
+  PetscCall(PetscSFReduceBegin(sf, MPIU_INT, g, v, MPI_REPLACE));
+  PetscCall(PetscSFReduceEnd(sf, MPIU_INT, g, v, MPI_REPLACE));
+  for (PetscInt j = 0; j < ncr; j++) to[croot[j]] = v[j];
+  PetscCall(PetscFree(v));
   PetscCall(PetscFree(g));
   PetscFunctionReturn(0);
 }
 
-/* to[r] = from[k] (bs reals) for each of the nroots slots r, k the caller's point there (OwnerMoves());
-   collective */
-static PetscErrorCode MoveReals(PetscSF sf, const PetscInt lmap[], PetscInt nroots, PetscInt bs, const PetscReal *from, PetscReal *to)
+/* to[r] = from[k] (bs reals) for each of the nroots slots r, k the caller's point there (OwnerMoves(),
+   croot as MoveIndices()); collective */
+static PetscErrorCode MoveReals(PetscSF sf, const PetscInt lmap[], const PetscInt croot[], PetscInt nroots, PetscInt bs, const PetscReal *from, PetscReal *to)
 {
   MPI_Datatype unit;
+  PetscInt     ncr;
+  PetscReal   *v;
 
   PetscFunctionBegin;
 #pragma omp parallel for schedule(static) if (nroots >= FMM_OMP_MIN_POINTS)
   for (PetscInt r = 0; r < nroots; r++)
     if (lmap[r] >= 0)
       for (PetscInt j = 0; j < bs; j++) to[bs * r + j] = from[bs * lmap[r] + j];
+  PetscCall(PetscSFGetGraph(sf, &ncr, NULL, NULL, NULL));
+  PetscCall(PetscMalloc1(bs * ncr, &v));
   PetscCall(RealsType(bs, &unit));
-  PetscCall(PetscSFReduceBegin(sf, unit, from, to, MPI_REPLACE));
-  PetscCall(PetscSFReduceEnd(sf, unit, from, to, MPI_REPLACE));
+  PetscCall(PetscSFReduceBegin(sf, unit, from, v, MPI_REPLACE));
+  PetscCall(PetscSFReduceEnd(sf, unit, from, v, MPI_REPLACE));
   PetscCallMPI(MPI_Type_free(&unit));
+#pragma omp parallel for schedule(static) if (ncr >= FMM_OMP_MIN_POINTS)
+  for (PetscInt c = 0; c < ncr; c++)
+    for (PetscInt j = 0; j < bs; j++) to[bs * croot[c] + j] = v[bs * c + j];
+  PetscCall(PetscFree(v));
   PetscFunctionReturn(0);
 }
 
@@ -466,26 +518,26 @@ static PetscErrorCode CompactRoots(PetscSF sf, PetscInt *nc, PetscInt **croot, P
   PetscFunctionReturn(0);
 }
 
-/* the moves of OwnerMoves() (sf, lmap: the caller's nc points -> this rank's slots) as a number for each of
-   this rank's n points in tree order (perm: its slot): its caller's index where that is on this rank
-   (0..nc), else nc + its number among the slots fed from other ranks, which *sfr (leaves: the caller's
-   indices) moves; *nr of them */
-static PetscErrorCode SplitMoves(PetscSF sf, const PetscInt lmap[], PetscInt nc, PetscInt n, const PetscInt perm[], PetscInt **num, PetscInt *nr, PetscSF *sfr)
+/* the moves of OwnerMoves() (sf, lmap, croot: the caller's nc points -> this rank's slots) as a number for
+   each of this rank's n points in tree order (perm: its slot): its caller's index where that is on this
+   rank (0..nc), else nc + its number among the slots fed from other ranks (sf's root), which *sfr (sf
+   itself) moves; *nr of them */
+static PetscErrorCode SplitMoves(PetscSF sf, const PetscInt lmap[], const PetscInt croot[], PetscInt nc, PetscInt n, const PetscInt perm[], PetscInt **num, PetscInt *nr, PetscSF *sfr)
 {
-  PetscInt nroots, *croot, *slot;
+  PetscInt *slot;
 
   PetscFunctionBegin;
-  PetscCall(PetscSFGetGraph(sf, &nroots, NULL, NULL, NULL));
-  PetscCall(PetscMalloc1(PetscMax(nroots, 1), &slot));
-  PetscCall(PetscArraycpy(slot, lmap, nroots));
-  PetscCall(CompactRoots(sf, nr, &croot, sfr));
+  PetscCall(PetscSFGetGraph(sf, nr, NULL, NULL, NULL));
+  PetscCall(PetscMalloc1(PetscMax(n, 1), &slot));
+  PetscCall(PetscArraycpy(slot, lmap, n));
   for (PetscInt j = 0; j < *nr; j++) slot[croot[j]] = nc + j;
-  for (PetscInt r = 0; r < nroots; r++) PetscCheck(slot[r] >= 0, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM: slot %" PetscInt_FMT " of this rank's points is fed by no caller's point", r);
+  for (PetscInt r = 0; r < n; r++) PetscCheck(slot[r] >= 0, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM: slot %" PetscInt_FMT " of this rank's points is fed by no caller's point", r);
   PetscCall(PetscMalloc1(PetscMax(n, 1), num));
 #pragma omp parallel for schedule(static) if (n >= FMM_OMP_MIN_POINTS)
   for (PetscInt i = 0; i < n; i++) (*num)[i] = slot[perm[i]];
-  PetscCall(PetscFree(croot));
   PetscCall(PetscFree(slot));
+  PetscCall(PetscObjectReference((PetscObject)sf));
+  *sfr = sf;
   PetscFunctionReturn(0);
 }
 
@@ -501,11 +553,11 @@ static PetscErrorCode FMMDistIOSetup(FMMDist *D, PetscInt ns, PetscInt mt)
   PetscFunctionBegin;
   D->nxc = ns;
   D->myc = D->same ? ns : mt;
-  PetscCall(SplitMoves(D->sfsrc, D->lsrc, ns, D->n, D->sperm, &D->cin, &D->nrr, &D->sfin));
+  PetscCall(SplitMoves(D->sfsrc, D->lsrc, D->csrc, ns, D->n, D->sperm, &D->cin, &D->nrr, &D->sfin));
   if (D->same) {
     D->nrt  = D->nrr;
     D->cout = D->cin;
-  } else PetscCall(SplitMoves(D->sftgt, D->ltgt, mt, D->m, D->tperm, &D->cout, &D->nrt, &D->sfout));
+  } else PetscCall(SplitMoves(D->sftgt, D->ltgt, D->ctgt, mt, D->m, D->tperm, &D->cout, &D->nrt, &D->sfout));
   /* the halo: each of its sources from its owner's x (code >= 0: the column) or din (code < 0: -1 - its
      place), two PetscSFs rooted there, so the owner's columns go without a gather of ours (PetscSF packs
      them where x lives) */
@@ -617,13 +669,18 @@ PetscErrorCode FMMDistDestroy(FMMDist **dp)
   PetscCall(PetscFree(D->nearoff));
   PetscCall(PetscFree(D->near));
   PetscCall(PetscFree(D->tleaf));
-  if (!D->same) PetscCall(PetscFree2(D->tx, D->ty));
+  if (!D->same) {
+    PetscCall(PetscFree(D->tx));
+    PetscCall(PetscFree(D->ty));
+  }
   PetscCall(PetscFree(D->sperm));
   if (!D->same) PetscCall(PetscFree(D->tperm));
   PetscCall(PetscSFDestroy(&D->sfsrc));
   if (D->sftgt) PetscCall(PetscSFDestroy(&D->sftgt));
   PetscCall(PetscFree(D->lsrc));
   PetscCall(PetscFree(D->ltgt));
+  PetscCall(PetscFree(D->csrc));
+  PetscCall(PetscFree(D->ctgt));
   PetscCall(PetscSFDestroy(&D->sfhalo));
   PetscCall(PetscFree(D->cin));
   if (!D->same) PetscCall(PetscFree(D->cout));
@@ -660,12 +717,12 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
   PetscInt         L, l0, n0, B0, B1, nb0, *boxof, *cs, *ctg, *es, *et, nr, mr, nob, ntop, nl, *loff;
   PetscInt        *sperm, *tperm, *ord; /* ord: the points (slot, or nr + target slot) in tree order */
   PetscReal       *rxy, *rnrm = NULL, *rw = NULL, *txy = NULL, *bb, *T, *top;
-  PetscInt        *rgi, *tgi = NULL;
+  PetscInt        *rgi = NULL, *tgi = NULL; /* the points' global indices: the host's subtrees' ties (not moved where the GPUs cut the top, so that every rank's GPU makes its subtrees) */
   PetscBool        anynrm, anywts, gpubb = PETSC_FALSE, gputop = PETSC_FALSE;
-  PetscLogDouble   tm[8]; /* the stages' start times, for -info */
+  PetscLogDouble   tm[8], rm[8]; /* the stages' start times and resident memory, for -info */
 
   PetscFunctionBegin;
-  PetscCall(PetscTime(&tm[0]));
+  PetscCall(FMMStageMark(&tm[0], &rm[0]));
   PetscCallMPI(MPI_Comm_rank(comm, &rank));
   PetscCallMPI(MPI_Comm_size(comm, &size));
   PetscCall(FMMDistLevels(U, par->ct, size, &L, &l0));
@@ -707,7 +764,7 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
     PetscCall(PetscFree2(off, cnt));
   }
 
-  PetscCall(PetscTime(&tm[1]));
+  PetscCall(FMMStageMark(&tm[1], &rm[1]));
   /* 2. the points to the owners of their boxes: sources and targets each in
      box order, then by rank, then in the caller's order (OwnerMoves(): copied
      where they stay on the rank, a PetscSF for the others) */
@@ -722,56 +779,44 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
     PetscCall(PetscArrayzero(es, n0));
     PetscCall(PetscArrayzero(et, n0));
   }
-  PetscCall(MPIU_Allreduce(MPI_IN_PLACE, cs, n0, MPIU_INT, MPI_SUM, comm));
-  PetscCall(MPIU_Allreduce(MPI_IN_PLACE, ctg, n0, MPIU_INT, MPI_SUM, comm));
   {
     PetscSFNode *rs, *rt = NULL;
-    PetscInt    *sst, *tst; /* each box's first slot on its owner */
-    PetscCall(PetscMalloc2(n0, &sst, n0, &tst));
-    for (PetscInt B = 0; B < n0; B++) {
-      const PetscMPIInt q = OwnerOf(B, size, n0);
-      sst[B]              = (B == FirstBox(q, size, n0)) ? 0 : sst[B - 1] + cs[B - 1];
-      tst[B]              = (B == FirstBox(q, size, n0)) ? 0 : tst[B - 1] + ctg[B - 1];
-    }
+    PetscInt    *cl; /* this rank's sources and targets in each box */
+    PetscInt     ncs, nct;
+    PetscCall(PetscMalloc1(2 * n0, &cl));
+    PetscCall(PetscArraycpy(cl, cs, n0));
+    PetscCall(PetscArraycpy(cl + n0, ctg, n0));
+    PetscCall(MPIU_Allreduce(MPI_IN_PLACE, cs, n0, MPIU_INT, MPI_SUM, comm));
+    PetscCall(MPIU_Allreduce(MPI_IN_PLACE, ctg, n0, MPIU_INT, MPI_SUM, comm));
     nr = mr = 0;
     for (PetscInt B = B0; B < B1; B++) {
       nr += cs[B];
       mr += ctg[B];
     }
-    PetscCall(PetscMalloc1(ns, &rs));
-    if (!same) PetscCall(PetscMalloc1(mt, &rt));
-    /* each box's points in the caller's order, so that they reach the owner in
-       the order of their global indices (the key's ties: a backend's subtrees
-       break them by position) */
-    for (PetscInt B = 0; B < n0; B++) {
-      sst[B] += es[B];
-      tst[B] += et[B];
+    PetscCall(OwnerSlots(comm, n0, ns, boxof, cl, cs, es, &rs, &ncs, &D->csrc));
+    PetscCall(OwnerMoves(comm, nr, ncs, ns, rs, &D->sfsrc, &D->lsrc));
+    if (!same) {
+      PetscCall(OwnerSlots(comm, n0, mt, boxof + ns, cl + n0, ctg, et, &rt, &nct, &D->ctgt));
+      PetscCall(OwnerMoves(comm, mr, nct, mt, rt, &D->sftgt, &D->ltgt));
     }
-    for (PetscInt k = 0; k < ns; k++) {
-      const PetscInt B = boxof[k];
-      rs[k]            = (PetscSFNode){OwnerOf(B, size, n0), sst[B]++};
-    }
-    for (PetscInt k = 0; k < mt; k++) {
-      const PetscInt B = boxof[ns + k];
-      rt[k]            = (PetscSFNode){OwnerOf(B, size, n0), tst[B]++};
-    }
-    PetscCall(PetscFree2(sst, tst));
-    PetscCall(OwnerMoves(comm, nr, ns, rs, &D->sfsrc, &D->lsrc));
-    if (!same) PetscCall(OwnerMoves(comm, mr, mt, rt, &D->sftgt, &D->ltgt));
+    PetscCall(PetscFree(cl));
   }
   PetscCall(PetscFree(boxof));
   D->n = nr;
   D->m = same ? nr : mr;
   { /* the points, normals, weights and key indices to their owners */
     PetscReal *ones = NULL;
-    PetscCall(PetscMalloc2(2 * nr, &rxy, nr, &rgi));
-    PetscCall(MoveReals(D->sfsrc, D->lsrc, nr, 2, fmm->src.block, rxy));
-    PetscCall(MoveIndices(D->sfsrc, D->lsrc, nr, ns, s0, rgi));
+    PetscCall(PetscMalloc1(2 * nr, &rxy));
+    PetscCall(MoveReals(D->sfsrc, D->lsrc, D->csrc, nr, 2, fmm->src.block, rxy));
+    if (!gputop) {
+      PetscCall(PetscMalloc1(nr, &rgi));
+      PetscCall(MoveIndices(D->sfsrc, D->lsrc, D->csrc, nr, ns, s0, rgi));
+    }
     if (anynrm) {
       PetscReal *z = NULL;
       if (!fmm->src.hasnrm) PetscCall(PetscCalloc1(2 * ns, &z)); /* a rank without normals has no source (checked at assembly) */
       PetscCall(PetscMalloc1(2 * nr, &rnrm));
-      PetscCall(MoveReals(D->sfsrc, D->lsrc, nr, 2, z ? z : fmm->src.nrm, rnrm));
+      PetscCall(MoveReals(D->sfsrc, D->lsrc, D->csrc, nr, 2, z ? z : fmm->src.nrm, rnrm));
       PetscCall(PetscFree(z));
     }
     if (anywts) { /* weights given on some ranks only: 1 on the others */
@@ -780,19 +825,22 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
         for (PetscInt k = 0; k < ns; k++) ones[k] = 1.0;
       }
       PetscCall(PetscMalloc1(nr, &rw));
-      PetscCall(MoveReals(D->sfsrc, D->lsrc, nr, 1, ones ? ones : fmm->src.wts, rw));
+      PetscCall(MoveReals(D->sfsrc, D->lsrc, D->csrc, nr, 1, ones ? ones : fmm->src.wts, rw));
       PetscCall(PetscFree(ones));
     }
     if (!same) {
-      PetscCall(PetscMalloc2(2 * mr, &txy, mr, &tgi));
-      PetscCall(MoveReals(D->sftgt, D->ltgt, mr, 2, fmm->tgt.xy, txy));
-      PetscCall(MoveIndices(D->sftgt, D->ltgt, mr, mt, N + t0, tgi));
+      PetscCall(PetscMalloc1(2 * mr, &txy));
+      PetscCall(MoveReals(D->sftgt, D->ltgt, D->ctgt, mr, 2, fmm->tgt.xy, txy));
+      if (!gputop) {
+        PetscCall(PetscMalloc1(mr, &tgi));
+        PetscCall(MoveIndices(D->sftgt, D->ltgt, D->ctgt, mr, mt, N + t0, tgi));
+      }
     }
   }
 
   PetscCall(PetscLogEventEnd(MATFMM_Partition, A, 0, 0, 0));
 
-  PetscCall(PetscTime(&tm[2]));
+  PetscCall(FMMStageMark(&tm[2], &rm[2]));
   /* 3. this rank's subtrees: its boxes of level l0 split down to the leaves,
      by the backend where it can (the boxes' bounding boxes too: gpubb) */
   nl     = nb0 << (2 * (L - l0));
@@ -833,6 +881,7 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
     }
     if (!gpubb) { /* on the host: the points as FMMPoint, kept for their bounding boxes */
       is = it = k = 0;
+      PetscCheck(!gputop, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM: the GPUs cut the top levels but this rank's GPU did not make its subtrees");
       PetscCall(PetscMalloc1(np, &lp));
       for (PetscInt B = B0; B < B1; B++) {
         for (PetscInt c = 0; c < cs[B]; c++, is++, k++) lp[k] = (FMMPoint){rxy[2 * is], rxy[2 * is + 1], rgi[is], is};
@@ -874,7 +923,8 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
       PetscCall(PetscArraycpy(D->tleaf, scnt, nl + 1));
     } else {
       PetscCall(PetscMalloc1(mr, &tperm));
-      PetscCall(PetscMalloc2(mr, &D->tx, mr, &D->ty));
+      PetscCall(PetscMalloc1(mr, &D->tx)); /* (each apart: FMMDistHostPlan() takes them) */
+      PetscCall(PetscMalloc1(mr, &D->ty));
       PetscCall(PetscArraycpy(D->tleaf, tcnt, nl + 1));
     }
 #pragma omp parallel for schedule(static) if (nr >= FMM_OMP_MIN_POINTS)
@@ -908,12 +958,14 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
   D->sperm = sperm;
   D->tperm = tperm;
   PetscCall(PetscFree(ord));
-  PetscCall(PetscFree2(rxy, rgi));
+  PetscCall(PetscFree(rxy));
+  PetscCall(PetscFree(rgi));
   PetscCall(PetscFree(rnrm));
   PetscCall(PetscFree(rw));
-  if (!same) PetscCall(PetscFree2(txy, tgi));
+  PetscCall(PetscFree(txy));
+  PetscCall(PetscFree(tgi));
 
-  PetscCall(PetscTime(&tm[3]));
+  PetscCall(FMMStageMark(&tm[3], &rm[3]));
   /* 4. box geometry: bounding boxes of this rank's boxes (OwnIndex order),
      then level l0 of all ranks and the top, on every rank */
   PetscCall(PetscMalloc1(4 * ntop, &top));
@@ -995,7 +1047,7 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
       T[NGEO * o + 4]  = (PetscReal)osst[o];
     }
 
-    PetscCall(PetscTime(&tm[4]));
+    PetscCall(FMMStageMark(&tm[4], &rm[4]));
     /* 5. interaction lists, level by level, as plan.c: children of the
        parent's strongly coupled boxes are far (M2L) where separated, else
        strongly coupled; strong pairs of leaves are the near field.  Levels
@@ -1251,7 +1303,7 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
   }
   PetscCall(PetscFree(T));
 
-  PetscCall(PetscTime(&tm[5]));
+  PetscCall(FMMStageMark(&tm[5], &rm[5]));
   /* 6. the halo's sources: points and coefficients, once, from the sources
      other ranks' halos name (CompactRoots()); the arrays grow in place */
   {
@@ -1296,25 +1348,25 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
     }
     PetscCall(PetscFree2(pk, hk));
   }
-  PetscCall(PetscTime(&tm[6]));
+  PetscCall(FMMStageMark(&tm[6], &rm[6]));
   PetscCall(FMMDistIOSetup(D, ns, mt));
-  PetscCall(PetscTime(&tm[7]));
-  PetscCall(PetscInfo(A, "distributed tree on this rank: top cuts %.3f s, points to their owners %.3f s, subtrees %.3f s, box geometry %.3f s, lists %.3f s, halo %.3f s, moves %.3f s\n", tm[1] - tm[0], tm[2] - tm[1], tm[3] - tm[2], tm[4] - tm[3], tm[5] - tm[4], tm[6] - tm[5], tm[7] - tm[6]));
+  PetscCall(FMMStageMark(&tm[7], &rm[7]));
+  PetscCall(PetscInfo(A, "distributed tree on this rank: top cuts %.3f s, points to their owners %.3f s, subtrees %.3f s, box geometry %.3f s, lists %.3f s, halo %.3f s, moves %.3f s; resident memory after each %.0f %.0f %.0f %.0f %.0f %.0f %.0f MB\n", tm[1] - tm[0], tm[2] - tm[1], tm[3] - tm[2], tm[4] - tm[3], tm[5] - tm[4], tm[6] - tm[5], tm[7] - tm[6], rm[1] / 1048576, rm[2] / 1048576, rm[3] / 1048576, rm[4] / 1048576, rm[5] / 1048576, rm[6] / 1048576, rm[7] / 1048576));
   PetscFunctionReturn(0);
 }
 
 /* the global indices (in the caller's numbering: the first of this rank's nc points is r0) of this rank's
-   n points in tree order (perm: tree position -> slot; the slots fed by OwnerMoves()'s sf and lmap); collective */
-static PetscErrorCode TreeOrderIndices(PetscSF sf, const PetscInt lmap[], PetscInt nc, PetscInt r0, PetscInt n, const PetscInt perm[], IS *is)
+   n points in tree order (perm: tree position -> slot; the slots fed by OwnerMoves()'s sf, lmap and croot);
+   collective */
+static PetscErrorCode TreeOrderIndices(PetscSF sf, const PetscInt lmap[], const PetscInt croot[], PetscInt nc, PetscInt r0, PetscInt n, const PetscInt perm[], IS *is)
 {
   MPI_Comm  comm;
-  PetscInt  nroots, *s, *idx;
+  PetscInt *s, *idx;
 
   PetscFunctionBegin;
   PetscCall(PetscObjectGetComm((PetscObject)sf, &comm));
-  PetscCall(PetscSFGetGraph(sf, &nroots, NULL, NULL, NULL));
-  PetscCall(PetscMalloc1(PetscMax(nroots, 1), &s));
-  PetscCall(MoveIndices(sf, lmap, nroots, nc, r0, s));
+  PetscCall(PetscMalloc1(PetscMax(n, 1), &s));
+  PetscCall(MoveIndices(sf, lmap, croot, n, nc, r0, s));
   PetscCall(PetscMalloc1(PetscMax(n, 1), &idx));
   for (PetscInt i = 0; i < n; i++) idx[i] = s[perm[i]];
   PetscCall(ISCreateGeneral(comm, n, idx, PETSC_OWN_POINTER, is));
@@ -1325,8 +1377,8 @@ static PetscErrorCode TreeOrderIndices(PetscSF sf, const PetscInt lmap[], PetscI
 PetscErrorCode FMMDistPartition(FMMDist *D, PetscInt s0, PetscInt t0, IS *src, IS *tgt)
 {
   PetscFunctionBegin;
-  if (src) PetscCall(TreeOrderIndices(D->sfsrc, D->lsrc, D->nxc, s0, D->n, D->sperm, src));
-  if (tgt) PetscCall(TreeOrderIndices(D->sftgt ? D->sftgt : D->sfsrc, D->sftgt ? D->ltgt : D->lsrc, D->myc, D->sftgt ? t0 : s0, D->m, D->tperm, tgt));
+  if (src) PetscCall(TreeOrderIndices(D->sfsrc, D->lsrc, D->csrc, D->nxc, s0, D->n, D->sperm, src));
+  if (tgt) PetscCall(TreeOrderIndices(D->sftgt ? D->sftgt : D->sfsrc, D->sftgt ? D->ltgt : D->lsrc, D->sftgt ? D->ctgt : D->csrc, D->myc, D->sftgt ? t0 : s0, D->m, D->tperm, tgt));
   PetscFunctionReturn(0);
 }
 
@@ -1363,27 +1415,27 @@ static PetscInt SlotBox(const FMMDist *D, PetscInt t)
   the price of the halo's far field.  Boxes this rank does not see get the root's
   centre and scale (their expansions are never read: far lists name this
   rank's boxes, the top's and the halo's, whose multipoles the exchange
-  overwrites after M2M).
+  overwrites after M2M).  The plan takes D's arrays of sources and targets
+  (reordered in place, so the rank's points are not copied) and its
+  product numbers (cin, cout): once, after FMMDistBuild().
 */
 PetscErrorCode FMMDistHostPlan(FMMDist *D, PetscBool halotgt, FMMPlan *P, FMMHostPlan **hp)
 {
   const PetscInt L = D->L, l0 = D->l0, nleaves = (PetscInt)1 << (2 * L), nboxes = FMMLevelStart(L + 1), N = D->n + D->nh;
   const PetscInt lbase = D->B0 << (2 * (L - l0)), M = halotgt ? N : D->m;
   FMMHostPlan   *H;
-  PetscInt       nfar = 0, nnear = 0, *hoff = NULL, *hnear = NULL, *i0;
+  PetscInt       nfar = 0, nnear = 0, *hoff = NULL, *hnear = NULL, hb;
 
   PetscFunctionBegin;
   PetscCheck(!halotgt || D->same, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM: halo targets need targets = sources");
   PetscCall(FMMHostPlanDestroy(hp));
   PetscCall(PetscNew(&H));
   *hp = H;
-  PetscCall(PetscMalloc4(N, &H->sperm, N, &H->sx, N, &H->sy, nleaves + 1, &H->sleaf));
-  PetscCall(PetscMalloc3(N, &H->cq, N, &H->cdx, N, &H->cdy));
-  PetscCall(PetscMalloc4(M, &H->tperm, M, &H->tx, M, &H->ty, nleaves + 1, &H->tleaf));
+  PetscCall(FMMHostPlanPoints(H, N, M, nleaves, PETSC_FALSE));
   PetscCall(PetscMalloc3(nboxes, &H->cx, nboxes, &H->cy, nboxes, &H->scale));
-  /* sources leaf by leaf, in the global order of the leaves: each leaf's first source in D (i0), then
-     the copies, a leaf a thread */
-  PetscCall(PetscMalloc1(nleaves, &i0));
+  /* sources in the global order of the leaves: the halo's leaves before this rank's (hb sources, the first
+     of D's halo), this rank's, then the rest of the halo's; D's arrays (this rank's, then the halo's) are
+     turned into that order in place and handed to the plan */
   H->sleaf[0] = H->tleaf[0] = 0;
   for (PetscInt g = 0, h = 0; g < nleaves; g++) {
     PetscInt a = 0, e = 0;
@@ -1395,39 +1447,59 @@ PetscErrorCode FMMDistHostPlan(FMMDist *D, PetscBool halotgt, FMMPlan *P, FMMHos
       e = D->sleaf[D->nl + h + 1];
       h++;
     }
-    i0[g]           = a;
     H->sleaf[g + 1] = H->sleaf[g] + (e - a);
   }
-#pragma omp parallel for schedule(dynamic, 256) if (N >= FMM_OMP_MIN_POINTS)
-  for (PetscInt g = 0; g < nleaves; g++)
-    for (PetscInt k = H->sleaf[g], i = i0[g]; k < H->sleaf[g + 1]; k++, i++) {
-      H->sperm[k] = i < D->n ? D->cin[i] : D->nxc + D->nrr + (i - D->n); /* the caller's x, then din (FMMDistDensities()) */
-      H->sx[k]    = D->sx[i];
-      H->sy[k]    = D->sy[i];
-      H->cq[k]    = D->cq[i];
-      H->cdx[k]   = D->cdx[i];
-      H->cdy[k]   = D->cdy[i];
+  hb = H->sleaf[lbase];
+  {
+    PetscReal **arr[5] = {&D->sx, &D->sy, &D->cq, &D->cdx, &D->cdy}, *tmp;
+    PetscCheck(D->sx && H->sleaf[nleaves] == N && (D->nl == 0 || D->sleaf[D->nl] + hb <= N), PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM: the rank's plan takes its part's sources once, in leaf order");
+    PetscCall(PetscMalloc1(PetscMax(hb, 1), &tmp));
+    for (int j = 0; j < 5; j++) { /* [own | halo before | halo after] -> [halo before | own | halo after] */
+      PetscReal *v = *arr[j];
+      PetscCall(PetscArraycpy(tmp, v + D->n, hb));
+      PetscCall(PetscArraymove(v + hb, v, D->n));
+      PetscCall(PetscArraycpy(v, tmp, hb));
     }
-  PetscCall(PetscFree(i0));
+    PetscCall(PetscFree(tmp));
+    H->sx  = D->sx;
+    H->sy  = D->sy;
+    H->cq  = D->cq;
+    H->cdx = D->cdx;
+    H->cdy = D->cdy;
+    D->sx = D->sy = D->cq = D->cdx = D->cdy = NULL;
+    if (D->same) D->tx = D->ty = NULL;
+  }
+#pragma omp parallel for schedule(static) if (N >= FMM_OMP_MIN_POINTS)
+  for (PetscInt k = 0; k < N; k++) { /* D's number of place k: the caller's x, then din (FMMDistDensities()) */
+    const PetscInt i = k < hb ? D->n + k : (k < hb + D->n ? k - hb : k);
+    H->sperm[k]      = i < D->n ? D->cin[i] : D->nxc + D->nrr + (i - D->n);
+  }
   /* targets: this rank's leaves (halotgt: the sources, the halo's dropped) */
   if (halotgt) {
-    const PetscInt k0 = H->sleaf[lbase], m = D->tleaf[D->nl]; /* own leaves: own points only, in D's order */
+    const PetscInt m = D->tleaf[D->nl]; /* own leaves: own points only, in D's order */
     PetscCall(PetscArraycpy(H->tleaf, H->sleaf, nleaves + 1));
+    H->tx     = H->sx;
+    H->ty     = H->sy;
+    H->talias = PETSC_TRUE;
 #pragma omp parallel for schedule(static) if (N >= FMM_OMP_MIN_POINTS)
-    for (PetscInt k = 0; k < N; k++) {
-      H->tx[k]    = H->sx[k];
-      H->ty[k]    = H->sy[k];
-      H->tperm[k] = (k >= k0 && k < k0 + m) ? D->cout[k - k0] : -1;
-    }
-  } else { /* own leaves only: D's targets from the first own leaf's place on */
+    for (PetscInt k = 0; k < N; k++) H->tperm[k] = (k >= hb && k < hb + m) ? D->cout[k - hb] : -1;
+  } else { /* own leaves only: D's targets from the first own leaf's place on (the sources' own part where same) */
     for (PetscInt g = 0; g < nleaves; g++) H->tleaf[g + 1] = (g < lbase) ? 0 : (g < lbase + D->nl ? D->tleaf[g - lbase + 1] : D->m);
-#pragma omp parallel for schedule(static) if (M >= FMM_OMP_MIN_POINTS)
-    for (PetscInt k = 0; k < M; k++) {
-      H->tperm[k] = D->cout[k];
-      H->tx[k]    = D->tx[k];
-      H->ty[k]    = D->ty[k];
+    PetscCall(PetscArraycpy(H->tperm, D->cout, M));
+    if (D->same) {
+      H->tx     = H->sx + hb;
+      H->ty     = H->sy + hb;
+      H->talias = PETSC_TRUE;
+    } else {
+      H->tx = D->tx;
+      H->ty = D->ty;
+      D->tx = D->ty = NULL;
     }
   }
+  /* the product's numbers of D's points are the plan's now */
+  if (!D->same) PetscCall(PetscFree(D->cout));
+  PetscCall(PetscFree(D->cin));
+  D->cout = NULL;
   /* geometry */
   for (PetscInt b = 0; b < nboxes; b++) {
     H->cx[b]    = D->cx[0];

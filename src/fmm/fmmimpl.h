@@ -138,6 +138,7 @@ typedef struct {
   /* this rank's targets in tree order */
   PetscInt  *tperm;   /* [M] tree position -> local target index */
   PetscReal *tx, *ty; /* [M] */
+  PetscBool  talias;  /* tx, ty point into sx, sy (not freed apart) */
   PetscInt  *tleaf;   /* [nleaves+1] */
   /* boxes */
   PetscReal *cx, *cy, *scale; /* [nboxes] centre and radius (scale of the expansions) */
@@ -462,7 +463,8 @@ typedef struct {
   PetscInt  *tleaf;                /* [nl + 1] */
   PetscInt  *sperm, *tperm;        /* tree position -> the point's slot as received */
   PetscInt  *lsrc, *ltgt;          /* [n], [m] slot -> the caller's index on this rank that fills it (-1: another rank's) */
-  PetscSF    sfsrc, sftgt;         /* the caller's sources on other ranks (leaves) -> this rank's slots (roots); targets likewise (NULL: same) */
+  PetscSF    sfsrc, sftgt;         /* the caller's sources on other ranks (leaves) -> this rank's slots fed by them (roots); targets likewise (NULL: same) */
+  PetscInt  *csrc, *ctgt;          /* [nrr], [nrt] the slots of sfsrc's and sftgt's roots */
   PetscSF    sfhalo, sfmp;         /* owners' sources in tree order -> the halo's; owners' multipoles (slots ntop..nown) -> halo slots */
   /* each product's moves (FMMDistIOSetup()): a density is the caller's x[c] (c < nxc) or din[c - nxc], din holding
      the nrr densities from other ranks (sfin) and then the halo's nh (sfhx: from the owners' x, sfhd: from their din);
@@ -548,6 +550,7 @@ PETSC_INTERN void           FMMPlanStatistics(FMMPlan *, const FMMHostPlan *);
 PETSC_INTERN void           FMMSelect(FMMPoint *, PetscInt, PetscInt, int);
 PETSC_INTERN PetscErrorCode FMMTreeSplit(FMMPoint *, PetscInt, const PetscInt[], PetscInt, PetscBool, PetscInt **);
 PETSC_INTERN PetscErrorCode FMMHostPlanDestroy(FMMHostPlan **);
+PETSC_INTERN PetscErrorCode FMMHostPlanPoints(FMMHostPlan *, PetscInt, PetscInt, PetscInt, PetscBool);
 PETSC_INTERN PetscBool      FMMWalksApply(FMMContext *);
 PETSC_INTERN PetscInt       FMMWalksCount(PetscInt, const PetscInt *, const PetscInt *, PetscInt *);
 PETSC_INTERN PetscErrorCode FMMWalksBuild(FMMPlan *, FMMHostPlan *, PetscReal, PetscObject);
@@ -570,6 +573,14 @@ PETSC_INTERN PetscErrorCode FMMDistResetCPU(FMMDist *);
 PETSC_INTERN PetscErrorCode FMMDistMultCPU(FMMDist *, const PetscScalar *, PetscScalar *);
 PETSC_INTERN PetscErrorCode FMMDistDensities(FMMDist *, const PetscScalar *, const FMMDeviceMemory *);
 PETSC_INTERN PetscErrorCode FMMDistPotentials(FMMDist *, PetscScalar *, const FMMDeviceMemory *);
+/* a setup stage's end for -info: the time and the process's resident memory (bytes) */
+static inline PetscErrorCode FMMStageMark(PetscLogDouble *t, PetscLogDouble *rss)
+{
+  PetscFunctionBegin;
+  PetscCall(PetscTime(t));
+  PetscCall(PetscMemoryGetCurrentUsage(rss));
+  PetscFunctionReturn(0);
+}
 /* points.c */
 PETSC_INTERN void           FMMCopyReals(PetscReal *, const PetscReal *, PetscInt);
 PETSC_INTERN void           FMMLeafOf(PetscInt, const PetscInt[], PetscInt[]);

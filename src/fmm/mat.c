@@ -187,19 +187,19 @@ static PetscErrorCode SetupDistributed(Mat A)
   FMMDist    *D;
   PetscReal   g[4] = {-fmm->src.range[0], fmm->src.range[1], -fmm->src.range[2], fmm->src.range[3]};
   PetscInt64  mx[2];
-  PetscLogDouble tm[5]; /* the stages' start times, for -info */
+  PetscLogDouble tm[5], rm[5]; /* the stages' start times and resident memory, for -info */
 
   PetscFunctionBegin;
-  PetscCall(PetscTime(&tm[0]));
+  PetscCall(FMMStageMark(&tm[0], &rm[0]));
   PetscCall(FMMPointsToHost(fmm));
   if (fmm->src.n == 0) g[0] = g[1] = g[2] = g[3] = PETSC_NINFINITY;
   PetscCall(MPIU_Allreduce(MPI_IN_PLACE, g, 4, MPIU_REAL, MPIU_MAX, comm));
   PetscCheck(A->cmap->N < 2 || -g[0] != g[1] || -g[2] != g[3], comm, PETSC_ERR_ARG_WRONG, "MATFMM: all %" PetscInt_FMT " sources are at the same point (%g, %g); the kernel vanishes between coincident points, so the operator is degenerate", A->cmap->N, (double)g[1], (double)g[3]);
   PetscCall(PetscLogEventBegin(MATFMM_Tree, A, 0, 0, 0));
-  PetscCall(PetscTime(&tm[1]));
+  PetscCall(FMMStageMark(&tm[1], &rm[1]));
   PetscCall(FMMDistBuild(A, &fmm->dist));
   PetscCall(PetscLogEventEnd(MATFMM_Tree, A, 0, 0, 0));
-  PetscCall(PetscTime(&tm[2]));
+  PetscCall(FMMStageMark(&tm[2], &rm[2]));
   D = fmm->dist;
   PetscCall(PetscMalloc2(0, &fmm->sigma, A->rmap->n, &fmm->pot));
   if (fmm->device_used != MATFMM_DEVICE_CPU || fmm->distplan) { /* the backend evaluates this rank's part as a plan of its own (FMMDistHostPlan()) */
@@ -217,7 +217,7 @@ static PetscErrorCode SetupDistributed(Mat A)
     if (fmm->device_used == MATFMM_DEVICE_CUDA) PetscCall(FMMDistDeviceIO(D, fmm->ops->mem));
 #endif
     PetscCall(PetscLogEventEnd(MATFMM_Tree, A, 0, 0, 0));
-    PetscCall(PetscTime(&tm[3]));
+    PetscCall(FMMStageMark(&tm[3], &rm[3]));
     ctx->N        = P->N;
     ctx->Mg       = 0;
     ctx->t0       = 0;
@@ -227,7 +227,7 @@ static PetscErrorCode SetupDistributed(Mat A)
     ctx->src      = NULL;
     ctx->tgt      = NULL;
     ctx->wts      = NULL;
-    ctx->nrm      = anynrm ? D->cdx : NULL; /* not read: says that the plan's coefficients have dipoles */
+    ctx->nrm      = anynrm ? ctx->host->cdx : NULL; /* not read: says that the plan's coefficients have dipoles */
     ctx->nxexp    = D->nxexp;
     ctx->nximp    = D->nximp;
     ctx->xexp     = D->xexp;
@@ -242,8 +242,8 @@ static PetscErrorCode SetupDistributed(Mat A)
     ctx->nout2    = D->nrt;
     ctx->yout     = D->dout;
     PetscCall((*fmm->ops->setup)(ctx));
-    PetscCall(PetscTime(&tm[4]));
-    PetscCall(PetscInfo(A, "distributed setup on this rank: points %.3f s, tree and lists %.3f s, the backend's plan and exchange %.3f s, backend setup %.3f s\n", tm[1] - tm[0], tm[2] - tm[1], tm[3] - tm[2], tm[4] - tm[3]));
+    PetscCall(FMMStageMark(&tm[4], &rm[4]));
+    PetscCall(PetscInfo(A, "distributed setup on this rank: points %.3f s, tree and lists %.3f s, the backend's plan and exchange %.3f s, backend setup %.3f s; resident memory before %.0f MB, after each %.0f %.0f %.0f %.0f MB\n", tm[1] - tm[0], tm[2] - tm[1], tm[3] - tm[2], tm[4] - tm[3], rm[0] / 1048576, rm[1] / 1048576, rm[2] / 1048576, rm[3] / 1048576, rm[4] / 1048576));
     fmm->setup   = PETSC_TRUE;
     A->assembled = PETSC_TRUE;
     PetscFunctionReturn(0);

@@ -283,9 +283,7 @@ PetscErrorCode FMMPlanBuild(FMMContext *ctx)
     scnt[b + 1] += scnt[b];
     tcnt[b + 1] += tcnt[b];
   }
-  PetscCall(PetscMalloc4(N, &H->sperm, N, &H->sx, N, &H->sy, nleaves + 1, &H->sleaf));
-  PetscCall(PetscMalloc3(N, &H->cq, N, &H->cdx, N, &H->cdy));
-  PetscCall(PetscMalloc4(M, &H->tperm, M, &H->tx, M, &H->ty, nleaves + 1, &H->tleaf));
+  PetscCall(FMMHostPlanPoints(H, N, M, nleaves, PETSC_TRUE));
   PetscCall(PetscArraycpy(H->sleaf, scnt, nleaves + 1));
   PetscCall(PetscArraycpy(H->tleaf, tcnt, nleaves + 1));
 #pragma omp parallel for schedule(static) if (U >= FMM_OMP_MIN_POINTS)
@@ -424,15 +422,46 @@ void FMMPlanStatistics(FMMPlan *P, const FMMHostPlan *H)
   P->p2ppairs += P->wpairs;
 }
 
+/* a host plan's arrays of points and leaves, each apart (dist.c hands the plan arrays of its own): the
+   permutations and leaf ranges, and where coords the coordinates and coefficients */
+PetscErrorCode FMMHostPlanPoints(FMMHostPlan *H, PetscInt N, PetscInt M, PetscInt nleaves, PetscBool coords)
+{
+  PetscFunctionBegin;
+  PetscCall(PetscMalloc1(N, &H->sperm));
+  PetscCall(PetscMalloc1(nleaves + 1, &H->sleaf));
+  PetscCall(PetscMalloc1(M, &H->tperm));
+  PetscCall(PetscMalloc1(nleaves + 1, &H->tleaf));
+  if (coords) {
+    PetscCall(PetscMalloc1(N, &H->sx));
+    PetscCall(PetscMalloc1(N, &H->sy));
+    PetscCall(PetscMalloc1(N, &H->cq));
+    PetscCall(PetscMalloc1(N, &H->cdx));
+    PetscCall(PetscMalloc1(N, &H->cdy));
+    PetscCall(PetscMalloc1(M, &H->tx));
+    PetscCall(PetscMalloc1(M, &H->ty));
+  }
+  PetscFunctionReturn(0);
+}
+
 PetscErrorCode FMMHostPlanDestroy(FMMHostPlan **host)
 {
   FMMHostPlan *H = *host;
 
   PetscFunctionBegin;
   if (!H) PetscFunctionReturn(0);
-  PetscCall(PetscFree4(H->sperm, H->sx, H->sy, H->sleaf));
-  PetscCall(PetscFree3(H->cq, H->cdx, H->cdy));
-  PetscCall(PetscFree4(H->tperm, H->tx, H->ty, H->tleaf));
+  PetscCall(PetscFree(H->sperm));
+  PetscCall(PetscFree(H->sx));
+  PetscCall(PetscFree(H->sy));
+  PetscCall(PetscFree(H->cq));
+  PetscCall(PetscFree(H->cdx));
+  PetscCall(PetscFree(H->cdy));
+  PetscCall(PetscFree(H->sleaf));
+  PetscCall(PetscFree(H->tperm));
+  if (!H->talias) {
+    PetscCall(PetscFree(H->tx));
+    PetscCall(PetscFree(H->ty));
+  }
+  PetscCall(PetscFree(H->tleaf));
   PetscCall(PetscFree3(H->cx, H->cy, H->scale));
   PetscCall(PetscFree(H->faroff));
   PetscCall(PetscFree(H->far));
