@@ -457,8 +457,9 @@ static PetscErrorCode MoveIndices(PetscSF sf, const PetscInt lmap[], const Petsc
   PetscFunctionReturn(0);
 }
 
-/* to[r] = from[k] (bs reals) for each of the nroots slots r, k the caller's point there (OwnerMoves(),
-   croot as MoveIndices()); collective */
+/* to[r] = from[k] (bs = 1 or 2 reals) for each of the nroots slots r, k the caller's point there
+   (OwnerMoves(), croot as MoveIndices()); collective.  PETSc's own MPI types: the products' device moves
+   take the same PetscSF, and with an MPI type made and freed here they went wrong (PETSc 3.24 with CUDA) */
 static PetscErrorCode MoveReals(PetscSF sf, const PetscInt lmap[], const PetscInt croot[], PetscInt nroots, PetscInt bs, const PetscReal *from, PetscReal *to)
 {
   MPI_Datatype unit;
@@ -472,10 +473,10 @@ static PetscErrorCode MoveReals(PetscSF sf, const PetscInt lmap[], const PetscIn
       for (PetscInt j = 0; j < bs; j++) to[bs * r + j] = from[bs * lmap[r] + j];
   PetscCall(PetscSFGetGraph(sf, &ncr, NULL, NULL, NULL));
   PetscCall(PetscMalloc1(bs * ncr, &v));
-  PetscCall(RealsType(bs, &unit));
+  PetscCheck(bs == 1 || bs == 2, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM: moves of %" PetscInt_FMT " reals a point", bs);
+  unit = bs == 1 ? MPIU_REAL : MPIU_2SCALAR; /* (PetscScalar is PetscReal: petscfmm.h) */
   PetscCall(PetscSFReduceBegin(sf, unit, from, v, MPI_REPLACE));
   PetscCall(PetscSFReduceEnd(sf, unit, from, v, MPI_REPLACE));
-  PetscCallMPI(MPI_Type_free(&unit));
 #pragma omp parallel for schedule(static) if (ncr >= FMM_OMP_MIN_POINTS)
   for (PetscInt c = 0; c < ncr; c++)
     for (PetscInt j = 0; j < bs; j++) to[bs * croot[c] + j] = v[bs * c + j];
