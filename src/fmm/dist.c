@@ -361,73 +361,57 @@ static PetscErrorCode MakeSF(MPI_Comm comm, PetscInt nroots, PetscInt nleaves, P
   PetscFunctionReturn(0);
 }
 
-/* The owners' slots of this rank's n points (box[k]: each one's box of level l0; cl: this rank's points in
+/* The caller's n points to their owners' slots (box[k]: each one's box of level l0; cl: this rank's points in
    each box, c: all ranks', e: the ranks' before this one): a box's points take its owner's slots in rank
-   order, each rank's in the caller's order.  The slots fed by other ranks are numbered apart, in slot order
-   (the roots of the moves' PetscSF, OwnerMoves()): dest[k] is (owner, slot) where the point stays on this
-   rank, else (owner, that number); every rank computes those numbers from the owners' counts of their own
-   points, without a message.  *croot: this rank's slots fed by other ranks, *ncr of them.  Collective */
-static PetscErrorCode OwnerSlots(MPI_Comm comm, PetscInt n0, PetscInt n, const PetscInt box[], const PetscInt cl[], const PetscInt c[], const PetscInt e[], PetscSFNode **dest, PetscInt *ncr, PetscInt **croot)
+   order, each rank's in the caller's order.  Those that stay on this rank are copied (*lmap: for each of
+   its nroots slots the caller's point there, -1: another rank's), the others go through *sf (leaves: their
+   caller's indices; roots: the slots other ranks feed, numbered apart in slot order, *croot their slots on
+   this rank); the product's densities take the same PetscSF.  Every rank numbers those roots from the
+   owners' counts of their own points, without a message, and no array of all n destinations is made (its
+   pages cost more to touch than the loop).  Collective */
+static PetscErrorCode OwnerMoves(MPI_Comm comm, PetscInt n0, PetscInt n, const PetscInt box[], const PetscInt cl[], const PetscInt c[], const PetscInt e[], PetscInt nroots, PetscSF *sf, PetscInt **lmap, PetscInt **croot)
 {
-  PetscMPIInt rank, size;
-  PetscInt    B0, B1, *next, *own, *before, j = 0; /* a box's next slot; its owner's own points; the owner's own slots in its boxes before */
+  PetscMPIInt  rank, size, *owner;
+  PetscInt     B0, B1, ncr = 0, nrem = 0, *next, *own, *before, *il; /* a box's next slot; its owner's own points; the owner's own slots in its boxes before */
+  PetscSFNode *rr;
 
   PetscFunctionBegin;
   PetscCallMPI(MPI_Comm_rank(comm, &rank));
   PetscCallMPI(MPI_Comm_size(comm, &size));
   B0 = FirstBox(rank, size, n0);
   B1 = FirstBox(rank + 1, size, n0);
-  PetscCall(PetscCalloc3(n0, &next, n0, &own, n0, &before));
+  PetscCall(PetscCalloc4(n0, &next, n0, &own, n0, &before, n0, &owner));
   for (PetscInt B = B0; B < B1; B++) own[B] = cl[B];
   PetscCall(MPIU_Allreduce(MPI_IN_PLACE, own, n0, MPIU_INT, MPI_SUM, comm));
   for (PetscInt B = 0; B < n0; B++) {
-    if (B != FirstBox(OwnerOf(B, size, n0), size, n0)) {
+    owner[B] = OwnerOf(B, size, n0);
+    if (B != FirstBox(owner[B], size, n0)) {
       next[B]   = next[B - 1] + c[B - 1];
       before[B] = before[B - 1] + own[B - 1];
     }
+    if (owner[B] != rank) nrem += cl[B];
   }
-  *ncr = 0;
-  for (PetscInt B = B0; B < B1; B++) *ncr += c[B] - cl[B];
-  PetscCall(PetscMalloc1(*ncr, croot));
-  for (PetscInt B = B0; B < B1; B++)
+  for (PetscInt B = B0; B < B1; B++) ncr += c[B] - cl[B];
+  PetscCall(PetscMalloc1(ncr, croot));
+  for (PetscInt B = B0, j = 0; B < B1; B++)
     for (PetscInt s = next[B]; s < next[B] + c[B]; s++)
       if (s < next[B] + e[B] || s >= next[B] + e[B] + cl[B]) (*croot)[j++] = s;
   for (PetscInt B = 0; B < n0; B++) next[B] += e[B];
-  PetscCall(PetscMalloc1(n, dest));
-  for (PetscInt k = 0; k < n; k++) {
-    const PetscInt    B = box[k], s = next[B]++;
-    const PetscMPIInt q = OwnerOf(B, size, n0);
-    (*dest)[k]          = (PetscSFNode){q, q == rank ? s : s - before[B] - (q < rank ? own[B] : 0)};
-  }
-  PetscCall(PetscFree3(next, own, before));
-  PetscFunctionReturn(0);
-}
-
-/* The caller's n points to their owners' slots (dest: OwnerSlots()): those that stay on this rank are
-   copied (*lmap: for each of its nroots slots the caller's point there, -1: another rank's), the others go
-   through *sf (leaves: their caller's indices, roots: the ncr slots fed by other ranks, numbered apart);
-   the product's densities take the same PetscSF.  Frees dest; collective */
-static PetscErrorCode OwnerMoves(MPI_Comm comm, PetscInt nroots, PetscInt ncr, PetscInt n, PetscSFNode *dest, PetscSF *sf, PetscInt **lmap)
-{
-  PetscMPIInt  rank;
-  PetscInt     nrem = 0, *il;
-  PetscSFNode *rr;
-
-  PetscFunctionBegin;
-  PetscCallMPI(MPI_Comm_rank(comm, &rank));
   PetscCall(PetscMalloc1(PetscMax(nroots, 1), lmap));
+#pragma omp parallel for schedule(static) if (nroots >= FMM_OMP_MIN_POINTS)
   for (PetscInt r = 0; r < nroots; r++) (*lmap)[r] = -1;
-  for (PetscInt k = 0; k < n; k++) nrem += dest[k].rank == rank ? 0 : 1;
   PetscCall(PetscMalloc1(nrem, &il));
   PetscCall(PetscMalloc1(nrem, &rr));
   for (PetscInt k = 0, j = 0; k < n; k++) {
-    if (dest[k].rank == rank) (*lmap)[dest[k].index] = k;
+    const PetscInt    B = box[k], s = next[B]++;
+    const PetscMPIInt q = owner[B];
+    if (q == rank) (*lmap)[s] = k;
     else {
       il[j]   = k;
-      rr[j++] = dest[k];
+      rr[j++] = (PetscSFNode){q, s - before[B] - (q < rank ? own[B] : 0)};
     }
   }
-  PetscCall(PetscFree(dest));
+  PetscCall(PetscFree4(next, own, before, owner));
   PetscCall(MakeSF(comm, ncr, nrem, il, rr, sf));
   PetscFunctionReturn(0);
 }
@@ -781,9 +765,7 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
     PetscCall(PetscArrayzero(et, n0));
   }
   {
-    PetscSFNode *rs, *rt = NULL;
-    PetscInt    *cl; /* this rank's sources and targets in each box */
-    PetscInt     ncs, nct;
+    PetscInt *cl; /* this rank's sources and targets in each box */
     PetscCall(PetscMalloc1(2 * n0, &cl));
     PetscCall(PetscArraycpy(cl, cs, n0));
     PetscCall(PetscArraycpy(cl + n0, ctg, n0));
@@ -794,12 +776,8 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
       nr += cs[B];
       mr += ctg[B];
     }
-    PetscCall(OwnerSlots(comm, n0, ns, boxof, cl, cs, es, &rs, &ncs, &D->csrc));
-    PetscCall(OwnerMoves(comm, nr, ncs, ns, rs, &D->sfsrc, &D->lsrc));
-    if (!same) {
-      PetscCall(OwnerSlots(comm, n0, mt, boxof + ns, cl + n0, ctg, et, &rt, &nct, &D->ctgt));
-      PetscCall(OwnerMoves(comm, mr, nct, mt, rt, &D->sftgt, &D->ltgt));
-    }
+    PetscCall(OwnerMoves(comm, n0, ns, boxof, cl, cs, es, nr, &D->sfsrc, &D->lsrc, &D->csrc));
+    if (!same) PetscCall(OwnerMoves(comm, n0, mt, boxof + ns, cl + n0, ctg, et, mr, &D->sftgt, &D->ltgt, &D->ctgt));
     PetscCall(PetscFree(cl));
   }
   PetscCall(PetscFree(boxof));
