@@ -363,7 +363,8 @@ static PetscErrorCode MakeSF(MPI_Comm comm, PetscInt nroots, PetscInt nleaves, P
 
 /* The caller's n points to their owners' slots (box[k]: each one's box of level l0; cl: this rank's points in
    each box, c: all ranks', e: the ranks' before this one): a box's points take its owner's slots in rank
-   order, each rank's in the caller's order.  Those that stay on this rank are copied (*lmap: for each of
+   order, each rank's in the caller's order (so in the order of their global indices: the key's ties, which
+   a backend's subtrees break by position).  Those that stay on this rank are copied (*lmap: for each of
    its nroots slots the caller's point there, -1: another rank's), the others go through *sf (leaves: their
    caller's indices; roots: the slots other ranks feed, numbered apart in slot order, *croot their slots on
    this rank); the product's densities take the same PetscSF.  Every rank numbers those roots from the
@@ -455,9 +456,9 @@ static PetscErrorCode MoveReals(PetscSF sf, const PetscInt lmap[], const PetscIn
   for (PetscInt r = 0; r < nroots; r++)
     if (lmap[r] >= 0)
       for (PetscInt j = 0; j < bs; j++) to[bs * r + j] = from[bs * lmap[r] + j];
+  PetscCheck(bs == 1 || bs == 2, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM: moves of %" PetscInt_FMT " reals a point", bs);
   PetscCall(PetscSFGetGraph(sf, &ncr, NULL, NULL, NULL));
   PetscCall(PetscMalloc1(bs * ncr, &v));
-  PetscCheck(bs == 1 || bs == 2, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM: moves of %" PetscInt_FMT " reals a point", bs);
   unit = bs == 1 ? MPIU_REAL : MPIU_2SCALAR; /* (PetscScalar is PetscReal: petscfmm.h) */
   PetscCall(PetscSFReduceBegin(sf, unit, from, v, MPI_REPLACE));
   PetscCall(PetscSFReduceEnd(sf, unit, from, v, MPI_REPLACE));

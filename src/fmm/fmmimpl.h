@@ -471,7 +471,7 @@ typedef struct {
      a potential goes to the caller's y[c] (c < myc) or dout[c - myc], which sfout sends to the other ranks' y */
   PetscInt     nxc, myc, nrr, nrt;
   PetscInt    *cin, *cout;         /* [n], [m] tree order */
-  PetscSF      sfin, sfout, sfhx, sfhd; /* sfout NULL: sfin (the targets are the sources) */
+  PetscSF      sfin, sfout, sfhx, sfhd; /* sfin, sfout: sfsrc, sftgt themselves; sfout NULL: sfin (the targets are the sources) */
   PetscScalar *din, *dout;         /* [nrr + nh], [nrt] */
   const FMMDeviceMemory *iomem;    /* din and dout in this device memory (FMMDistDeviceIO(); NULL: host memory) */
   PetscInt64 nfar, nfartop, p2ppairs; /* M2L of this rank's boxes (+ the top's, on rank 0), of the top; P2P pairs */
