@@ -731,6 +731,7 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
     PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, has, 2, MPI_INT, MPI_LOR, comm));
     anynrm = (has[0] && par->alpha != 0.0) ? PETSC_TRUE : PETSC_FALSE;
     anywts = has[1] ? PETSC_TRUE : PETSC_FALSE;
+    D->dipoles = anynrm;
   }
 
   /* 1. the top levels, cut in parallel: each point's box of level l0 (boxof: the sources, then the

@@ -452,6 +452,7 @@ static inline PetscInt FMMBackendIndex(MatFMMDevice d)
 typedef struct {
   PetscInt   L, l0, B0, B1;
   PetscBool  same;                 /* the targets are the sources */
+  PetscBool  dipoles;              /* some rank's sources have normals and alpha != 0 (the coefficients have dipoles) */
   PetscInt   ntop, nown, nslot, nhb; /* nhb = nslot - nown */
   PetscReal *cx, *cy, *scale;      /* [nslot] */
   PetscInt  *nsb, *ntb;            /* [nown] sources and targets in each box (the top's: of all ranks) */

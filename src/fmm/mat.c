@@ -204,12 +204,7 @@ static PetscErrorCode SetupDistributed(Mat A)
   PetscCall(PetscMalloc2(0, &fmm->sigma, A->rmap->n, &fmm->pot));
   if (fmm->device_used != MATFMM_DEVICE_CPU || fmm->distplan) { /* the backend evaluates this rank's part as a plan of its own (FMMDistHostPlan()) */
     FMMContext *ctx = &fmm->ctx;
-    PetscBool   anynrm;
-    {
-      PetscMPIInt h = fmm->src.hasnrm ? 1 : 0;
-      PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, &h, 1, MPI_INT, MPI_LOR, comm));
-      anynrm = (h && fmm->par.alpha != 0.0) ? PETSC_TRUE : PETSC_FALSE;
-    }
+    const PetscBool anynrm = D->dipoles;
     PetscCall(PetscLogEventBegin(MATFMM_Tree, A, 0, 0, 0));
     PetscCall(FMMDistHostPlan(D, D->same && !anynrm ? PETSC_TRUE : PETSC_FALSE, P, &ctx->host)); /* single layer: the halo's sources as targets, for the symmetric P2P */
     PetscCall(FMMDistExchangeSetup(D, fmm->par.p));
