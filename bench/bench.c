@@ -29,6 +29,10 @@ static char help[] = "MATFMM benchmark: setup, MatMult (median of -reps), time p
   cost any first PETSc object on it pays), setsources_s its
   MatFMMSetSources() and assembly_s its MatAssemblyBegin/End;
   cuda_init_s is PetscFMMCUDAInitialize(), the CUDA context, once per process;
+  rss_max_mb is the largest peak resident memory of a rank (rss_sum_mb their sum)
+  when the line is printed, rss_assembly_mb that peak at the end of the first
+  assembly (and rss_layout_mb, with -layout tree, at the end of the assembly
+  that found the tree's parts: the peak over the whole run is the largest);
   with -reassemble k, reassembly_med_s is the median of k assemblies after
   MatFMMSetSources() with the same points (what a time-stepping code pays when
   its points move: the tree is rebuilt), and setsources_med_s the median of
@@ -109,6 +113,14 @@ typedef struct {
   PetscInt  g;
 } XKey;
 
+/* this process's peak resident memory so far, in MB */
+static PetscReal PeakMB(void)
+{
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return (PetscReal)ru.ru_maxrss / 1024;
+}
+
 /* -layout tree: the curve's points (global numbers) this rank's part of the distributed tree holds, from a
    first assembly on the index order (the options of the run apply) */
 static PetscErrorCode TreeLayout(PetscInt N, PetscInt *n, PetscInt **gidx)
@@ -157,7 +169,7 @@ int main(int argc, char **argv)
   VecType            vtype;
   char               geom[16] = "curve", lay[16] = "index";
   PetscInt          *order = NULL, *tidx = NULL;
-  PetscReal         *xy, *nrm, *w, *times, *ltimes, eps = 1e-10, bstd = 1e-9, reas = 0, sets = 0, su[3] = {0, 0, 0}, idle = 0, midle = 0;
+  PetscReal         *xy, *nrm, *w, *times, *ltimes, rssl = 0, rssa = 0, eps = 1e-10, bstd = 1e-9, reas = 0, sets = 0, su[3] = {0, 0, 0}, idle = 0, midle = 0;
   PetscReal         *sxy, *snrm, *sw; /* what MatFMMSetSources() is given: xy, nrm, w or their device copies */
   PetscLogDouble     t0, t1, ta, ts0, ts1, ti0, ti1;
   Mat                A;
@@ -198,7 +210,10 @@ int main(int argc, char **argv)
   PetscCallMPI(MPI_Scan(&n, &rstart, 1, MPIU_INT, MPI_SUM, PETSC_COMM_WORLD));
   rstart -= n;
   PetscCheck(!strcmp(lay, "index") || (curve && (!strcmp(lay, "x") || !strcmp(lay, "tree"))), PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-layout %s: expected index, or x or tree with the curve", lay);
-  if (!strcmp(lay, "tree")) PetscCall(TreeLayout(N, &n, &tidx));
+  if (!strcmp(lay, "tree")) {
+    PetscCall(TreeLayout(N, &n, &tidx));
+    rssl = PeakMB();
+  }
   PetscCall(PetscMalloc5(2 * n, &xy, 2 * n, &nrm, n, &w, reps, &times, reps, &ltimes));
   PetscCall(PetscRandomCreate(PETSC_COMM_SELF, &rnd));
   if (!strcmp(lay, "x")) { /* every rank sorts all points by x (libc's qsort: PETSc's quicksort crawls on the curve's runs) and takes its run */
@@ -264,6 +279,7 @@ int main(int argc, char **argv)
   PetscCall(MatAssemblyBegin(A, MAT_FINAL_ASSEMBLY));
   PetscCall(MatAssemblyEnd(A, MAT_FINAL_ASSEMBLY));
   PetscCall(PetscTime(&t1));
+  rssa = PeakMB();
   if (hostvecs) PetscCall(MatSetVecType(A, VECSTANDARD));
   PetscCall(MatCreateVecs(A, &x, &y));
   PetscCall(VecGetType(x, &vtype));
@@ -365,13 +381,12 @@ int main(int argc, char **argv)
     if (nsu) PetscCall(PetscPrintf(PETSC_COMM_WORLD, " setup_med_s=%.6f setup_min_s=%.6f setup_max_s=%.6f", (double)su[0], (double)su[1], (double)su[2]));
     if (nsu && idle > 0) PetscCall(PetscPrintf(PETSC_COMM_WORLD, " idle_ms=%.1f mult_idle_med_s=%.6f", (double)(1e3 * idle), (double)midle));
     { /* peak resident memory of the processes (host memory) */
-      struct rusage ru;
-      PetscReal     kb[2];
-      getrusage(RUSAGE_SELF, &ru);
-      kb[0] = kb[1] = (PetscReal)ru.ru_maxrss;
-      PetscCall(MPIU_Allreduce(MPI_IN_PLACE, &kb[0], 1, MPIU_REAL, MPIU_MAX, PETSC_COMM_WORLD));
-      PetscCall(MPIU_Allreduce(MPI_IN_PLACE, &kb[1], 1, MPIU_REAL, MPIU_SUM, PETSC_COMM_WORLD));
-      PetscCall(PetscPrintf(PETSC_COMM_WORLD, " rss_max_mb=%.1f rss_sum_mb=%.1f", (double)(kb[0] / 1024), (double)(kb[1] / 1024)));
+      PetscReal mb[4] = {PeakMB(), rssa, rssl, 0};
+      mb[3] = mb[0];
+      PetscCall(MPIU_Allreduce(MPI_IN_PLACE, mb, 3, MPIU_REAL, MPIU_MAX, PETSC_COMM_WORLD));
+      PetscCall(MPIU_Allreduce(MPI_IN_PLACE, &mb[3], 1, MPIU_REAL, MPIU_SUM, PETSC_COMM_WORLD));
+      PetscCall(PetscPrintf(PETSC_COMM_WORLD, " rss_max_mb=%.1f rss_sum_mb=%.1f rss_assembly_mb=%.1f", (double)mb[0], (double)mb[3], (double)mb[1]));
+      if (rssl > 0) PetscCall(PetscPrintf(PETSC_COMM_WORLD, " rss_layout_mb=%.1f", (double)mb[2]));
     }
     PetscCall(PetscPrintf(PETSC_COMM_WORLD, "\n"));
     PetscCall(PetscPrintf(PETSC_COMM_WORLD, "phases_ms: P2M=%.3f M2M=%.3f M2L=%.3f L2L=%.3f L2P=%.3f P2P=%.3f\n", 1e3 * ph[0], 1e3 * ph[1], 1e3 * ph[2], 1e3 * ph[3], 1e3 * ph[4], 1e3 * ph[5]));

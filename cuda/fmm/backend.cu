@@ -43,7 +43,8 @@ static void Free(FMM_CUDA *c, T **d)
   *d = NULL;
 }
 
-static PetscErrorCode FMMCUDAReset(FMMContext *ctx)
+/* the assembly's state (ctx->data) freed; the distributed tree's part (ctx->part) stays */
+static PetscErrorCode ResetData(FMMContext *ctx)
 {
   FMM_CUDA *c = (FMM_CUDA *)ctx->data;
 
@@ -74,6 +75,15 @@ static PetscErrorCode FMMCUDAReset(FMMContext *ctx)
   PetscCall(PetscFree(c->itemstart));
   PetscCall(PetscFree(c->rbox));
   PetscCall(PetscFree(ctx->data));
+  PetscFunctionReturn(0);
+}
+
+/* reset(): the assembly's state and the distributed tree's part */
+static PetscErrorCode FMMCUDAReset(FMMContext *ctx)
+{
+  PetscFunctionBegin;
+  PetscCall(FMMCUDAPartDestroy((FMMCUDAPart **)&ctx->part, NULL));
+  PetscCall(ResetData(ctx));
   PetscFunctionReturn(0);
 }
 
@@ -215,7 +225,7 @@ static PetscErrorCode Create(FMMContext *ctx)
   PetscInt          p = par->p;
 
   PetscFunctionBegin;
-  PetscCall(FMMCUDAReset(ctx));
+  PetscCall(ResetData(ctx));
   PetscCall(PetscNew(&c));
   ctx->data = c;
   PetscCall(FMMCUDAInitializeContext()); /* selects this rank's device; once per process also the context and the staging rings */
@@ -446,6 +456,38 @@ static PetscErrorCode UploadStaged(FMM_CUDA *c, T **d, const T *h, PetscInt64 n,
   PetscFunctionReturn(0);
 }
 
+/* The sources and targets of a rank's part of the distributed tree whose own points are on this GPU
+   (FMMDistHostPlan(), H->devn): the own sources [devb, devb + devn) and the own targets copied from the
+   part, the halo's sources (H's arrays: those before, then those after) uploaded around them; the part
+   is freed after */
+static PetscErrorCode PlanFromPart(FMMContext *ctx, FMM_CUDA *c, const FMMPlan *P, const FMMHostPlan *H)
+{
+  FMMCUDAPart     *p    = (FMMCUDAPart *)ctx->part;
+  const PetscInt   b    = H->devb, n = H->devn, N = P->N, M = P->M;
+  double         **d[5] = {&c->sx, &c->sy, &c->cq, &c->cdx, &c->cdy};
+  const double    *own[5], *halo[5] = {H->sx, H->sy, H->cq, H->cdx, H->cdy};
+  const char      *what[5] = {"the source coordinates", "the source coordinates", "the charges per unit density", "the dipoles per unit density", "the dipoles per unit density"};
+
+  PetscFunctionBegin;
+  PetscCheck(p && p->n == n && b + n <= N && (H->talias ? (M == N || M == n) : p->m == M), PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CUDA: the rank's part on the GPU does not match its plan");
+  own[0] = p->sx, own[1] = p->sy, own[2] = p->cq, own[3] = p->cdx, own[4] = p->cdy;
+  for (int k = 0; k < 5; k++) {
+    PetscCall(FMMCUDAMalloc(c->stream, (void **)d[k], sizeof(double) * PetscMax(N, 1), what[k]));
+    if (b) PetscCall(CopyIn(c->stream, *d[k], halo[k], b, MemOf(c, halo[k])));
+    if (n) FMMCallCUDA(cudaMemcpyAsync(*d[k] + b, own[k], sizeof(double) * n, cudaMemcpyDeviceToDevice, c->stream));
+    if (N - b - n) PetscCall(CopyIn(c->stream, *d[k] + b + n, halo[k] + b, N - b - n, MemOf(c, halo[k])));
+  }
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->tx, sizeof(double) * PetscMax(M, 1), "the target coordinates"));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->ty, sizeof(double) * PetscMax(M, 1), "the target coordinates"));
+  if (M) { /* the sources (all, or the own ones), or the own targets */
+    const double *tx = H->talias ? c->sx + (M == N ? 0 : b) : p->tx, *ty = H->talias ? c->sy + (M == N ? 0 : b) : p->ty;
+    FMMCallCUDA(cudaMemcpyAsync(c->tx, tx, sizeof(double) * M, cudaMemcpyDeviceToDevice, c->stream));
+    FMMCallCUDA(cudaMemcpyAsync(c->ty, ty, sizeof(double) * M, cudaMemcpyDeviceToDevice, c->stream));
+  }
+  PetscCall(FMMCUDAPartDestroy((FMMCUDAPart **)&ctx->part, c->stream));
+  PetscFunctionReturn(0);
+}
+
 /* the plan built by src/fmm/plan.c or src/fmm/dist.c (FMMDistHostPlan(): ctx's exchange), uploaded */
 static PetscErrorCode UploadPlan(FMMContext *ctx, FMM_CUDA *c, const FMMPlan *P, const FMMHostPlan *H)
 {
@@ -455,14 +497,17 @@ static PetscErrorCode UploadPlan(FMMContext *ctx, FMM_CUDA *c, const FMMPlan *P,
   PetscFunctionBegin;
   if (P->b1) PetscCall(CompactBoxes(c, P, H, ctx->exchange ? ctx->nximp : 0, ctx->ximp, &cx, &cy, &scale, &faroff, &far));
   PetscCall(UploadStaged(c, &c->sperm, H->sperm, P->N, "the source permutation"));
-  PetscCall(UploadStaged(c, &c->sx, H->sx, P->N, "the source coordinates"));
-  PetscCall(UploadStaged(c, &c->sy, H->sy, P->N, "the source coordinates"));
-  PetscCall(UploadStaged(c, &c->cq, H->cq, P->N, "the charges per unit density"));
-  PetscCall(UploadStaged(c, &c->cdx, H->cdx, P->N, "the dipoles per unit density"));
-  PetscCall(UploadStaged(c, &c->cdy, H->cdy, P->N, "the dipoles per unit density"));
   PetscCall(UploadStaged(c, &c->tperm, H->tperm, P->M, "the target permutation"));
-  PetscCall(UploadStaged(c, &c->tx, H->tx, P->M, "the target coordinates"));
-  PetscCall(UploadStaged(c, &c->ty, H->ty, P->M, "the target coordinates"));
+  if (H->devn) PetscCall(PlanFromPart(ctx, c, P, H));
+  else {
+    PetscCall(UploadStaged(c, &c->sx, H->sx, P->N, "the source coordinates"));
+    PetscCall(UploadStaged(c, &c->sy, H->sy, P->N, "the source coordinates"));
+    PetscCall(UploadStaged(c, &c->cq, H->cq, P->N, "the charges per unit density"));
+    PetscCall(UploadStaged(c, &c->cdx, H->cdx, P->N, "the dipoles per unit density"));
+    PetscCall(UploadStaged(c, &c->cdy, H->cdy, P->N, "the dipoles per unit density"));
+    PetscCall(UploadStaged(c, &c->tx, H->tx, P->M, "the target coordinates"));
+    PetscCall(UploadStaged(c, &c->ty, H->ty, P->M, "the target coordinates"));
+  }
   {
     PetscInt *tleafof;
     PetscCall(PetscMalloc1(P->M, &tleafof));
@@ -813,10 +858,12 @@ static PetscErrorCode WarmUp(void)
 
 /* in the order of struct _FMMBackendOps (fmmimpl.h) */
 /* subtrees(): a rank's subtrees of the distributed tree split on its GPU
-   (FMMCUDASubtrees, tree.cu); with -mat_fmm_cuda_tree cpu the host splits them */
-static PetscErrorCode FMMCUDASubtreesOp(FMMContext *ctx, PetscInt n, const PetscReal *xy, PetscInt nroot, const PetscInt *off, PetscInt levels, PetscInt *order, PetscInt *loff, PetscReal *bb, PetscBool *done)
+   (FMMCUDASubtrees, tree.cu), from the host's points or the part's slots;
+   with -mat_fmm_cuda_tree cpu the host splits them */
+static PetscErrorCode FMMCUDASubtreesOp(FMMContext *ctx, PetscInt n, const PetscReal *xy, const PetscInt *pj, PetscInt nroot, const PetscInt *off, PetscInt levels, PetscInt *order, PetscInt *loff, PetscReal *bb, PetscBool *done)
 {
   const FMMCUDAMat *m = (const FMMCUDAMat *)ctx->bmat;
+  FMMCUDAPart      *p = (FMMCUDAPart *)ctx->part;
   FMM_CUDA         *c;
   double           *dxy;
   PetscLogDouble    t0, t1;
@@ -824,28 +871,39 @@ static PetscErrorCode FMMCUDASubtreesOp(FMMContext *ctx, PetscInt n, const Petsc
   PetscFunctionBegin;
   *done = PETSC_FALSE;
   if (!m->tree_gpu) PetscFunctionReturn(0);
+  PetscCheck(xy || p, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CUDA: subtrees of no points");
   PetscCall(PetscTime(&t0));
   PetscCall(Create(ctx)); /* (the plan's setup makes its own) */
   c = (FMM_CUDA *)ctx->data;
-  PetscCall(FMMCUDAMalloc(c->stream, (void **)&dxy, sizeof(double) * 2 * PetscMax(n, 1), "the points of the subtrees"));
-  PetscCall(CopyIn(c->stream, dxy, xy, 2 * n, MemOf(c, xy)));
+  if (!xy && !pj) dxy = p->rxy; /* the targets are the sources: the slots in box order */
+  else {
+    PetscCall(FMMCUDAMalloc(c->stream, (void **)&dxy, sizeof(double) * 2 * PetscMax(n, 1), "the points of the subtrees"));
+    if (xy) PetscCall(CopyIn(c->stream, dxy, xy, 2 * n, MemOf(c, xy)));
+    else {
+      PetscInt *dpj;
+      PetscCall(UploadStaged(c, &dpj, pj, n, "the points of the subtrees"));
+      PetscCall(FMMCUDAPartInterleave(c->stream, p, n, dpj, dxy));
+      PetscCall(FMMCUDAFree(c->stream, dpj));
+    }
+  }
   PetscCall(FMMCUDASubtrees(c, n, dxy, nroot, off, levels, ctx->par->split_median, m->split_local, order, loff, bb));
-  PetscCall(FMMCUDAFree(c->stream, dxy));
-  PetscCall(FMMCUDAReset(ctx));
+  if (!p || dxy != p->rxy) PetscCall(FMMCUDAFree(c->stream, dxy));
+  PetscCall(ResetData(ctx));
   PetscCall(PetscTime(&t1));
-  PetscCall(PetscInfo(ctx->obj, "GPU subtrees: %" PetscInt_FMT " points in %" PetscInt_FMT " boxes split %" PetscInt_FMT " levels deep, %.2f ms with the points up and the order back\n", n, nroot, levels, 1e3 * (t1 - t0)));
+  PetscCall(PetscInfo(ctx->obj, "GPU subtrees: %" PetscInt_FMT " points in %" PetscInt_FMT " boxes split %" PetscInt_FMT " levels deep, %.2f ms with the %s and the order back\n", n, nroot, levels, 1e3 * (t1 - t0), xy ? "points up" : "points on the GPU"));
   *done = PETSC_TRUE;
   PetscFunctionReturn(0);
 }
 
 /* topcuts(): the distributed tree's top cuts on the ranks' GPUs (FMMCUDATopCuts,
-   tree.cu), where every rank builds its trees there (-mat_fmm_cuda_tree gpu) */
+   tree.cu), where every rank builds its trees there (-mat_fmm_cuda_tree gpu);
+   the points stay on the GPU (ctx->part) for the rest of the build */
 static PetscErrorCode FMMCUDATopCutsOp(FMMContext *ctx, MPI_Comm comm, PetscInt ns, const PetscReal *sxy, PetscInt mt, const PetscReal *txy, PetscInt s0, PetscInt tg0, PetscInt U, PetscInt l0, PetscInt *boxof, PetscBool *done)
 {
   const FMMCUDAMat *m = (const FMMCUDAMat *)ctx->bmat;
   PetscMPIInt       all = m->tree_gpu ? 1 : 0;
   FMM_CUDA         *c;
-  double           *dxy;
+  FMMCUDAPart      *p;
   PetscLogDouble    t0, t1;
 
   PetscFunctionBegin;
@@ -853,18 +911,121 @@ static PetscErrorCode FMMCUDATopCutsOp(FMMContext *ctx, MPI_Comm comm, PetscInt 
   PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, &all, 1, MPI_INT, MPI_LAND, comm));
   if (!all) PetscFunctionReturn(0);
   PetscCall(PetscTime(&t0));
-  PetscCall(Create(ctx)); /* (the plan's setup makes its own) */
+  PetscCall(FMMCUDAReset(ctx)); /* (a part an assembly that failed left) */
+  PetscCall(Create(ctx));       /* (the plan's setup makes its own) */
   c = (FMM_CUDA *)ctx->data;
-  PetscCall(FMMCUDAMalloc(c->stream, (void **)&dxy, sizeof(double) * 2 * PetscMax(ns + mt, 1), "the points of the top cuts"));
-  PetscCall(CopyIn(c->stream, dxy, sxy, 2 * ns, MemOf(c, sxy)));
-  if (mt) PetscCall(CopyIn(c->stream, dxy + 2 * ns, txy, 2 * mt, MemOf(c, txy)));
-  PetscCall(FMMCUDATopCuts(c, comm, ns + mt, U, dxy, ns, s0, tg0, l0, boxof));
-  PetscCall(FMMCUDAFree(c->stream, dxy));
-  PetscCall(FMMCUDAReset(ctx));
+  PetscCall(PetscNew(&p));
+  ctx->part = p;
+  p->ns     = ns;
+  p->mt     = mt;
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&p->xy, sizeof(double) * 2 * PetscMax(ns + mt, 1), "the points of the rank's part"));
+  PetscCall(CopyIn(c->stream, p->xy, sxy, 2 * ns, MemOf(c, sxy)));
+  if (mt) PetscCall(CopyIn(c->stream, p->xy + 2 * ns, txy, 2 * mt, MemOf(c, txy)));
+  PetscCall(FMMCUDATopCuts(c, comm, ns + mt, U, p->xy, ns, s0, tg0, l0, boxof));
+  PetscCall(ResetData(ctx));
   PetscCall(PetscTime(&t1));
   PetscCall(PetscInfo(ctx->obj, "GPU top cuts: %" PetscInt_FMT " points, %" PetscInt_FMT " levels, %.2f ms with the points up and the boxes back\n", ns + mt, l0, 1e3 * (t1 - t0)));
   *done = PETSC_TRUE;
   PetscFunctionReturn(0);
 }
 
-struct _FMMBackendOps FMMBackendCUDA = {"cuda", MATFMM_DEVICE_CUDA, 96, DeviceCount, &Memory, FMMCUDAInitializeContext, WarmUp, FMMCUDAMatCreate, FMMCUDAMatDestroy, FMMCUDAMatSetFromOptions, FMMCUDAMatSetSources, FMMCUDAMatBuildsPlan, FMMCUDAPlan, FMMCUDASetup, FMMCUDAMult, FMMCUDADirectMult, FMMCUDACombineOp, FMMCUDAReset, FMMCUDAView, FMMCUDASubtreesOp, FMMCUDATopCutsOp};
+/* partslots(): the part's points to this rank's slots (src/fmm/dist.c OwnerMoves()): those that stay from
+   the top cuts' copy, the received ones (and the normals and weights) up from the host */
+static PetscErrorCode FMMCUDAPartSlotsOp(FMMContext *ctx, PetscBool tgt, PetscInt nc, PetscBool hasnrm, const PetscReal *nrm, PetscBool haswts, const PetscReal *wts, PetscInt nslot, const PetscInt *lmap, PetscInt ncr, const PetscInt *croot, const PetscReal *rxy, const PetscReal *rnrm, const PetscReal *rw)
+{
+  FMMCUDAPart *p = (FMMCUDAPart *)ctx->part;
+  FMM_CUDA    *c;
+  PetscInt    *dl, *dc = NULL;
+  double      *dn = NULL, *dw = NULL, *v[3] = {NULL, NULL, NULL}, **oxy = tgt ? &p->txy : &p->rxy, *on = NULL, *ow = NULL;
+
+  PetscFunctionBegin;
+  PetscCheck(p && p->xy && nc == (tgt ? p->mt : p->ns), PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CUDA: no part of %" PetscInt_FMT " points on the GPU", nc);
+  PetscCall(Create(ctx));
+  c = (FMM_CUDA *)ctx->data;
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)oxy, sizeof(double) * 2 * PetscMax(nslot, 1), "the rank's slots"));
+  if (hasnrm) {
+    PetscCall(FMMCUDAMalloc(c->stream, (void **)&p->rnrm, sizeof(double) * 2 * PetscMax(nslot, 1), "the rank's slots"));
+    PetscCall(UploadStaged(c, &dn, nrm, 2 * nc, "the normals"));
+    on = p->rnrm;
+  }
+  if (haswts) {
+    PetscCall(FMMCUDAMalloc(c->stream, (void **)&p->rw, sizeof(double) * PetscMax(nslot, 1), "the rank's slots"));
+    PetscCall(UploadStaged(c, &dw, wts, nc, "the weights"));
+    ow = p->rw;
+  }
+  PetscCall(UploadStaged(c, &dl, lmap, nslot, "the rank's slots"));
+  PetscCall(FMMCUDAPartSlots(c->stream, nslot, dl, p->xy + (tgt ? 2 * p->ns : 0), dn, dw, *oxy, on, ow));
+  if (ncr) {
+    PetscCall(UploadStaged(c, &dc, croot, ncr, "the received points' slots"));
+    PetscCall(UploadStaged(c, &v[0], rxy, 2 * ncr, "the received points"));
+    if (on) PetscCall(UploadStaged(c, &v[1], rnrm, 2 * ncr, "the received normals"));
+    if (ow) PetscCall(UploadStaged(c, &v[2], rw, ncr, "the received weights"));
+    PetscCall(FMMCUDAPartReceived(c->stream, ncr, dc, v[0], v[1], v[2], *oxy, on, ow));
+  }
+  if (tgt) p->mr = nslot;
+  else p->nr = nslot;
+  PetscCall(FMMCUDAFree(c->stream, dl));
+  PetscCall(FMMCUDAFree(c->stream, dc));
+  PetscCall(FMMCUDAFree(c->stream, dn));
+  PetscCall(FMMCUDAFree(c->stream, dw));
+  for (int k = 0; k < 3; k++) PetscCall(FMMCUDAFree(c->stream, v[k]));
+  PetscCall(ResetData(ctx)); /* (waits for the stream) */
+  PetscFunctionReturn(0);
+}
+
+/* partorder(): the part's sources (and targets) in tree order, with the coefficients; its slots and the
+   caller's copy freed */
+static PetscErrorCode FMMCUDAPartOrderOp(FMMContext *ctx, PetscInt n, const PetscInt *sperm, PetscInt m, const PetscInt *tperm)
+{
+  FMMCUDAPart *p = (FMMCUDAPart *)ctx->part;
+  FMM_CUDA    *c;
+  PetscInt    *ds = NULL, *dt = NULL;
+  double     **a[7] = {&p->sx, &p->sy, &p->cq, &p->cdx, &p->cdy, &p->tx, &p->ty};
+
+  PetscFunctionBegin;
+  PetscCheck(p && p->rxy && n == p->nr && (m == 0 || (p->txy && m == p->mr)), PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CUDA: the part's slots do not match its order");
+  PetscCall(Create(ctx));
+  c    = (FMM_CUDA *)ctx->data;
+  p->n = n;
+  p->m = m;
+  for (int k = 0; k < 7; k++) PetscCall(FMMCUDAMalloc(c->stream, (void **)a[k], sizeof(double) * PetscMax(k < 5 ? n : m, 1), "the rank's part in tree order"));
+  PetscCall(UploadStaged(c, &ds, sperm, n, "the rank's part's order"));
+  if (m) PetscCall(UploadStaged(c, &dt, tperm, m, "the rank's part's order"));
+  PetscCall(FMMCUDAPartOrder(c->stream, p, ds, dt, ctx->par->alpha, ctx->par->beta));
+  PetscCall(FMMCUDAFree(c->stream, ds));
+  PetscCall(FMMCUDAFree(c->stream, dt));
+  {
+    double **f[5] = {&p->xy, &p->rxy, &p->rnrm, &p->rw, &p->txy};
+    for (int k = 0; k < 5; k++) {
+      PetscCall(FMMCUDAFree(c->stream, *f[k]));
+      *f[k] = NULL;
+    }
+  }
+  PetscCall(ResetData(ctx));
+  PetscFunctionReturn(0);
+}
+
+/* partgather(): the part's sources that other ranks' halos name, to the host */
+static PetscErrorCode FMMCUDAPartGatherOp(FMMContext *ctx, PetscInt nc, const PetscInt *idx, PetscReal *out)
+{
+  FMMCUDAPart *p = (FMMCUDAPart *)ctx->part;
+  FMM_CUDA    *c;
+  PetscInt    *di;
+  double      *dout;
+
+  PetscFunctionBegin;
+  PetscCheck(p && p->sx, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CUDA: the part is not in tree order");
+  if (!nc) PetscFunctionReturn(0);
+  PetscCall(Create(ctx));
+  c = (FMM_CUDA *)ctx->data;
+  PetscCall(UploadStaged(c, &di, idx, nc, "the halo's sources"));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&dout, sizeof(double) * 5 * nc, "the halo's sources"));
+  PetscCall(FMMCUDAPartGather(c->stream, p, nc, di, dout));
+  FMMCallCUDA(cudaMemcpyAsync(out, dout, sizeof(double) * 5 * nc, cudaMemcpyDeviceToHost, c->stream));
+  PetscCall(FMMCUDAFree(c->stream, di));
+  PetscCall(FMMCUDAFree(c->stream, dout));
+  PetscCall(ResetData(ctx));
+  PetscFunctionReturn(0);
+}
+
+struct _FMMBackendOps FMMBackendCUDA = {"cuda", MATFMM_DEVICE_CUDA, 96, DeviceCount, &Memory, FMMCUDAInitializeContext, WarmUp, FMMCUDAMatCreate, FMMCUDAMatDestroy, FMMCUDAMatSetFromOptions, FMMCUDAMatSetSources, FMMCUDAMatBuildsPlan, FMMCUDAPlan, FMMCUDASetup, FMMCUDAMult, FMMCUDADirectMult, FMMCUDACombineOp, FMMCUDAReset, FMMCUDAView, FMMCUDASubtreesOp, FMMCUDATopCutsOp, FMMCUDAPartSlotsOp, FMMCUDAPartOrderOp, FMMCUDAPartGatherOp};

@@ -312,6 +312,20 @@ PETSC_INTERN PetscErrorCode FMMCUDAMatSetSources(void *, FMMSourcesEvent, const 
 PETSC_INTERN PetscErrorCode FMMCUDAPinSources(FMMContext *);
 PETSC_INTERN PetscErrorCode FMMCUDAUnpin(void *);
 
+/* The distributed tree's points on this rank's GPU from the top cuts to the plan
+   (FMMContext part, src/fmm/dist.c; part.cu): the caller's points as the top
+   cuts took them, then this rank's slots of them (OwnerMoves()), then its
+   sources and targets in tree order, which the plan's upload takes */
+typedef struct {
+  PetscInt ns, mt;          /* the caller's sources and targets on this rank */
+  double  *xy;              /* [2 (ns + mt)]: their points (sources, then targets), until partorder() */
+  PetscInt nr, mr;          /* this rank's source and target slots */
+  double  *rxy, *rnrm, *rw; /* [2 nr], [2 nr] or NULL, [nr] or NULL: the sources' slots */
+  double  *txy;             /* [2 mr]: the targets' slots (NULL: the targets are the sources) */
+  PetscInt n, m;            /* the sources and targets in tree order (m = 0: the sources) */
+  double  *sx, *sy, *cq, *cdx, *cdy, *tx, *ty;
+} FMMCUDAPart;
+
 /* what FMMCUDATreeBuild (tree.cu) builds the plan from */
 typedef struct {
   /* points [a, b) to the device's room for them (xy) on stream s (NULL: xy holds them) */
@@ -350,6 +364,13 @@ PETSC_INTERN PetscErrorCode FMMCUDAP2PWorkDestroy(FMM_CUDA *);
 PETSC_INTERN PetscErrorCode FMMCUDANearSources(FMM_CUDA *, const FMMPlan *, PetscBool, PetscInt **, PetscInt *);
 PETSC_INTERN PetscErrorCode FMMCUDAWarmUpSorts(void);
 PETSC_INTERN PetscErrorCode FMMCUDAWalks(FMMContext *, FMM_CUDA *); /* tree/walks.cuh */
+/* part.cu */
+PETSC_INTERN PetscErrorCode FMMCUDAPartDestroy(FMMCUDAPart **, cudaStream_t);
+PETSC_INTERN PetscErrorCode FMMCUDAPartSlots(cudaStream_t, PetscInt, const PetscInt *, const double *, const double *, const double *, double *, double *, double *);
+PETSC_INTERN PetscErrorCode FMMCUDAPartReceived(cudaStream_t, PetscInt, const PetscInt *, const double *, const double *, const double *, double *, double *, double *);
+PETSC_INTERN PetscErrorCode FMMCUDAPartInterleave(cudaStream_t, const FMMCUDAPart *, PetscInt, const PetscInt *, double *);
+PETSC_INTERN PetscErrorCode FMMCUDAPartOrder(cudaStream_t, FMMCUDAPart *, const PetscInt *, const PetscInt *, double, double);
+PETSC_INTERN PetscErrorCode FMMCUDAPartGather(cudaStream_t, const FMMCUDAPart *, PetscInt, const PetscInt *, double *);
 /* upward.cu */
 PETSC_INTERN PetscErrorCode FMMCUDAStrengths(FMM_CUDA *, const FMMPlan *, const double *);
 PETSC_INTERN PetscErrorCode FMMCUDAP2M(FMM_CUDA *, const FMMPlan *);

@@ -442,26 +442,36 @@ static PetscErrorCode MoveIndices(PetscSF sf, const PetscInt lmap[], const Petsc
   PetscFunctionReturn(0);
 }
 
-/* to[r] = from[k] (bs = 1 or 2 reals) for each of the nroots slots r, k the caller's point there
-   (OwnerMoves(), croot as MoveIndices()); collective.  PETSc's own MPI types: the products' device moves
+/* *v: the bs = 1 or 2 reals a point of the slots other ranks feed (OwnerMoves(): sf's *ncr roots, in
+   croot's order) from the caller's from; collective.  PETSc's own MPI types: the products' device moves
    take the same PetscSF, and with an MPI type made and freed here they went wrong (PETSc 3.24 with CUDA) */
-static PetscErrorCode MoveReals(PetscSF sf, const PetscInt lmap[], const PetscInt croot[], PetscInt nroots, PetscInt bs, const PetscReal *from, PetscReal *to)
+static PetscErrorCode ReceiveReals(PetscSF sf, PetscInt bs, const PetscReal *from, PetscInt *ncr, PetscReal **v)
 {
   MPI_Datatype unit;
-  PetscInt     ncr;
-  PetscReal   *v;
+
+  PetscFunctionBegin;
+  PetscCheck(bs == 1 || bs == 2, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM: moves of %" PetscInt_FMT " reals a point", bs);
+  PetscCall(PetscSFGetGraph(sf, ncr, NULL, NULL, NULL));
+  PetscCall(PetscMalloc1(bs * *ncr, v));
+  unit = bs == 1 ? MPIU_REAL : MPIU_2SCALAR; /* (PetscScalar is PetscReal: petscfmm.h) */
+  PetscCall(PetscSFReduceBegin(sf, unit, from, *v, MPI_REPLACE));
+  PetscCall(PetscSFReduceEnd(sf, unit, from, *v, MPI_REPLACE));
+  PetscFunctionReturn(0);
+}
+
+/* to[r] = from[k] (bs reals) for each of the nroots slots r, k the caller's point there (OwnerMoves(),
+   croot as MoveIndices()); collective */
+static PetscErrorCode MoveReals(PetscSF sf, const PetscInt lmap[], const PetscInt croot[], PetscInt nroots, PetscInt bs, const PetscReal *from, PetscReal *to)
+{
+  PetscInt   ncr;
+  PetscReal *v;
 
   PetscFunctionBegin;
 #pragma omp parallel for schedule(static) if (nroots >= FMM_OMP_MIN_POINTS)
   for (PetscInt r = 0; r < nroots; r++)
     if (lmap[r] >= 0)
       for (PetscInt j = 0; j < bs; j++) to[bs * r + j] = from[bs * lmap[r] + j];
-  PetscCheck(bs == 1 || bs == 2, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM: moves of %" PetscInt_FMT " reals a point", bs);
-  PetscCall(PetscSFGetGraph(sf, &ncr, NULL, NULL, NULL));
-  PetscCall(PetscMalloc1(bs * ncr, &v));
-  unit = bs == 1 ? MPIU_REAL : MPIU_2SCALAR; /* (PetscScalar is PetscReal: petscfmm.h) */
-  PetscCall(PetscSFReduceBegin(sf, unit, from, v, MPI_REPLACE));
-  PetscCall(PetscSFReduceEnd(sf, unit, from, v, MPI_REPLACE));
+  PetscCall(ReceiveReals(sf, bs, from, &ncr, &v));
 #pragma omp parallel for schedule(static) if (ncr >= FMM_OMP_MIN_POINTS)
   for (PetscInt c = 0; c < ncr; c++)
     for (PetscInt j = 0; j < bs; j++) to[bs * croot[c] + j] = v[bs * c + j];
@@ -687,7 +697,10 @@ PetscErrorCode FMMDistDestroy(FMMDist **dp)
 /*
   FMMDistBuild - the distributed tree of the matrix's points (in host
   memory, in the caller's layout) and this rank's lists and exchanges.
-  Collective.
+  Where the backend cuts the top levels it keeps the points in its memory
+  (FMMContext part) and they stay there: their slots, tree order and
+  coefficients are made there (partslots(), subtrees(), partorder()), and
+  the host holds only their order and the halo's.  Collective.
 */
 PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
 {
@@ -702,7 +715,7 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
   FMMPoint        *pt, *lp = NULL;
   PetscInt         L, l0, n0, B0, B1, nb0, *boxof, *cs, *ctg, *es, *et, nr, mr, nob, ntop, nl, *loff;
   PetscInt        *sperm, *tperm, *ord; /* ord: the points (slot, or nr + target slot) in tree order */
-  PetscReal       *rxy, *rnrm = NULL, *rw = NULL, *txy = NULL, *bb, *T, *top;
+  PetscReal       *rxy = NULL, *rnrm = NULL, *rw = NULL, *txy = NULL, *bb, *T, *top;
   PetscInt        *rgi = NULL, *tgi = NULL; /* the points' global indices: the host's subtrees' ties (not moved where the GPUs cut the top, so that every rank's GPU makes its subtrees) */
   PetscBool        anynrm, anywts, gpubb = PETSC_FALSE, gputop = PETSC_FALSE;
   PetscLogDouble   tm[8], rm[8]; /* the stages' start times and resident memory, for -info */
@@ -783,9 +796,35 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
     PetscCall(PetscFree(cl));
   }
   PetscCall(PetscFree(boxof));
-  D->n = nr;
-  D->m = same ? nr : mr;
-  { /* the points, normals, weights and key indices to their owners */
+  D->n       = nr;
+  D->m       = same ? nr : mr;
+  D->devpart = gputop && fmm->ctx.part ? PETSC_TRUE : PETSC_FALSE;
+  PetscCheck(!D->devpart || (fmm->ops->partslots && fmm->ops->partorder && fmm->ops->partgather), PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM: the backend keeps the points but lacks the part's operations");
+  if (D->devpart) { /* the points, normals and weights to their owners' slots in the backend's memory: the
+                       caller's that stay from the top cuts' copy, the others through the host */
+    PetscReal *z = NULL, *ones = NULL, *v[3] = {NULL, NULL, NULL};
+    PetscInt   ncr;
+    if (anynrm && !fmm->src.hasnrm) PetscCall(PetscCalloc1(2 * ns, &z)); /* a rank without normals has no source (checked at assembly) */
+    if (anywts && !fmm->src.haswts) {
+      PetscCall(PetscMalloc1(ns, &ones));
+      for (PetscInt k = 0; k < ns; k++) ones[k] = 1.0;
+    }
+    {
+      const PetscReal *nrm = anynrm ? (z ? z : fmm->src.nrm) : NULL, *wts = anywts ? (ones ? ones : fmm->src.wts) : NULL; /* (NULL where ns = 0) */
+      PetscCall(ReceiveReals(D->sfsrc, 2, fmm->src.block, &ncr, &v[0]));
+      if (anynrm) PetscCall(ReceiveReals(D->sfsrc, 2, nrm, &ncr, &v[1]));
+      if (anywts) PetscCall(ReceiveReals(D->sfsrc, 1, wts, &ncr, &v[2]));
+      PetscCall((*fmm->ops->partslots)(&fmm->ctx, PETSC_FALSE, ns, anynrm, nrm, anywts, wts, nr, D->lsrc, ncr, D->csrc, v[0], v[1], v[2]));
+    }
+    for (int j = 0; j < 3; j++) PetscCall(PetscFree(v[j]));
+    PetscCall(PetscFree(z));
+    PetscCall(PetscFree(ones));
+    if (!same) {
+      PetscCall(ReceiveReals(D->sftgt, 2, fmm->tgt.xy, &ncr, &v[0]));
+      PetscCall((*fmm->ops->partslots)(&fmm->ctx, PETSC_TRUE, mt, PETSC_FALSE, NULL, PETSC_FALSE, NULL, mr, D->ltgt, ncr, D->ctgt, v[0], NULL, NULL));
+      PetscCall(PetscFree(v[0]));
+    }
+  } else { /* the points, normals, weights and key indices to their owners */
     PetscReal *ones = NULL;
     PetscCall(PetscMalloc1(2 * nr, &rxy));
     PetscCall(MoveReals(D->sfsrc, D->lsrc, D->csrc, nr, 2, fmm->src.block, rxy));
@@ -838,26 +877,29 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
     }
     off0[nb0] = k;
     if (fmm->ops->subtrees) {
-      PetscReal *xy = rxy; /* (the targets are the sources: the slots are in box order) */
+      PetscReal *xy = rxy; /* (the targets are the sources: the slots are in box order; NULL: the part's) */
       if (!same) {         /* pj: the point at each place */
-        PetscCall(PetscMalloc1(2 * np, &xy));
         PetscCall(PetscMalloc1(np, &pj));
         for (PetscInt B = B0, q = 0; B < B1; B++) {
           for (PetscInt c = 0; c < cs[B]; c++, is++, q++) pj[q] = is;
           for (PetscInt c = 0; c < ctg[B]; c++, it++, q++) pj[q] = nr + it;
         }
-        for (PetscInt q = 0; q < np; q++) {
-          const PetscReal *z = pj[q] < nr ? rxy + 2 * pj[q] : txy + 2 * (pj[q] - nr);
-          xy[2 * q]          = z[0];
-          xy[2 * q + 1]      = z[1];
+        if (!D->devpart) {
+          PetscCall(PetscMalloc1(2 * np, &xy));
+          for (PetscInt q = 0; q < np; q++) {
+            const PetscReal *z = pj[q] < nr ? rxy + 2 * pj[q] : txy + 2 * (pj[q] - nr);
+            xy[2 * q]          = z[0];
+            xy[2 * q + 1]      = z[1];
+          }
         }
       }
       PetscCall(PetscMalloc1(nl + 1, &loff));
-      PetscCall((*fmm->ops->subtrees)(&fmm->ctx, np, xy, nb0, off0, L - l0, ord, loff, bb, &gpubb));
+      PetscCall((*fmm->ops->subtrees)(&fmm->ctx, np, xy, pj, nb0, off0, L - l0, ord, loff, bb, &gpubb));
+      PetscCheck(gpubb || !D->devpart, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM: the backend keeps the points but did not make the subtrees");
       if (!gpubb) PetscCall(PetscFree(loff));
       else if (pj)
         for (PetscInt q = 0; q < np; q++) ord[q] = pj[ord[q]];
-      if (!same) PetscCall(PetscFree(xy));
+      if (!same && xy) PetscCall(PetscFree(xy));
       PetscCall(PetscFree(pj));
     }
     if (!gpubb) { /* on the host: the points as FMMPoint, kept for their bounding boxes */
@@ -891,21 +933,27 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
       scnt[b + 1] += scnt[b];
       tcnt[b + 1] += tcnt[b];
     }
-    /* the halo's sources are appended later: room for them then */
+    /* the halo's sources are appended later: room for them then (devpart: the points stay in the backend's
+       memory, only their order is here) */
+    const PetscBool host = D->devpart ? PETSC_FALSE : PETSC_TRUE;
     PetscCall(PetscMalloc1(nr, &sperm));
-    PetscCall(PetscMalloc1(nr, &D->sx)); /* (each apart: they grow by the halo's) */
-    PetscCall(PetscMalloc1(nr, &D->sy));
-    PetscCall(PetscMalloc1(nr, &D->cq));
-    PetscCall(PetscMalloc1(nr, &D->cdx));
-    PetscCall(PetscMalloc1(nr, &D->cdy));
+    if (host) {
+      PetscCall(PetscMalloc1(nr, &D->sx)); /* (each apart: they grow by the halo's) */
+      PetscCall(PetscMalloc1(nr, &D->sy));
+      PetscCall(PetscMalloc1(nr, &D->cq));
+      PetscCall(PetscMalloc1(nr, &D->cdx));
+      PetscCall(PetscMalloc1(nr, &D->cdy));
+    }
     PetscCall(PetscMalloc1(nl + 1, &D->tleaf));
     if (same) {
       tperm = sperm;
       PetscCall(PetscArraycpy(D->tleaf, scnt, nl + 1));
     } else {
       PetscCall(PetscMalloc1(mr, &tperm));
-      PetscCall(PetscMalloc1(mr, &D->tx)); /* (each apart: FMMDistHostPlan() takes them) */
-      PetscCall(PetscMalloc1(mr, &D->ty));
+      if (host) {
+        PetscCall(PetscMalloc1(mr, &D->tx)); /* (each apart: FMMDistHostPlan() takes them) */
+        PetscCall(PetscMalloc1(mr, &D->ty));
+      }
       PetscCall(PetscArraycpy(D->tleaf, tcnt, nl + 1));
     }
 #pragma omp parallel for schedule(static) if (nr >= FMM_OMP_MIN_POINTS)
@@ -914,20 +962,25 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
       for (PetscInt k = loff[b]; k < loff[b + 1]; k++) {
         const PetscInt j = ord[k];
         if (j < nr) {
-          PetscReal cdn;
           sperm[s] = j;
-          D->sx[s] = rxy[2 * j];
-          D->sy[s] = rxy[2 * j + 1];
-          FMMSourceCoefficients(par->alpha, par->beta, rw ? rw[j] : 1.0, rnrm ? &rnrm[2 * j] : NULL, &D->cq[s], &D->cdx[s], &D->cdy[s], &cdn);
+          if (host) {
+            PetscReal cdn;
+            D->sx[s] = rxy[2 * j];
+            D->sy[s] = rxy[2 * j + 1];
+            FMMSourceCoefficients(par->alpha, par->beta, rw ? rw[j] : 1.0, rnrm ? &rnrm[2 * j] : NULL, &D->cq[s], &D->cdx[s], &D->cdy[s], &cdn);
+          }
           s++;
         } else {
           tperm[t] = j - nr;
-          D->tx[t] = txy[2 * (j - nr)];
-          D->ty[t] = txy[2 * (j - nr) + 1];
+          if (host) {
+            D->tx[t] = txy[2 * (j - nr)];
+            D->ty[t] = txy[2 * (j - nr) + 1];
+          }
           t++;
         }
       }
     }
+    if (!host) PetscCall((*fmm->ops->partorder)(&fmm->ctx, nr, sperm, same ? 0 : mr, same ? NULL : tperm));
     if (same) {
       D->tx = D->sx;
       D->ty = D->sy;
@@ -1294,14 +1347,16 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
     PetscSF      sfc;
     PetscCall(CompactRoots(D->sfhalo, &nc, &croot, &sfc));
     PetscCall(PetscMalloc2(5 * PetscMax(nc, 1), &pk, 5 * PetscMax(D->nh, 1), &hk));
-    for (PetscInt c = 0; c < nc; c++) {
-      const PetscInt i = croot[c];
-      pk[5 * c]        = D->sx[i];
-      pk[5 * c + 1]    = D->sy[i];
-      pk[5 * c + 2]    = D->cq[i];
-      pk[5 * c + 3]    = D->cdx[i];
-      pk[5 * c + 4]    = D->cdy[i];
-    }
+    if (D->devpart) PetscCall((*fmm->ops->partgather)(&fmm->ctx, nc, croot, pk));
+    else
+      for (PetscInt c = 0; c < nc; c++) {
+        const PetscInt i = croot[c];
+        pk[5 * c]        = D->sx[i];
+        pk[5 * c + 1]    = D->sy[i];
+        pk[5 * c + 2]    = D->cq[i];
+        pk[5 * c + 3]    = D->cdx[i];
+        pk[5 * c + 4]    = D->cdy[i];
+      }
     PetscCall(RealsType(5, &five));
     PetscCall(PetscSFBcastBegin(sfc, five, pk, hk, MPI_REPLACE));
     PetscCall(PetscSFBcastEnd(sfc, five, pk, hk, MPI_REPLACE));
@@ -1309,18 +1364,18 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
     PetscCall(PetscSFDestroy(&sfc));
     PetscCall(PetscFree(croot));
     {
-      const PetscInt nt = nr + D->nh;
-      PetscCall(PetscRealloc(sizeof(PetscReal) * nt, &D->sx));
-      PetscCall(PetscRealloc(sizeof(PetscReal) * nt, &D->sy));
-      PetscCall(PetscRealloc(sizeof(PetscReal) * nt, &D->cq));
-      PetscCall(PetscRealloc(sizeof(PetscReal) * nt, &D->cdx));
-      PetscCall(PetscRealloc(sizeof(PetscReal) * nt, &D->cdy));
+      const PetscInt h0 = D->devpart ? 0 : nr, nt = PetscMax(h0 + D->nh, 1); /* (devpart: the halo's only, never NULL) */
+      PetscReal    **arr[5] = {&D->sx, &D->sy, &D->cq, &D->cdx, &D->cdy};
+      for (int j = 0; j < 5; j++) {
+        if (D->devpart) PetscCall(PetscMalloc1(nt, arr[j]));
+        else PetscCall(PetscRealloc(sizeof(PetscReal) * nt, arr[j]));
+      }
       for (PetscInt i = 0; i < D->nh; i++) {
-        D->sx[nr + i]  = hk[5 * i];
-        D->sy[nr + i]  = hk[5 * i + 1];
-        D->cq[nr + i]  = hk[5 * i + 2];
-        D->cdx[nr + i] = hk[5 * i + 3];
-        D->cdy[nr + i] = hk[5 * i + 4];
+        D->sx[h0 + i]  = hk[5 * i];
+        D->sy[h0 + i]  = hk[5 * i + 1];
+        D->cq[h0 + i]  = hk[5 * i + 2];
+        D->cdx[h0 + i] = hk[5 * i + 3];
+        D->cdy[h0 + i] = hk[5 * i + 4];
       }
       if (same) {
         D->tx = D->sx;
@@ -1398,7 +1453,9 @@ static PetscInt SlotBox(const FMMDist *D, PetscInt t)
   rank's boxes, the top's and the halo's, whose multipoles the exchange
   overwrites after M2M).  The plan takes D's arrays of sources and targets
   (reordered in place, so the rank's points are not copied) and its
-  product numbers (cin, cout): once, after FMMDistBuild().
+  product numbers (cin, cout): once, after FMMDistBuild().  Where the rank's
+  own points stay in the backend's memory (D->devpart), the plan's source
+  arrays are the halo's only (FMMHostPlan devb, devn).
 */
 PetscErrorCode FMMDistHostPlan(FMMDist *D, PetscBool halotgt, FMMPlan *P, FMMHostPlan **hp)
 {
@@ -1434,14 +1491,19 @@ PetscErrorCode FMMDistHostPlan(FMMDist *D, PetscBool halotgt, FMMPlan *P, FMMHos
   {
     PetscReal **arr[5] = {&D->sx, &D->sy, &D->cq, &D->cdx, &D->cdy}, *tmp;
     PetscCheck(D->sx && H->sleaf[nleaves] == N && (D->nl == 0 || D->sleaf[D->nl] + hb <= N), PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM: the rank's plan takes its part's sources once, in leaf order");
-    PetscCall(PetscMalloc1(PetscMax(hb, 1), &tmp));
-    for (int j = 0; j < 5; j++) { /* [own | halo before | halo after] -> [halo before | own | halo after] */
-      PetscReal *v = *arr[j];
-      PetscCall(PetscArraycpy(tmp, v + D->n, hb));
-      PetscCall(PetscArraymove(v + hb, v, D->n));
-      PetscCall(PetscArraycpy(v, tmp, hb));
+    if (D->devpart) { /* the own sources [hb, hb + n) in the backend's memory; D's halo is [halo before | halo after] */
+      H->devb = hb;
+      H->devn = D->n;
+    } else {
+      PetscCall(PetscMalloc1(PetscMax(hb, 1), &tmp));
+      for (int j = 0; j < 5; j++) { /* [own | halo before | halo after] -> [halo before | own | halo after] */
+        PetscReal *v = *arr[j];
+        PetscCall(PetscArraycpy(tmp, v + D->n, hb));
+        PetscCall(PetscArraymove(v + hb, v, D->n));
+        PetscCall(PetscArraycpy(v, tmp, hb));
+      }
+      PetscCall(PetscFree(tmp));
     }
-    PetscCall(PetscFree(tmp));
     H->sx  = D->sx;
     H->sy  = D->sy;
     H->cq  = D->cq;
@@ -1468,8 +1530,8 @@ PetscErrorCode FMMDistHostPlan(FMMDist *D, PetscBool halotgt, FMMPlan *P, FMMHos
     for (PetscInt g = 0; g < nleaves; g++) H->tleaf[g + 1] = (g < lbase) ? 0 : (g < lbase + D->nl ? D->tleaf[g - lbase + 1] : D->m);
     PetscCall(PetscArraycpy(H->tperm, D->cout, M));
     if (D->same) {
-      H->tx     = H->sx + hb;
-      H->ty     = H->sy + hb;
+      H->tx     = D->devpart ? NULL : H->sx + hb; /* (devpart: the own sources, in the backend's memory) */
+      H->ty     = D->devpart ? NULL : H->sy + hb;
       H->talias = PETSC_TRUE;
     } else {
       H->tx = D->tx;

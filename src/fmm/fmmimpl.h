@@ -140,6 +140,10 @@ typedef struct {
   PetscReal *tx, *ty; /* [M] */
   PetscBool  talias;  /* tx, ty point into sx, sy (not freed apart) */
   PetscInt  *tleaf;   /* [nleaves+1] */
+  /* devn > 0 (FMMDistHostPlan() with the part in the backend's memory, FMMContext part): the sources
+     [devb, devb + devn) and every target but the halo's are there, not here; sx .. cdy hold the other
+     N - devn sources in order, tx, ty (talias) point into them */
+  PetscInt   devb, devn;
   /* boxes */
   PetscReal *cx, *cy, *scale; /* [nboxes] centre and radius (scale of the expansions) */
   PetscInt  *faroff, *far;    /* [nboxes+1], [nfar]: M2L sources of each box */
@@ -353,6 +357,7 @@ typedef struct {
   PetscScalar       *yout;
   void             *bmat;   /* the backend's per-Mat state */
   void             *data;   /* the backend's state of this assembly */
+  void             *part;   /* the distributed tree's points in the backend's memory, from topcuts() to setup() (NULL: in host memory) */
 } FMMContext;
 
 /* the events of the matrix's source block that a backend may follow
@@ -407,19 +412,31 @@ struct _FMMBackendOps {
   /* y = [y +] scale (the product kept) + (shift + d) .* x, with x this rank's densities, d (or NULL) and y
      in device memory (NULL: not supported) */
   PetscErrorCode (*combine)(FMMContext *, PetscScalar, PetscScalar, const PetscScalar *, const PetscScalar *, PetscScalar *, PetscBool);
-  PetscErrorCode (*reset)(FMMContext *);                 /* frees ctx->data */
+  PetscErrorCode (*reset)(FMMContext *);                 /* frees ctx->data and ctx->part */
   PetscErrorCode (*view)(FMMContext *, PetscViewer);     /* backend lines of -mat_view (ASCII, after assembly; NULL: none) */
   /* the distributed tree's subtrees (src/fmm/dist.c), where the backend builds them (NULL, or *done false: the
-     host does): n points xy (2n reals, host memory) in nroot boxes, box b's from off[b] to off[b + 1] in the
-     order of their global indices, each box split levels deep by FMMTreeSplit()'s rule; order (n): the points
-     leaf by leaf, loff (nroot 4^levels + 1): the leaves' offsets in order, bb: the boxes' bounding boxes
-     (FMMBoxUnion4()'s form), level by level, the nroot 4^k of level k in tree order */
-  PetscErrorCode (*subtrees)(FMMContext *, PetscInt, const PetscReal *, PetscInt, const PetscInt *, PetscInt, PetscInt *, PetscInt *, PetscReal *, PetscBool *);
+     host does): n points xy (2n reals, host memory; NULL: the part's, partslots(), place q holding point
+     pj[q] (< nr: source slot, else nr + target slot; pj NULL: q)) in nroot boxes, box b's from off[b] to
+     off[b + 1] in the order of their global indices, each box split levels deep by FMMTreeSplit()'s rule;
+     order (n): the points leaf by leaf, loff (nroot 4^levels + 1): the leaves' offsets in order, bb: the
+     boxes' bounding boxes (FMMBoxUnion4()'s form), level by level, the nroot 4^k of level k in tree order */
+  PetscErrorCode (*subtrees)(FMMContext *, PetscInt, const PetscReal *, const PetscInt *, PetscInt, const PetscInt *, PetscInt, PetscInt *, PetscInt *, PetscReal *, PetscBool *);
   /* the distributed tree's top cuts (src/fmm/dist.c), where the backend makes them (NULL, or *done false on
      every rank: the host does): this rank's ns sources xy (2 ns reals, host memory; global indices s0 + k)
      and mt targets txy (NULL: none; N + t0 + k), U points on all ranks, cut l0 levels deep as TopLevels()
-     does; boxof (ns + mt): each point's box of level l0.  Collective on comm */
+     does; boxof (ns + mt): each point's box of level l0.  Where it is done the backend keeps the points in
+     its memory (ctx->part) for the ops below, which then must all exist.  Collective on comm */
   PetscErrorCode (*topcuts)(FMMContext *, MPI_Comm, PetscInt, const PetscReal *, PetscInt, const PetscReal *, PetscInt, PetscInt, PetscInt, PetscInt, PetscInt *, PetscBool *);
+  /* the part's points to this rank's slots (OwnerMoves()): the sources' (tgt false; where hasnrm, haswts
+     also the caller's nc normals nrm and weights wts, host memory) or the targets' (tgt true: their points
+     only); slot r takes the caller's point lmap[r] (>= 0), slot croot[c] the received point c (rxy, rnrm,
+     rw: ncr of each, host) */
+  PetscErrorCode (*partslots)(FMMContext *, PetscBool tgt, PetscInt nc, PetscBool hasnrm, const PetscReal *nrm, PetscBool haswts, const PetscReal *wts, PetscInt nslot, const PetscInt *lmap, PetscInt ncr, const PetscInt *croot, const PetscReal *rxy, const PetscReal *rnrm, const PetscReal *rw);
+  /* the part's sources in tree order (n: place i holds slot sperm[i]; coefficients by FMMSourceCoefficients()
+     from the slots' normals and weights) and its m targets (tperm likewise; m = 0 where they are the sources) */
+  PetscErrorCode (*partorder)(FMMContext *, PetscInt n, const PetscInt *sperm, PetscInt m, const PetscInt *tperm);
+  /* out[5c .. 5c + 4] = sx, sy, cq, cdx, cdy of the part's source idx[c] (tree order), c < nc */
+  PetscErrorCode (*partgather)(FMMContext *, PetscInt nc, const PetscInt *idx, PetscReal *out);
 };
 
 PETSC_INTERN struct _FMMBackendOps FMMBackendCPU;
@@ -458,7 +475,8 @@ typedef struct {
   PetscInt  *nsb, *ntb;            /* [nown] sources and targets in each box (the top's: of all ranks) */
   PetscInt  *faroff, *far;         /* [nown+1]: M2L source slots of each slot */
   PetscInt   n, m, nh, nl, nhl;    /* sources, targets, halo sources, leaves, halo leaves */
-  PetscReal *sx, *sy, *cq, *cdx, *cdy; /* [n + nh], tree order, then the halo */
+  PetscReal *sx, *sy, *cq, *cdx, *cdy; /* [n + nh], tree order, then the halo (devpart: the halo's only) */
+  PetscBool  devpart;              /* this rank's own points are in the backend's memory (FMMContext part), not in sx .. cdy, tx, ty */
   PetscInt  *sleaf, *nearoff, *near;   /* [nl + nhl + 1], [nl + 1], near leaves */
   PetscReal *tx, *ty;              /* [m] targets in tree order */
   PetscInt  *tleaf;                /* [nl + 1] */
