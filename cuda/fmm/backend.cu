@@ -457,7 +457,7 @@ static PetscErrorCode UploadStaged(FMM_CUDA *c, T **d, const T *h, PetscInt64 n,
 }
 
 /* The sources and targets of a rank's part of the distributed tree whose own points are on this GPU
-   (FMMDistHostPlan(), H->devn): the own sources [devb, devb + devn) and the own targets copied from the
+   (ctx->part; FMMDistHostPlan(), H->devb, devn): the own sources [devb, devb + devn) and the own targets copied from the
    part, the halo's sources (H's arrays: those before, then those after) uploaded around them; the part
    is freed after */
 static PetscErrorCode PlanFromPart(FMMContext *ctx, FMM_CUDA *c, const FMMPlan *P, const FMMHostPlan *H)
@@ -498,7 +498,7 @@ static PetscErrorCode UploadPlan(FMMContext *ctx, FMM_CUDA *c, const FMMPlan *P,
   if (P->b1) PetscCall(CompactBoxes(c, P, H, ctx->exchange ? ctx->nximp : 0, ctx->ximp, &cx, &cy, &scale, &faroff, &far));
   PetscCall(UploadStaged(c, &c->sperm, H->sperm, P->N, "the source permutation"));
   PetscCall(UploadStaged(c, &c->tperm, H->tperm, P->M, "the target permutation"));
-  if (H->devn) PetscCall(PlanFromPart(ctx, c, P, H));
+  if (ctx->part) PetscCall(PlanFromPart(ctx, c, P, H));
   else {
     PetscCall(UploadStaged(c, &c->sx, H->sx, P->N, "the source coordinates"));
     PetscCall(UploadStaged(c, &c->sy, H->sy, P->N, "the source coordinates"));

@@ -140,9 +140,9 @@ typedef struct {
   PetscReal *tx, *ty; /* [M] */
   PetscBool  talias;  /* tx, ty point into sx, sy (not freed apart) */
   PetscInt  *tleaf;   /* [nleaves+1] */
-  /* devn > 0 (FMMDistHostPlan() with the part in the backend's memory, FMMContext part): the sources
-     [devb, devb + devn) and every target but the halo's are there, not here; sx .. cdy hold the other
-     N - devn sources in order, tx, ty (talias) point into them */
+  /* with the part in the backend's memory (FMMDistHostPlan(), FMMContext part): the sources [devb, devb +
+     devn) and every target but the halo's are there, not here; sx .. cdy hold the other N - devn sources
+     in order, tx, ty (talias) point into them */
   PetscInt   devb, devn;
   /* boxes */
   PetscReal *cx, *cy, *scale; /* [nboxes] centre and radius (scale of the expansions) */
