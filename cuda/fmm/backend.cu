@@ -457,9 +457,9 @@ static PetscErrorCode UploadStaged(FMM_CUDA *c, T **d, const T *h, PetscInt64 n,
 }
 
 /* The sources and targets of a rank's part of the distributed tree whose own points are on this GPU
-   (ctx->part; FMMDistHostPlan(), H->devb, devn): the own sources [devb, devb + devn) and the own targets copied from the
-   part, the halo's sources (H's arrays: those before, then those after) uploaded around them; the part
-   is freed after */
+   (ctx->part; FMMDistHostPlan(), H->devb, devn): the own sources [devb, devb + devn) and the own
+   targets copied from the part, the halo's sources (H's arrays: those before, then those after)
+   uploaded around them; the part is freed after */
 static PetscErrorCode PlanFromPart(FMMContext *ctx, FMM_CUDA *c, const FMMPlan *P, const FMMHostPlan *H)
 {
   FMMCUDAPart     *p    = (FMMCUDAPart *)ctx->part;
