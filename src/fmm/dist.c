@@ -25,6 +25,9 @@
   evaluation is in src/fmm/cpu/dist.c.
 */
 #include "fmmimpl.h"
+#if defined(_OPENMP)
+  #include <omp.h>
+#endif
 #include "expansions.h"
 
 /* rank r owns the boxes [FirstBox(r), FirstBox(r + 1)) of level l0 (n0 = 4^l0) */
@@ -351,6 +354,18 @@ PetscErrorCode FMMDistUnit(FMMDist *D, PetscInt ne)
   PetscFunctionReturn(0);
 }
 
+/* the index of key in the sorted v[0..n), -1: not there (thread-safe, unlike PetscFindInt's error path) */
+static inline PetscInt FindSorted(PetscInt key, PetscInt n, const PetscInt *v)
+{
+  PetscInt lo = 0, hi = n;
+  while (lo < hi) {
+    const PetscInt mid = lo + (hi - lo) / 2;
+    if (v[mid] < key) lo = mid + 1;
+    else hi = mid;
+  }
+  return (lo < n && v[lo] == key) ? lo : -1;
+}
+
 /* an SF of nleaves at ilocal (NULL: contiguous) from remote; it takes both arrays */
 static PetscErrorCode MakeSF(MPI_Comm comm, PetscInt nroots, PetscInt nleaves, PetscInt *ilocal, PetscSFNode *remote, PetscSF *sf)
 {
@@ -403,14 +418,46 @@ static PetscErrorCode OwnerMoves(MPI_Comm comm, PetscInt n0, PetscInt n, const P
   for (PetscInt r = 0; r < nroots; r++) (*lmap)[r] = -1;
   PetscCall(PetscMalloc1(nrem, &il));
   PetscCall(PetscMalloc1(nrem, &rr));
-  for (PetscInt k = 0, j = 0; k < n; k++) {
-    const PetscInt    B = box[k], s = next[B]++;
-    const PetscMPIInt q = owner[B];
-    if (q == rank) (*lmap)[s] = k;
-    else {
-      il[j]   = k;
-      rr[j++] = (PetscSFNode){q, s - before[B] - (q < rank ? own[B] : 0)};
+  { /* in T chunks of the caller's points, each given its first slot in each box and its first remote
+       point by counts, so that the slots are those of one pass in order */
+#if defined(_OPENMP)
+    const int T = n >= FMM_OMP_MIN_POINTS ? omp_get_max_threads() : 1;
+#else
+    const int T = 1;
+#endif
+    PetscInt *at; /* [T][n0 + 1]: a chunk's points in each box, then its remote points; then their starts */
+    PetscCall(PetscCalloc1((size_t)T * (n0 + 1), &at));
+#pragma omp parallel for schedule(static, 1) num_threads(T) if (T > 1)
+    for (int t = 0; t < T; t++) {
+      PetscInt *a = at + (size_t)t * (n0 + 1);
+      for (PetscInt k = (PetscInt)((PetscInt64)n * t / T); k < (PetscInt)((PetscInt64)n * (t + 1) / T); k++) {
+        a[box[k]]++;
+        if (owner[box[k]] != rank) a[n0]++;
+      }
     }
+    for (PetscInt B = 0; B <= n0; B++) {
+      PetscInt run = B < n0 ? next[B] : 0;
+      for (int t = 0; t < T; t++) {
+        const PetscInt c             = at[(size_t)t * (n0 + 1) + B];
+        at[(size_t)t * (n0 + 1) + B] = run;
+        run += c;
+      }
+    }
+#pragma omp parallel for schedule(static, 1) num_threads(T) if (T > 1)
+    for (int t = 0; t < T; t++) {
+      PetscInt *a = at + (size_t)t * (n0 + 1);
+      for (PetscInt k = (PetscInt)((PetscInt64)n * t / T); k < (PetscInt)((PetscInt64)n * (t + 1) / T); k++) {
+        const PetscInt    B = box[k], s = a[B]++;
+        const PetscMPIInt q = owner[B];
+        if (q == rank) (*lmap)[s] = k;
+        else {
+          const PetscInt j = a[n0]++;
+          il[j]            = k;
+          rr[j]            = (PetscSFNode){q, s - before[B] - (q < rank ? own[B] : 0)};
+        }
+      }
+    }
+    PetscCall(PetscFree(at));
   }
   PetscCall(PetscFree4(next, own, before, owner));
   PetscCall(MakeSF(comm, ncr, nrem, il, rr, sf));
@@ -479,13 +526,32 @@ static PetscErrorCode MoveReals(PetscSF sf, const PetscInt lmap[], const PetscIn
   PetscFunctionReturn(0);
 }
 
+/* the roots of sf that leaves name (PetscSFGetLeafRanks(): every rank's leaves, this one's too; with
+   repeats), *nref of them at *ref (sf's own array) */
+static PetscErrorCode NamedRoots(PetscSF sf, PetscInt *nref, const PetscInt **ref)
+{
+#if PETSC_VERSION_LT(3, 22, 0)
+  PetscInt niranks;
+#else
+  PetscMPIInt niranks; /* (PetscMPIInt since PETSc 3.22) */
+#endif
+  const PetscMPIInt *iranks;
+  const PetscInt    *ioffset;
+
+  PetscFunctionBegin;
+  PetscCall(PetscSFGetLeafRanks(sf, &niranks, &iranks, &ioffset, ref));
+  *nref = ioffset[niranks];
+  PetscFunctionReturn(0);
+}
+
 /* sf's roots that have leaves, numbered in root order (croot[0..nc): their indices), and sfc: the same
-   leaves, each pointing at its root's number; sfc may be NULL (the numbers only) */
+   leaves, each pointing at its root's number.  Only the named roots are visited (NamedRoots()), not all
+   of sf's: the halo's SF has a root for each of the rank's sources and a few leaves */
 static PetscErrorCode CompactRoots(PetscSF sf, PetscInt *nc, PetscInt **croot, PetscSF *sfc)
 {
   MPI_Comm           comm;
-  PetscInt           nroots, nleaves, lstart, lend, *num, *lnum;
-  const PetscInt    *deg, *ilocal;
+  PetscInt           nroots, nleaves, lstart, lend, nref = 0, *num, *lnum;
+  const PetscInt    *ilocal, *ref = NULL;
   const PetscSFNode *rem;
   PetscSFNode       *rr;
 
@@ -493,15 +559,14 @@ static PetscErrorCode CompactRoots(PetscSF sf, PetscInt *nc, PetscInt **croot, P
   PetscCall(PetscObjectGetComm((PetscObject)sf, &comm));
   PetscCall(PetscSFGetGraph(sf, &nroots, &nleaves, &ilocal, &rem));
   PetscCall(PetscSFGetLeafRange(sf, &lstart, &lend));
-  PetscCall(PetscSFComputeDegreeBegin(sf, &deg));
-  PetscCall(PetscSFComputeDegreeEnd(sf, &deg));
-  PetscCall(PetscMalloc1(PetscMax(nroots, 1), &num));
+  PetscCall(NamedRoots(sf, &nref, &ref));
+  *nc = nref;
+  PetscCall(PetscMalloc1(PetscMax(nref, 1), croot));
+  PetscCall(PetscArraycpy(*croot, ref, nref));
+  PetscCall(PetscSortRemoveDupsInt(nc, *croot));
+  PetscCall(PetscMalloc1(PetscMax(nroots, 1), &num)); /* set at the named roots only, the only ones PetscSF reads */
   PetscCall(PetscMalloc1(PetscMax(lend + 1, 1), &lnum));
-  *nc = 0;
-  for (PetscInt r = 0; r < nroots; r++) num[r] = deg[r] ? (*nc)++ : -1;
-  PetscCall(PetscMalloc1(PetscMax(*nc, 1), croot));
-  for (PetscInt r = 0; r < nroots; r++)
-    if (num[r] >= 0) (*croot)[num[r]] = r;
+  for (PetscInt c = 0; c < *nc; c++) num[(*croot)[c]] = c;
   PetscCall(PetscSFBcastBegin(sf, MPIU_INT, num, lnum, MPI_REPLACE));
   PetscCall(PetscSFBcastEnd(sf, MPIU_INT, num, lnum, MPI_REPLACE));
   PetscCall(PetscMalloc1(nleaves, &rr));
@@ -520,18 +585,19 @@ static PetscErrorCode CompactRoots(PetscSF sf, PetscInt *nc, PetscInt **croot, P
    itself) moves; *nr of them */
 static PetscErrorCode SplitMoves(PetscSF sf, const PetscInt lmap[], const PetscInt croot[], PetscInt nc, PetscInt n, const PetscInt perm[], PetscInt **num, PetscInt *nr, PetscSF *sfr)
 {
-  PetscInt *slot;
+  PetscInt bad = -1, nroot;
 
   PetscFunctionBegin;
   PetscCall(PetscSFGetGraph(sf, nr, NULL, NULL, NULL));
-  PetscCall(PetscMalloc1(PetscMax(n, 1), &slot));
-  PetscCall(PetscArraycpy(slot, lmap, n));
-  for (PetscInt j = 0; j < *nr; j++) slot[croot[j]] = nc + j;
-  for (PetscInt r = 0; r < n; r++) PetscCheck(slot[r] >= 0, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM: slot %" PetscInt_FMT " of this rank's points is fed by no caller's point", r);
+  nroot = *nr;
   PetscCall(PetscMalloc1(PetscMax(n, 1), num));
-#pragma omp parallel for schedule(static) if (n >= FMM_OMP_MIN_POINTS)
-  for (PetscInt i = 0; i < n; i++) (*num)[i] = slot[perm[i]];
-  PetscCall(PetscFree(slot));
+#pragma omp parallel for schedule(static) reduction(max : bad) if (n >= FMM_OMP_MIN_POINTS)
+  for (PetscInt i = 0; i < n; i++) { /* (croot ascends: the slots fed from other ranks in slot order) */
+    const PetscInt r = perm[i], c = lmap[r] >= 0 ? -1 : FindSorted(r, nroot, croot);
+    (*num)[i]        = lmap[r] >= 0 ? lmap[r] : (c >= 0 ? nc + c : -1);
+    if ((*num)[i] < 0) bad = PetscMax(bad, r);
+  }
+  PetscCheck(bad < 0, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM: slot %" PetscInt_FMT " of this rank's points is fed by no caller's point", bad);
   PetscCall(PetscObjectReference((PetscObject)sf));
   *sfr = sf;
   PetscFunctionReturn(0);
@@ -561,7 +627,15 @@ static PetscErrorCode FMMDistIOSetup(FMMDist *D, PetscInt ns, PetscInt mt)
   PetscCall(PetscSFGetGraph(D->sfhalo, &nroots, &nleaves, &ilocal, &rem));
   PetscCheck(!ilocal && nroots == D->n, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM: the halo's SF has contiguous leaves and a root for each of the rank's sources");
   PetscCall(PetscMalloc2(PetscMax(nroots, 1), &code, PetscMax(nleaves, 1), &lcode));
-  for (PetscInt i = 0; i < nroots; i++) code[i] = D->cin[i] < D->nxc ? D->cin[i] : -1 - (D->cin[i] - D->nxc);
+  {
+    PetscInt        nref = 0;
+    const PetscInt *ref  = NULL;
+    PetscCall(NamedRoots(D->sfhalo, &nref, &ref)); /* (set there only, the only roots PetscSF reads) */
+    for (PetscInt j = 0; j < nref; j++) {
+      const PetscInt i = ref[j];
+      code[i]          = D->cin[i] < D->nxc ? D->cin[i] : -1 - (D->cin[i] - D->nxc);
+    }
+  }
   PetscCall(PetscSFBcastBegin(D->sfhalo, MPIU_INT, code, lcode, MPI_REPLACE));
   PetscCall(PetscSFBcastEnd(D->sfhalo, MPIU_INT, code, lcode, MPI_REPLACE));
   for (PetscInt h = 0; h < nleaves; h++) lcode[h] >= 0 ? nx++ : nd++;
@@ -625,18 +699,6 @@ static PetscErrorCode FetchBoxes(MPI_Comm comm, PetscInt l, PetscInt l0, PetscIn
   PetscCallMPI(MPI_Type_free(&t));
   PetscCall(PetscSFDestroy(&sf));
   PetscFunctionReturn(0);
-}
-
-/* the index of key in the sorted v[0..n), -1: not there (thread-safe, unlike PetscFindInt's error path) */
-static inline PetscInt FindSorted(PetscInt key, PetscInt n, const PetscInt *v)
-{
-  PetscInt lo = 0, hi = n;
-  while (lo < hi) {
-    const PetscInt mid = lo + (hi - lo) / 2;
-    if (v[mid] < key) lo = mid + 1;
-    else hi = mid;
-  }
-  return (lo < n && v[lo] == key) ? lo : -1;
 }
 
 #define NGEO 5 /* reals of a box in the fetch table: centre x, y, scale, sources, first source (tree order) */
@@ -769,10 +831,10 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
      box order, then by rank, then in the caller's order (OwnerMoves(): copied
      where they stay on the rank, a PetscSF for the others) */
   PetscCall(PetscCalloc4(n0, &cs, n0, &ctg, n0, &es, n0, &et));
-  for (PetscInt k = 0; k < u; k++) {
-    if (k < ns) cs[boxof[k]]++;
-    else ctg[boxof[k]]++;
-  }
+#pragma omp parallel for schedule(static) reduction(+ : cs[:n0]) if (ns >= FMM_OMP_MIN_POINTS)
+  for (PetscInt k = 0; k < ns; k++) cs[boxof[k]]++;
+#pragma omp parallel for schedule(static) reduction(+ : ctg[:n0]) if (mt >= FMM_OMP_MIN_POINTS)
+  for (PetscInt k = 0; k < mt; k++) ctg[boxof[ns + k]]++;
   PetscCallMPI(MPI_Exscan(cs, es, (PetscMPIInt)n0, MPIU_INT, MPI_SUM, comm));
   PetscCallMPI(MPI_Exscan(ctg, et, (PetscMPIInt)n0, MPIU_INT, MPI_SUM, comm));
   if (rank == 0) {
