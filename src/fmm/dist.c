@@ -957,7 +957,6 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
       }
       PetscCall(PetscMalloc1(nl + 1, &loff));
       PetscCall((*fmm->ops->subtrees)(&fmm->ctx, np, xy, pj, nb0, off0, L - l0, ord, loff, bb, &gpubb));
-      PetscCheck(gpubb || !D->devpart, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM: the backend keeps the points but did not make the subtrees");
       if (!gpubb) PetscCall(PetscFree(loff));
       else if (pj)
         for (PetscInt q = 0; q < np; q++) ord[q] = pj[ord[q]];
