@@ -394,7 +394,7 @@ static PetscInt BoxSlot(const FMM_CUDA *c, const FMMPlan *P, PetscInt g)
    host plan's arrays in that numbering (to free) */
 static PetscErrorCode CompactBoxes(FMM_CUDA *c, const FMMPlan *P, const FMMHostPlan *H, PetscInt nximp, const PetscInt *ximp, PetscReal **cx, PetscReal **cy, PetscReal **scale, PetscInt **faroff, PetscInt **far)
 {
-  PetscInt next = FMMLevelStart(P->l0 + 1), nr = 0, k = 0, *slot;
+  PetscInt next = FMMLevelStart(P->l0 + 1), nr = 0, k = 0, *slot, *gof;
 
   PetscFunctionBegin;
   PetscCheck(P->L <= FMM_MAX_LEVELS && P->l0 <= P->L, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CUDA: levels %" PetscInt_FMT ", part level %" PetscInt_FMT, P->L, P->l0);
@@ -411,16 +411,18 @@ static PetscErrorCode CompactBoxes(FMM_CUDA *c, const FMMPlan *P, const FMMHostP
   c->nbc = next; /* (BoxSlot: no remote box yet) */
   PetscCall(PetscMalloc1(PetscMax(P->nfar + nximp, 1), &c->rbox));
   PetscCall(PetscMalloc1(PetscMax(P->nfar, 1), &slot)); /* each far-list entry's box here, -1: remote */
+#pragma omp parallel for schedule(static) if (P->nfar >= 8192)
+  for (PetscInt j = 0; j < P->nfar; j++) slot[j] = BoxSlot(c, P, H->far[j]);
   for (PetscInt j = 0; j < P->nfar + nximp; j++) {
-    const PetscInt g = j < P->nfar ? H->far[j] : ximp[j - P->nfar], v = BoxSlot(c, P, g);
-    if (j < P->nfar) slot[j] = v;
-    if (v < 0) c->rbox[nr++] = g;
+    const PetscInt g = j < P->nfar ? H->far[j] : ximp[j - P->nfar];
+    if ((j < P->nfar ? slot[j] : BoxSlot(c, P, g)) < 0) c->rbox[nr++] = g;
   }
   PetscCall(PetscSortRemoveDupsInt(&nr, c->rbox));
   c->nrb = nr;
   c->nbc = next + nr;
   PetscCall(PetscMalloc5(c->nbc, cx, c->nbc, cy, c->nbc, scale, c->nbc + 1, faroff, PetscMax(P->nfar, 1), far));
   (*faroff)[0] = 0;
+  PetscCall(PetscMalloc1(c->nbc, &gof)); /* the global number of each box here (-1: remote) */
   for (PetscInt l = 0; l <= P->L + 1; l++) { /* the boxes in their new order: level by level, then the remote ones */
     PetscInt first = 0, n = nr;
     if (l <= P->L) FMMPlanLevelBoxes(P, l, &first, &n);
@@ -430,11 +432,17 @@ static PetscErrorCode CompactBoxes(FMM_CUDA *c, const FMMPlan *P, const FMMHostP
       (*cx)[k]         = H->cx[g];
       (*cy)[k]         = H->cy[g];
       (*scale)[k]      = H->scale[g];
-      (*faroff)[k + 1] = (*faroff)[k];
-      if (l > P->L) continue; /* a remote box takes no M2L here */
-      for (PetscInt j = H->faroff[g]; j < H->faroff[g + 1]; j++) (*far)[(*faroff)[k + 1]++] = slot[j] >= 0 ? slot[j] : BoxSlot(c, P, H->far[j]);
+      gof[k]           = l <= P->L ? g : -1; /* a remote box takes no M2L here */
+      (*faroff)[k + 1] = (*faroff)[k] + (l <= P->L ? H->faroff[g + 1] - H->faroff[g] : 0);
     }
   }
+#pragma omp parallel for schedule(dynamic, 256) if (P->nfar >= 8192)
+  for (PetscInt b = 0; b < c->nbc; b++) {
+    const PetscInt g = gof[b];
+    if (g < 0) continue;
+    for (PetscInt j = H->faroff[g], e = (*faroff)[b]; j < H->faroff[g + 1]; j++, e++) (*far)[e] = slot[j] >= 0 ? slot[j] : BoxSlot(c, P, H->far[j]);
+  }
+  PetscCall(PetscFree(gof));
   PetscCall(PetscFree(slot));
   PetscCheck(k == c->nbc && (*faroff)[k] == P->nfar, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CUDA: %" PetscInt_FMT " of %" PetscInt_FMT " boxes, %" PetscInt_FMT " of %" PetscInt_FMT " M2L pairs in the rank's numbering", k, c->nbc, (*faroff)[k], P->nfar);
   PetscFunctionReturn(0);
@@ -458,8 +466,8 @@ static PetscErrorCode UploadStaged(FMM_CUDA *c, T **d, const T *h, PetscInt64 n,
 
 /* The sources and targets of a rank's part of the distributed tree whose own points are on this GPU
    (ctx->part; FMMDistHostPlan(), H->devb, devn): the own sources [devb, devb + devn) and the own
-   targets copied from the part, the halo's sources (H's arrays: those before, then those after)
-   uploaded around them; the part is freed after */
+   targets copied from the part with their numbers, the halo's sources (H's arrays: those before, then
+   those after) uploaded around them; the part is freed after */
 static PetscErrorCode PlanFromPart(FMMContext *ctx, FMM_CUDA *c, const FMMPlan *P, const FMMHostPlan *H)
 {
   FMMCUDAPart     *p    = (FMMCUDAPart *)ctx->part;
@@ -469,8 +477,20 @@ static PetscErrorCode PlanFromPart(FMMContext *ctx, FMM_CUDA *c, const FMMPlan *
   const char      *what[5] = {"the source coordinates", "the source coordinates", "the charges per unit density", "the dipoles per unit density", "the dipoles per unit density"};
 
   PetscFunctionBegin;
-  PetscCheck(p && p->n == n && b + n <= N && (H->talias ? (M == N || M == n) : p->m == M), PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CUDA: the rank's part on the GPU does not match its plan");
+  PetscCheck(p && p->n == n && b + n <= N && (H->talias ? (M == N || M == n) : p->m == M) && p->cin && (H->talias || p->cout), PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CUDA: the rank's part on the GPU does not match its plan");
   own[0] = p->sx, own[1] = p->sy, own[2] = p->cq, own[3] = p->cdx, own[4] = p->cdy;
+  /* the numbers: the halo's from H (those before, then those after), the own from the part; the targets
+     the own ones' (the halo's sources as targets, M = N: dropped, -1) */
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->sperm, sizeof(PetscInt) * PetscMax(N, 1), "the source permutation"));
+  if (b) FMMCallCUDA(cudaMemcpyAsync(c->sperm, H->sperm, sizeof(PetscInt) * b, cudaMemcpyHostToDevice, c->stream));
+  if (n) FMMCallCUDA(cudaMemcpyAsync(c->sperm + b, p->cin, sizeof(PetscInt) * n, cudaMemcpyDeviceToDevice, c->stream));
+  if (N - b - n) FMMCallCUDA(cudaMemcpyAsync(c->sperm + b + n, H->sperm + b, sizeof(PetscInt) * (N - b - n), cudaMemcpyHostToDevice, c->stream));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->tperm, sizeof(PetscInt) * PetscMax(M, 1), "the target permutation"));
+  {
+    const PetscInt *cout = p->cout ? p->cout : p->cin, a = H->talias && M == N ? b : 0, m = H->talias ? n : M;
+    if (a || m < M) PetscCall(FMMCUDAFillInts(c->stream, M, -1, c->tperm));
+    if (m) FMMCallCUDA(cudaMemcpyAsync(c->tperm + a, cout, sizeof(PetscInt) * m, cudaMemcpyDeviceToDevice, c->stream));
+  }
   for (int k = 0; k < 5; k++) {
     PetscCall(FMMCUDAMalloc(c->stream, (void **)d[k], sizeof(double) * PetscMax(N, 1), what[k]));
     if (b) PetscCall(CopyIn(c->stream, *d[k], halo[k], b, MemOf(c, halo[k])));
@@ -494,12 +514,17 @@ static PetscErrorCode UploadPlan(FMMContext *ctx, FMM_CUDA *c, const FMMPlan *P,
   PetscReal *cx = H->cx, *cy = H->cy, *scale = H->scale;
   PetscInt  *faroff = H->faroff, *far = H->far;
 
+  PetscLogDouble t0, t1;
+
   PetscFunctionBegin;
+  PetscCall(PetscTime(&t0));
   if (P->b1) PetscCall(CompactBoxes(c, P, H, ctx->exchange ? ctx->nximp : 0, ctx->ximp, &cx, &cy, &scale, &faroff, &far));
-  PetscCall(UploadStaged(c, &c->sperm, H->sperm, P->N, "the source permutation"));
-  PetscCall(UploadStaged(c, &c->tperm, H->tperm, P->M, "the target permutation"));
+  PetscCall(PetscTime(&t1));
+  if (P->b1) PetscCall(PetscInfo(ctx->obj, "GPU plan of a rank's part: its %" PetscInt_FMT " boxes numbered on the GPU's in %.2f ms\n", c->nbc, 1e3 * (t1 - t0)));
   if (ctx->part) PetscCall(PlanFromPart(ctx, c, P, H));
   else {
+    PetscCall(UploadStaged(c, &c->sperm, H->sperm, P->N, "the source permutation"));
+    PetscCall(UploadStaged(c, &c->tperm, H->tperm, P->M, "the target permutation"));
     PetscCall(UploadStaged(c, &c->sx, H->sx, P->N, "the source coordinates"));
     PetscCall(UploadStaged(c, &c->sy, H->sy, P->N, "the source coordinates"));
     PetscCall(UploadStaged(c, &c->cq, H->cq, P->N, "the charges per unit density"));
@@ -508,15 +533,10 @@ static PetscErrorCode UploadPlan(FMMContext *ctx, FMM_CUDA *c, const FMMPlan *P,
     PetscCall(UploadStaged(c, &c->tx, H->tx, P->M, "the target coordinates"));
     PetscCall(UploadStaged(c, &c->ty, H->ty, P->M, "the target coordinates"));
   }
-  {
-    PetscInt *tleafof;
-    PetscCall(PetscMalloc1(P->M, &tleafof));
-    FMMLeafOf(P->nleaves, H->tleaf, tleafof);
-    PetscCall(UploadStaged(c, &c->tleafof, tleafof, P->M, "the target leaves"));
-    PetscCall(PetscFree(tleafof)); /* (CopyIn returns once it may change) */
-  }
   PetscCall(Upload(c, &c->sleaf, H->sleaf, P->nleaves + 1, "the leaf source ranges"));
   PetscCall(Upload(c, &c->tleaf, H->tleaf, P->nleaves + 1, "the leaf target ranges"));
+  PetscCall(Upload(c, &c->tleafof, (PetscInt *)NULL, P->M, "the target leaves"));
+  PetscCall(FMMCUDALeafOf(c->stream, P->M, P->nleaves, c->tleaf, c->tleafof));
   PetscCall(Upload(c, &c->cx, cx, FMMCUDABoxCount(c, P), "the box centres"));
   PetscCall(Upload(c, &c->cy, cy, FMMCUDABoxCount(c, P), "the box centres"));
   PetscCall(Upload(c, &c->scale, scale, FMMCUDABoxCount(c, P), "the box scales"));
@@ -546,6 +566,13 @@ static PetscErrorCode FMMCUDASetup(FMMContext *ctx)
     PetscCall(Create(ctx));
     c = (FMM_CUDA *)ctx->data;
     PetscCall(UploadPlan(ctx, c, P, ctx->host));
+    PetscCall(PetscInfoEnabled(MAT_CLASSID, &info));
+    if (info) { /* (the wait for the -info time only) */
+      PetscLogDouble tu;
+      FMMCallCUDA(cudaStreamSynchronize(c->stream));
+      PetscCall(PetscTime(&tu));
+      PetscCall(PetscInfo(ctx->obj, "GPU setup: the plan up in %.2f ms\n", 1e3 * (tu - t0)));
+    }
   }
   /* the near field's log by table unless -mat_fmm_cuda_log libm */
   if (m->log_fast) PetscCall(FMMCUDALogTable(c));
@@ -875,22 +902,30 @@ static PetscErrorCode FMMCUDASubtreesOp(FMMContext *ctx, PetscInt n, const Petsc
   PetscCall(PetscTime(&t0));
   PetscCall(Create(ctx)); /* (the plan's setup makes its own) */
   c = (FMM_CUDA *)ctx->data;
+  PetscCheck(order || (p && !xy), PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CUDA: only the part's subtrees keep their order");
   if (!xy && !pj) dxy = p->rxy; /* the targets are the sources: the slots in box order */
   else {
     PetscCall(FMMCUDAMalloc(c->stream, (void **)&dxy, sizeof(double) * 2 * PetscMax(n, 1), "the points of the subtrees"));
     if (xy) PetscCall(CopyIn(c->stream, dxy, xy, 2 * n, MemOf(c, xy)));
     else {
-      PetscInt *dpj;
-      PetscCall(UploadStaged(c, &dpj, pj, n, "the points of the subtrees"));
-      PetscCall(FMMCUDAPartInterleave(c->stream, p, n, dpj, dxy));
-      PetscCall(FMMCUDAFree(c->stream, dpj));
+      PetscCall(UploadStaged(c, &p->pj, pj, n, "the points of the subtrees"));
+      PetscCall(FMMCUDAPartInterleave(c->stream, p, n, p->pj, dxy));
     }
   }
-  PetscCall(FMMCUDASubtrees(c, n, dxy, nroot, off, levels, ctx->par->split_median, m->split_local, order, loff, bb));
+  if (!order) PetscCall(FMMCUDAMalloc(c->stream, (void **)&p->ord, sizeof(PetscInt) * PetscMax(n, 1), "the part's order"));
+  PetscCall(FMMCUDASubtrees(c, n, dxy, nroot, off, levels, ctx->par->split_median, m->split_local, order ? order : p->ord, order ? PETSC_FALSE : PETSC_TRUE, loff, bb));
+  if (!order) {
+    p->nord = n;
+    if (p->pj) PetscCall(FMMCUDAPartMap(c->stream, n, p->pj, p->ord)); /* places -> points */
+  }
+  if (p && p->pj) {
+    PetscCall(FMMCUDAFree(c->stream, p->pj));
+    p->pj = NULL;
+  }
   if (!p || dxy != p->rxy) PetscCall(FMMCUDAFree(c->stream, dxy));
   PetscCall(ResetData(ctx));
   PetscCall(PetscTime(&t1));
-  PetscCall(PetscInfo(ctx->obj, "GPU subtrees: %" PetscInt_FMT " points in %" PetscInt_FMT " boxes split %" PetscInt_FMT " levels deep, %.2f ms with the %s and the order back\n", n, nroot, levels, 1e3 * (t1 - t0), xy ? "points up" : "points on the GPU"));
+  PetscCall(PetscInfo(ctx->obj, "GPU subtrees: %" PetscInt_FMT " points in %" PetscInt_FMT " boxes split %" PetscInt_FMT " levels deep, %.2f ms with the %s and the order %s\n", n, nroot, levels, 1e3 * (t1 - t0), xy ? "points up" : "points on the GPU", order ? "back" : "kept there"));
   *done = PETSC_TRUE;
   PetscFunctionReturn(0);
 }
@@ -898,12 +933,13 @@ static PetscErrorCode FMMCUDASubtreesOp(FMMContext *ctx, PetscInt n, const Petsc
 /* topcuts(): the distributed tree's top cuts on the ranks' GPUs (FMMCUDATopCuts,
    tree.cu), where every rank builds its trees there (-mat_fmm_cuda_tree gpu);
    the points stay on the GPU (ctx->part) for the rest of the build */
-static PetscErrorCode FMMCUDATopCutsOp(FMMContext *ctx, MPI_Comm comm, PetscInt ns, const PetscReal *sxy, PetscInt mt, const PetscReal *txy, PetscInt s0, PetscInt tg0, PetscInt U, PetscInt l0, PetscInt *boxof, PetscBool *done)
+static PetscErrorCode FMMCUDATopCutsOp(FMMContext *ctx, MPI_Comm comm, PetscInt ns, const PetscReal *sxy, PetscInt mt, const PetscReal *txy, PetscInt s0, PetscInt tg0, PetscInt U, PetscInt l0, PetscInt *cnt, PetscBool *done)
 {
   const FMMCUDAMat *m = (const FMMCUDAMat *)ctx->bmat;
   PetscMPIInt       all = m->tree_gpu ? 1 : 0;
   FMM_CUDA         *c;
   FMMCUDAPart      *p;
+  PetscInt         *box;
   PetscLogDouble    t0, t1;
 
   PetscFunctionBegin;
@@ -921,25 +957,67 @@ static PetscErrorCode FMMCUDATopCutsOp(FMMContext *ctx, MPI_Comm comm, PetscInt 
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&p->xy, sizeof(double) * 2 * PetscMax(ns + mt, 1), "the points of the rank's part"));
   PetscCall(CopyIn(c->stream, p->xy, sxy, 2 * ns, MemOf(c, sxy)));
   if (mt) PetscCall(CopyIn(c->stream, p->xy + 2 * ns, txy, 2 * mt, MemOf(c, txy)));
-  PetscCall(FMMCUDATopCuts(c, comm, ns + mt, U, p->xy, ns, s0, tg0, l0, boxof));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&box, sizeof(PetscInt) * PetscMax(ns + mt, 1), "the part's boxes"));
+  PetscCall(FMMCUDATopCuts(c, comm, ns + mt, U, p->xy, ns, s0, tg0, l0, box));
+  PetscCall(FMMCUDAPartBoxes(c->stream, p, (PetscInt)1 << (2 * l0), box, cnt));
+  PetscCall(FMMCUDAFree(c->stream, box));
   PetscCall(ResetData(ctx));
   PetscCall(PetscTime(&t1));
-  PetscCall(PetscInfo(ctx->obj, "GPU top cuts: %" PetscInt_FMT " points, %" PetscInt_FMT " levels, %.2f ms with the points up and the boxes back\n", ns + mt, l0, 1e3 * (t1 - t0)));
+  PetscCall(PetscInfo(ctx->obj, "GPU top cuts: %" PetscInt_FMT " points, %" PetscInt_FMT " levels, %.2f ms with the points up and the points sorted by box\n", ns + mt, l0, 1e3 * (t1 - t0)));
   *done = PETSC_TRUE;
   PetscFunctionReturn(0);
 }
 
-/* partslots(): the part's points to this rank's slots (src/fmm/dist.c OwnerMoves()): those that stay from
-   the top cuts' copy, the received ones (and the normals and weights) up from the host */
-static PetscErrorCode FMMCUDAPartSlotsOp(FMMContext *ctx, PetscBool tgt, PetscInt nc, PetscBool hasnrm, const PetscReal *nrm, PetscBool haswts, const PetscReal *wts, PetscInt nslot, const PetscInt *lmap, PetscInt ncr, const PetscInt *croot, const PetscReal *rxy, const PetscReal *rnrm, const PetscReal *rw)
+/* partowners(): the slots of the part's sources or targets (src/fmm/dist.c OwnerMoves()): the slot map
+   made on the GPU from the top cuts' sort by box, the points that leave the rank back to the host */
+static PetscErrorCode FMMCUDAPartOwnersOp(FMMContext *ctx, PetscBool tgt, PetscInt n0, const PetscInt *first, PetscInt nslot, PetscInt nrem, PetscInt *il)
 {
   FMMCUDAPart *p = (FMMCUDAPart *)ctx->part;
   FMM_CUDA    *c;
-  PetscInt    *dl, *dc = NULL;
+  PetscInt    *h, *d, *rem = NULL, **lmap = tgt ? &p->ltgt : &p->lsrc, a = tgt ? p->ns : 0, nr = 0;
+
+  PetscFunctionBegin;
+  PetscCheck(p && p->bsort && p->n0 == n0 && !*lmap, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CUDA: the part's points are not sorted by box");
+  PetscCall(Create(ctx));
+  c = (FMM_CUDA *)ctx->data;
+  PetscCall(PetscMalloc1(3 * n0 + 1, &h)); /* the kind's offsets by box, first, the remote points' starts */
+  h[0] = a;
+  for (PetscInt B = 0; B < n0; B++) {
+    const PetscInt k = p->hcnt[(tgt ? n0 : 0) + B];
+    h[B + 1]          = h[B] + k;
+    h[n0 + 1 + B]     = first[B];
+    h[2 * n0 + 1 + B] = nr;
+    if (first[B] < 0) nr += k;
+    else PetscCheck(first[B] + k <= nslot, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CUDA: box %" PetscInt_FMT "'s slots pass the rank's %" PetscInt_FMT, B, nslot);
+  }
+  PetscCheck(nr == nrem, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CUDA: %" PetscInt_FMT " points leave the rank, not %" PetscInt_FMT, nr, nrem);
+  PetscCall(Upload(c, &d, h, 3 * n0 + 1, "the part's boxes"));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)lmap, sizeof(PetscInt) * PetscMax(nslot, 1), "the rank's slots"));
+  PetscCall(FMMCUDAFillInts(c->stream, nslot, -1, *lmap));
+  if (nrem) PetscCall(FMMCUDAMalloc(c->stream, (void **)&rem, sizeof(PetscInt) * nrem, "the points that leave the rank"));
+  PetscCall(FMMCUDAPartOwners(c->stream, p, h[0], h[n0], n0, d, d + n0 + 1, d + 2 * n0 + 1, *lmap, rem));
+  if (nrem) FMMCallCUDA(cudaMemcpyAsync(il, rem, sizeof(PetscInt) * nrem, cudaMemcpyDeviceToHost, c->stream));
+  FMMCallCUDA(cudaStreamSynchronize(c->stream));
+  PetscCall(FMMCUDAFree(c->stream, d));
+  PetscCall(FMMCUDAFree(c->stream, rem));
+  PetscCall(PetscFree(h));
+  if (tgt) p->mr = nslot;
+  else p->nr = nslot;
+  PetscCall(ResetData(ctx));
+  PetscFunctionReturn(0);
+}
+
+/* partslots(): the part's points to this rank's slots (the slot map of partowners()): those that stay
+   from the top cuts' copy, the received ones (and the normals and weights) up from the host */
+static PetscErrorCode FMMCUDAPartSlotsOp(FMMContext *ctx, PetscBool tgt, PetscInt nc, PetscBool hasnrm, const PetscReal *nrm, PetscBool haswts, const PetscReal *wts, PetscInt nslot, PetscInt ncr, const PetscInt *croot, const PetscReal *rxy, const PetscReal *rnrm, const PetscReal *rw)
+{
+  FMMCUDAPart *p = (FMMCUDAPart *)ctx->part;
+  FMM_CUDA    *c;
+  PetscInt    *dc = NULL;
   double      *dn = NULL, *dw = NULL, *v[3] = {NULL, NULL, NULL}, **oxy = tgt ? &p->txy : &p->rxy, *on = NULL, *ow = NULL;
 
   PetscFunctionBegin;
-  PetscCheck(p && p->xy && nc == (tgt ? p->mt : p->ns), PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CUDA: no part of %" PetscInt_FMT " points on the GPU", nc);
+  PetscCheck(p && p->xy && nc == (tgt ? p->mt : p->ns) && (tgt ? p->ltgt : p->lsrc) && nslot == (tgt ? p->mr : p->nr), PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CUDA: no part of %" PetscInt_FMT " points with %" PetscInt_FMT " slots on the GPU", nc, nslot);
   PetscCall(Create(ctx));
   c = (FMM_CUDA *)ctx->data;
   PetscCall(FMMCUDAMalloc(c->stream, (void **)oxy, sizeof(double) * 2 * PetscMax(nslot, 1), "the rank's slots"));
@@ -953,8 +1031,7 @@ static PetscErrorCode FMMCUDAPartSlotsOp(FMMContext *ctx, PetscBool tgt, PetscIn
     PetscCall(UploadStaged(c, &dw, wts, nc, "the weights"));
     ow = p->rw;
   }
-  PetscCall(UploadStaged(c, &dl, lmap, nslot, "the rank's slots"));
-  PetscCall(FMMCUDAPartSlots(c->stream, nslot, dl, p->xy + (tgt ? 2 * p->ns : 0), dn, dw, *oxy, on, ow));
+  PetscCall(FMMCUDAPartSlots(c->stream, nslot, tgt ? p->ltgt : p->lsrc, p->xy + (tgt ? 2 * p->ns : 0), dn, dw, *oxy, on, ow));
   if (ncr) {
     PetscCall(UploadStaged(c, &dc, croot, ncr, "the received points' slots"));
     PetscCall(UploadStaged(c, &v[0], rxy, 2 * ncr, "the received points"));
@@ -962,9 +1039,6 @@ static PetscErrorCode FMMCUDAPartSlotsOp(FMMContext *ctx, PetscBool tgt, PetscIn
     if (ow) PetscCall(UploadStaged(c, &v[2], rw, ncr, "the received weights"));
     PetscCall(FMMCUDAPartReceived(c->stream, ncr, dc, v[0], v[1], v[2], *oxy, on, ow));
   }
-  if (tgt) p->mr = nslot;
-  else p->nr = nslot;
-  PetscCall(FMMCUDAFree(c->stream, dl));
   PetscCall(FMMCUDAFree(c->stream, dc));
   PetscCall(FMMCUDAFree(c->stream, dn));
   PetscCall(FMMCUDAFree(c->stream, dw));
@@ -973,27 +1047,34 @@ static PetscErrorCode FMMCUDAPartSlotsOp(FMMContext *ctx, PetscBool tgt, PetscIn
   PetscFunctionReturn(0);
 }
 
-/* partorder(): the part's sources (and targets) in tree order, with the coefficients; its slots and the
-   caller's copy freed */
-static PetscErrorCode FMMCUDAPartOrderOp(FMMContext *ctx, PetscInt n, const PetscInt *sperm, PetscInt m, const PetscInt *tperm)
+/* partorder(): the part's sources (and targets) in tree order from the subtrees' order kept, with the
+   coefficients; its slots and the caller's copy freed */
+static PetscErrorCode FMMCUDAPartOrderOp(FMMContext *ctx, PetscInt nl, const PetscInt *loff, PetscInt *scnt, PetscInt *tcnt)
 {
   FMMCUDAPart *p = (FMMCUDAPart *)ctx->part;
   FMM_CUDA    *c;
-  PetscInt    *ds = NULL, *dt = NULL;
   double     **a[7] = {&p->sx, &p->sy, &p->cq, &p->cdx, &p->cdy, &p->tx, &p->ty};
 
   PetscFunctionBegin;
-  PetscCheck(p && p->rxy && n == p->nr && (m == 0 || (p->txy && m == p->mr)), PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CUDA: the part's slots do not match its order");
+  PetscCheck(p && p->rxy && p->ord && p->nord == p->nr + (p->txy ? p->mr : 0) && loff[nl] == p->nord, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CUDA: the part's slots do not match its order");
   PetscCall(Create(ctx));
-  c    = (FMM_CUDA *)ctx->data;
-  p->n = n;
-  p->m = m;
-  for (int k = 0; k < 7; k++) PetscCall(FMMCUDAMalloc(c->stream, (void **)a[k], sizeof(double) * PetscMax(k < 5 ? n : m, 1), "the rank's part in tree order"));
-  PetscCall(UploadStaged(c, &ds, sperm, n, "the rank's part's order"));
-  if (m) PetscCall(UploadStaged(c, &dt, tperm, m, "the rank's part's order"));
-  PetscCall(FMMCUDAPartOrder(c->stream, p, ds, dt, ctx->par->alpha, ctx->par->beta));
-  PetscCall(FMMCUDAFree(c->stream, ds));
-  PetscCall(FMMCUDAFree(c->stream, dt));
+  c = (FMM_CUDA *)ctx->data;
+  if (!p->txy) { /* the order is the sources' */
+    p->sperm = p->ord;
+    p->ord   = NULL;
+    PetscCall(PetscArraycpy(scnt, loff, nl + 1));
+    PetscCall(PetscArraycpy(tcnt, loff, nl + 1));
+  } else {
+    PetscCall(FMMCUDAPartSplitOrder(c->stream, p, nl, loff, scnt));
+    for (PetscInt b = 0; b <= nl; b++) tcnt[b] = loff[b] - scnt[b];
+    PetscCall(FMMCUDAFree(c->stream, p->ord));
+    p->ord = NULL;
+  }
+  PetscCheck(scnt[nl] == p->nr && (!p->txy || tcnt[nl] == p->mr), PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CUDA: the part's order holds %" PetscInt_FMT " sources, not %" PetscInt_FMT, scnt[nl], p->nr);
+  p->n = p->nr;
+  p->m = p->txy ? p->mr : 0;
+  for (int k = 0; k < 7; k++) PetscCall(FMMCUDAMalloc(c->stream, (void **)a[k], sizeof(double) * PetscMax(k < 5 ? p->n : p->m, 1), "the rank's part in tree order"));
+  PetscCall(FMMCUDAPartOrder(c->stream, p, p->sperm, p->tperm, ctx->par->alpha, ctx->par->beta));
   {
     double **f[5] = {&p->xy, &p->rxy, &p->rnrm, &p->rw, &p->txy};
     for (int k = 0; k < 5; k++) {
@@ -1002,6 +1083,36 @@ static PetscErrorCode FMMCUDAPartOrderOp(FMMContext *ctx, PetscInt n, const Pets
     }
   }
   PetscCall(ResetData(ctx));
+  PetscFunctionReturn(0);
+}
+
+/* partnumbers(): the product's numbers of the part's points in tree order, kept for the plan's upload */
+static PetscErrorCode FMMCUDAPartNumbersOp(FMMContext *ctx, PetscBool tgt, PetscInt nc, PetscInt ncr, const PetscInt *croot, PetscInt nq, const PetscInt *q, PetscInt *out)
+{
+  FMMCUDAPart *p = (FMMCUDAPart *)ctx->part;
+  FMM_CUDA    *c;
+  PetscInt    *dc = NULL, *dq = NULL, *dout = NULL, **num, n, bad;
+
+  PetscFunctionBegin;
+  PetscCheck(p && p->sx && (tgt ? p->tperm && p->ltgt : p->sperm && p->lsrc), PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CUDA: the part is not in tree order");
+  PetscCall(Create(ctx));
+  c   = (FMM_CUDA *)ctx->data;
+  num = tgt ? &p->cout : &p->cin;
+  n   = tgt ? p->m : p->n;
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)num, sizeof(PetscInt) * PetscMax(n, 1), "the product's numbering"));
+  if (ncr) PetscCall(Upload(c, &dc, croot, ncr, "the received points' slots"));
+  PetscCall(FMMCUDAPartNumbers(c->stream, n, tgt ? p->tperm : p->sperm, tgt ? p->ltgt : p->lsrc, nc, ncr, dc, *num, &bad));
+  PetscCheck(!bad, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CUDA: a slot of this rank's %s is fed by no caller's point", tgt ? "targets" : "sources");
+  if (nq) {
+    PetscCall(Upload(c, &dq, q, nq, "the numbers asked for"));
+    PetscCall(FMMCUDAMalloc(c->stream, (void **)&dout, sizeof(PetscInt) * nq, "the numbers asked for"));
+    PetscCall(FMMCUDAGatherInts(c->stream, nq, dq, *num, dout));
+    FMMCallCUDA(cudaMemcpyAsync(out, dout, sizeof(PetscInt) * nq, cudaMemcpyDeviceToHost, c->stream));
+  }
+  PetscCall(FMMCUDAFree(c->stream, dc));
+  PetscCall(FMMCUDAFree(c->stream, dq));
+  PetscCall(FMMCUDAFree(c->stream, dout));
+  PetscCall(ResetData(ctx)); /* (waits for the stream) */
   PetscFunctionReturn(0);
 }
 
@@ -1028,4 +1139,26 @@ static PetscErrorCode FMMCUDAPartGatherOp(FMMContext *ctx, PetscInt nc, const Pe
   PetscFunctionReturn(0);
 }
 
-struct _FMMBackendOps FMMBackendCUDA = {"cuda", MATFMM_DEVICE_CUDA, 96, DeviceCount, &Memory, FMMCUDAInitializeContext, WarmUp, FMMCUDAMatCreate, FMMCUDAMatDestroy, FMMCUDAMatSetFromOptions, FMMCUDAMatSetSources, FMMCUDAMatBuildsPlan, FMMCUDAPlan, FMMCUDASetup, FMMCUDAMult, FMMCUDADirectMult, FMMCUDACombineOp, FMMCUDAReset, FMMCUDAView, FMMCUDASubtreesOp, FMMCUDATopCutsOp, FMMCUDAPartSlotsOp, FMMCUDAPartOrderOp, FMMCUDAPartGatherOp};
+/* plannumbers(): the product's numbers of this rank's own sources or targets, from the plan made from the
+   part (PlanFromPart()) */
+static PetscErrorCode FMMCUDAPlanNumbersOp(FMMContext *ctx, PetscBool tgt, PetscInt n, PetscInt *out)
+{
+  FMM_CUDA          *c = (FMM_CUDA *)ctx->data;
+  const FMMHostPlan *H = ctx->host;
+  const PetscInt    *a;
+
+  PetscFunctionBegin;
+  PetscCheck(c && H && !H->tperm && c->sperm && c->tperm, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CUDA: the plan was not made from the part");
+  if (!tgt) {
+    PetscCheck(n == H->devn, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CUDA: %" PetscInt_FMT " own sources, not %" PetscInt_FMT, H->devn, n);
+    a = c->sperm + H->devb;
+  } else {
+    PetscCheck(n <= ctx->plan.M, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CUDA: %" PetscInt_FMT " own targets of %" PetscInt_FMT, n, ctx->plan.M);
+    a = c->tperm + (ctx->plan.M == ctx->plan.N && H->talias ? H->devb : 0); /* (the halo's sources as targets: PlanFromPart()) */
+  }
+  if (n) FMMCallCUDA(cudaMemcpyAsync(out, a, sizeof(PetscInt) * n, cudaMemcpyDeviceToHost, c->stream));
+  FMMCallCUDA(cudaStreamSynchronize(c->stream));
+  PetscFunctionReturn(0);
+}
+
+struct _FMMBackendOps FMMBackendCUDA = {"cuda", MATFMM_DEVICE_CUDA, 96, DeviceCount, &Memory, FMMCUDAInitializeContext, WarmUp, FMMCUDAMatCreate, FMMCUDAMatDestroy, FMMCUDAMatSetFromOptions, FMMCUDAMatSetSources, FMMCUDAMatBuildsPlan, FMMCUDAPlan, FMMCUDASetup, FMMCUDAMult, FMMCUDADirectMult, FMMCUDACombineOp, FMMCUDAReset, FMMCUDAView, FMMCUDASubtreesOp, FMMCUDATopCutsOp, FMMCUDAPartOwnersOp, FMMCUDAPartSlotsOp, FMMCUDAPartOrderOp, FMMCUDAPartNumbersOp, FMMCUDAPartGatherOp, FMMCUDAPlanNumbersOp};

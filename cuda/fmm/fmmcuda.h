@@ -317,13 +317,21 @@ PETSC_INTERN PetscErrorCode FMMCUDAUnpin(void *);
    cuts took them, then this rank's slots of them (OwnerMoves()), then its
    sources and targets in tree order, which the plan's upload takes */
 typedef struct {
-  PetscInt ns, mt;          /* the caller's sources and targets on this rank */
-  double  *xy;              /* [2 (ns + mt)]: their points (sources, then targets), until partorder() */
-  PetscInt nr, mr;          /* this rank's source and target slots */
-  double  *rxy, *rnrm, *rw; /* [2 nr], [2 nr] or NULL, [nr] or NULL: the sources' slots */
-  double  *txy;             /* [2 mr]: the targets' slots (NULL: the targets are the sources) */
-  PetscInt n, m;            /* the sources and targets in tree order (m = 0: the sources) */
-  double  *sx, *sy, *cq, *cdx, *cdy, *tx, *ty;
+  PetscInt  ns, mt;          /* the caller's sources and targets on this rank */
+  double   *xy;              /* [2 (ns + mt)]: their points (sources, then targets), until partorder() */
+  PetscInt  n0, *hcnt;       /* the boxes of level l0; (host, 2 n0) the caller's sources in each, then targets */
+  PetscInt *bsort;           /* [ns + mt]: the caller's sources by box, then its targets by box, each box's in
+                                the caller's order (the top cuts' boxes, FMMCUDAPartBoxes()) */
+  PetscInt  nr, mr;          /* this rank's source and target slots */
+  PetscInt *lsrc, *ltgt;     /* [nr], [mr]: slot -> the caller's point on this rank there (-1: received) */
+  double   *rxy, *rnrm, *rw; /* [2 nr], [2 nr] or NULL, [nr] or NULL: the sources' slots */
+  double   *txy;             /* [2 mr]: the targets' slots (NULL: the targets are the sources) */
+  PetscInt  nord, *ord, *pj; /* the subtrees' order of the nord points (place -> slot, nr + target slot), pj:
+                                the points of their input (NULL: the source slots) */
+  PetscInt  n, m;            /* the sources and targets in tree order (m = 0: the sources) */
+  PetscInt *sperm, *tperm;   /* [n], [m]: tree order -> slot */
+  PetscInt *cin, *cout;      /* [n], [m]: tree order -> the product's numbering (FMMDistIOSetup(); cout NULL: cin) */
+  double   *sx, *sy, *cq, *cdx, *cdy, *tx, *ty;
 } FMMCUDAPart;
 
 /* what FMMCUDATreeBuild (tree.cu) builds the plan from */
@@ -356,7 +364,7 @@ typedef struct {
 /* tree.cu */
 PETSC_INTERN PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *, FMMPlan *, const FMMCUDATreeInput *);
 PETSC_INTERN PetscErrorCode FMMCUDATopCuts(FMM_CUDA *, MPI_Comm, PetscInt, PetscInt, const double *, PetscInt, PetscInt64, PetscInt64, PetscInt, PetscInt *);
-PETSC_INTERN PetscErrorCode FMMCUDASubtrees(FMM_CUDA *, PetscInt, const double *, PetscInt, const PetscInt *, PetscInt, PetscBool, PetscBool, PetscInt *, PetscInt *, double *);
+PETSC_INTERN PetscErrorCode FMMCUDASubtrees(FMM_CUDA *, PetscInt, const double *, PetscInt, const PetscInt *, PetscInt, PetscBool, PetscBool, PetscInt *, PetscBool, PetscInt *, double *);
 PETSC_INTERN PetscErrorCode FMMCUDAM2LPlan(FMM_CUDA *, const FMMPlan *);
 PETSC_INTERN PetscErrorCode FMMCUDAP2PPlanBegin(FMM_CUDA *, const FMMPlan *, PetscBool);
 PETSC_INTERN PetscErrorCode FMMCUDAP2PPlanEnd(FMM_CUDA *, FMMPlan *, PetscBool);
@@ -366,11 +374,19 @@ PETSC_INTERN PetscErrorCode FMMCUDAWarmUpSorts(void);
 PETSC_INTERN PetscErrorCode FMMCUDAWalks(FMMContext *, FMM_CUDA *); /* tree/walks.cuh */
 /* part.cu */
 PETSC_INTERN PetscErrorCode FMMCUDAPartDestroy(FMMCUDAPart **, cudaStream_t);
+PETSC_INTERN PetscErrorCode FMMCUDAPartBoxes(cudaStream_t, FMMCUDAPart *, PetscInt, const PetscInt *, PetscInt *);
+PETSC_INTERN PetscErrorCode FMMCUDAPartOwners(cudaStream_t, const FMMCUDAPart *, PetscInt, PetscInt, PetscInt, const PetscInt *, const PetscInt *, const PetscInt *, PetscInt *, PetscInt *);
 PETSC_INTERN PetscErrorCode FMMCUDAPartSlots(cudaStream_t, PetscInt, const PetscInt *, const double *, const double *, const double *, double *, double *, double *);
 PETSC_INTERN PetscErrorCode FMMCUDAPartReceived(cudaStream_t, PetscInt, const PetscInt *, const double *, const double *, const double *, double *, double *, double *);
 PETSC_INTERN PetscErrorCode FMMCUDAPartInterleave(cudaStream_t, const FMMCUDAPart *, PetscInt, const PetscInt *, double *);
+PETSC_INTERN PetscErrorCode FMMCUDAPartMap(cudaStream_t, PetscInt, const PetscInt *, PetscInt *);
+PETSC_INTERN PetscErrorCode FMMCUDAPartSplitOrder(cudaStream_t, FMMCUDAPart *, PetscInt, const PetscInt *, PetscInt *);
 PETSC_INTERN PetscErrorCode FMMCUDAPartOrder(cudaStream_t, FMMCUDAPart *, const PetscInt *, const PetscInt *, double, double);
+PETSC_INTERN PetscErrorCode FMMCUDAPartNumbers(cudaStream_t, PetscInt, const PetscInt *, const PetscInt *, PetscInt, PetscInt, const PetscInt *, PetscInt *, PetscInt *);
 PETSC_INTERN PetscErrorCode FMMCUDAPartGather(cudaStream_t, const FMMCUDAPart *, PetscInt, const PetscInt *, double *);
+PETSC_INTERN PetscErrorCode FMMCUDAGatherInts(cudaStream_t, PetscInt, const PetscInt *, const PetscInt *, PetscInt *);
+PETSC_INTERN PetscErrorCode FMMCUDAFillInts(cudaStream_t, PetscInt, PetscInt, PetscInt *);
+PETSC_INTERN PetscErrorCode FMMCUDALeafOf(cudaStream_t, PetscInt, PetscInt, const PetscInt *, PetscInt *);
 /* upward.cu */
 PETSC_INTERN PetscErrorCode FMMCUDAStrengths(FMM_CUDA *, const FMMPlan *, const double *);
 PETSC_INTERN PetscErrorCode FMMCUDAP2M(FMM_CUDA *, const FMMPlan *);

@@ -453,11 +453,12 @@ __global__ void BoxKeyKernel(PetscInt U, PetscInt nroot, const PetscInt *off, co
   indices) each split levels deep by the splitting stage of FMMCUDATreeBuild
   (the same rule and keys, so the cuts of FMMTreeSplit()).  The x and y lists
   start sorted by (box, coordinate, index): a stable sort by coordinate, then
-  a stable sort of that by box.  Gives, in host memory, order (U: the points
-  leaf by leaf), loff (nroot 4^levels + 1: the leaves' offsets) and bb (the
-  bounding boxes of the nroot (4^(levels+1) - 1) / 3 boxes, level by level).
+  a stable sort of that by box.  Gives order (U: the points leaf by leaf; in
+  device memory where dorder, else host), and in host memory loff (nroot
+  4^levels + 1: the leaves' offsets) and bb (the bounding boxes of the nroot
+  (4^(levels+1) - 1) / 3 boxes, level by level).
 */
-PetscErrorCode FMMCUDASubtrees(FMM_CUDA *c, PetscInt U, const double *xy, PetscInt nroot, const PetscInt *hoff, PetscInt levels, PetscBool median, PetscBool splitlocal, PetscInt *order, PetscInt *loff, double *hbb)
+PetscErrorCode FMMCUDASubtrees(FMM_CUDA *c, PetscInt U, const double *xy, PetscInt nroot, const PetscInt *hoff, PetscInt levels, PetscBool median, PetscBool splitlocal, PetscInt *order, PetscBool dorder, PetscInt *loff, double *hbb)
 {
   FMMCUDATreeInput in{};
   FMMTreeWork      tw{};
@@ -502,7 +503,7 @@ PetscErrorCode FMMCUDASubtrees(FMM_CUDA *c, PetscInt U, const double *xy, PetscI
     FMMCheckLaunch();
   }
   PetscCall(TreeSplit(w));
-  if (U) FMMCallCUDA(cudaMemcpyAsync(order, w->X, sizeof(PetscInt) * U, cudaMemcpyDeviceToHost, c->stream));
+  if (U) FMMCallCUDA(cudaMemcpyAsync(order, w->X, sizeof(PetscInt) * U, dorder ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost, c->stream));
   FMMCallCUDA(cudaMemcpyAsync(loff, w->off, sizeof(PetscInt) * (w->nleaves + 1), cudaMemcpyDeviceToHost, c->stream));
   FMMCallCUDA(cudaMemcpyAsync(hbb, w->bb, sizeof(double) * 4 * w->nboxes, cudaMemcpyDeviceToHost, c->stream));
   FMMCallCUDA(cudaStreamSynchronize(c->stream));
@@ -514,8 +515,8 @@ PetscErrorCode FMMCUDASubtrees(FMM_CUDA *c, PetscInt U, const double *xy, PetscI
   FMMCUDATopCuts - the top l0 levels of the distributed tree on the GPUs
   (src/fmm/dist.c's TopLevels(), the same cuts; tree/top.cuh): this rank's u
   points xy (device; its ns sources, global indices s0 + i, then its
-  targets, tg0 + i - ns), U points on all ranks.  Gives boxof (host, u): the
-  box of level l0 of each point.  Collective on comm.
+  targets, tg0 + i - ns), U points on all ranks.  Gives boxof (device, u):
+  the box of level l0 of each point.  Collective on comm.
 */
 PetscErrorCode FMMCUDATopCuts(FMM_CUDA *c, MPI_Comm comm, PetscInt u, PetscInt U, const double *xy, PetscInt ns, PetscInt64 s0, PetscInt64 tg0, PetscInt l0, PetscInt *boxof)
 {
@@ -654,9 +655,8 @@ PetscErrorCode FMMCUDATopCuts(FMM_CUDA *c, MPI_Comm comm, PetscInt u, PetscInt U
     { unsigned char *t = lists.sel; lists.sel = w->nsel; w->nsel = t; }
   }
   if (u) {
-    FMMLaunch(TopBoxOfKernel, LAUNCH_N(u), u, n0, w->off, lists, w->seg);
+    FMMLaunch(TopBoxOfKernel, LAUNCH_N(u), u, n0, w->off, lists, boxof);
     FMMCheckLaunch();
-    FMMCallCUDA(cudaMemcpyAsync(boxof, w->seg, sizeof(PetscInt) * u, cudaMemcpyDeviceToHost, c->stream));
   }
   FMMCallCUDA(cudaStreamSynchronize(c->stream));
   PetscCall(PetscInfo(NULL, "GPU top cuts: %" PetscInt_FMT " levels, %" PetscInt_FMT " selection steps\n", l0, rounds));

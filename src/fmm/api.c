@@ -781,7 +781,7 @@ PetscErrorCode MatFMMGetTreePartition(Mat A, IS *sources, IS *targets)
   PetscCall(FMMGet(A, &fmm));
   comm = PetscObjectComm((PetscObject)A);
   PetscCheck(fmm->setup, comm, PETSC_ERR_ARG_WRONGSTATE, "Assemble the MATFMM first (MatAssemblyBegin/End)");
-  if (fmm->dist) PetscCall(FMMDistPartition(fmm->dist, A->cmap->rstart, A->rmap->rstart, sources, targets));
+  if (fmm->dist) PetscCall(FMMDistPartition(&fmm->ctx, fmm->ops, fmm->dist, A->cmap->rstart, A->rmap->rstart, sources, targets));
   else {
     if (sources) PetscCall(ISCreateStride(comm, A->cmap->n, A->cmap->rstart, 1, sources));
     if (targets) PetscCall(ISCreateStride(comm, A->rmap->n, A->rmap->rstart, 1, targets));

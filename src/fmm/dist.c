@@ -384,8 +384,10 @@ static PetscErrorCode MakeSF(MPI_Comm comm, PetscInt nroots, PetscInt nleaves, P
    caller's indices; roots: the slots other ranks feed, numbered apart in slot order, *croot their slots on
    this rank); the product's densities take the same PetscSF.  Every rank numbers those roots from the
    owners' counts of their own points, without a message, and no array of all n destinations is made (its
-   pages cost more to touch than the loop).  Collective */
-static PetscErrorCode OwnerMoves(MPI_Comm comm, PetscInt n0, PetscInt n, const PetscInt box[], const PetscInt cl[], const PetscInt c[], const PetscInt e[], PetscInt nroots, PetscSF *sf, PetscInt **lmap, PetscInt **croot)
+   pages cost more to touch than the loop).  box NULL: the points and their boxes are the backend's part
+   (tgt: its targets), which keeps the slot map (partowners(); *lmap NULL) and lists the points that leave
+   box by box.  Collective */
+static PetscErrorCode OwnerMoves(FMMContext *ctx, FMMBackend ops, PetscBool tgt, MPI_Comm comm, PetscInt n0, PetscInt n, const PetscInt box[], const PetscInt cl[], const PetscInt c[], const PetscInt e[], PetscInt nroots, PetscSF *sf, PetscInt **lmap, PetscInt **croot)
 {
   PetscMPIInt  rank, size, *owner;
   PetscInt     B0, B1, ncr = 0, nrem = 0, *next, *own, *before, *il; /* a box's next slot; its owner's own points; the owner's own slots in its boxes before */
@@ -413,12 +415,21 @@ static PetscErrorCode OwnerMoves(MPI_Comm comm, PetscInt n0, PetscInt n, const P
     for (PetscInt s = next[B]; s < next[B] + c[B]; s++)
       if (s < next[B] + e[B] || s >= next[B] + e[B] + cl[B]) (*croot)[j++] = s;
   for (PetscInt B = 0; B < n0; B++) next[B] += e[B];
-  PetscCall(PetscMalloc1(PetscMax(nroots, 1), lmap));
-#pragma omp parallel for schedule(static) if (nroots >= FMM_OMP_MIN_POINTS)
-  for (PetscInt r = 0; r < nroots; r++) (*lmap)[r] = -1;
   PetscCall(PetscMalloc1(nrem, &il));
   PetscCall(PetscMalloc1(nrem, &rr));
-  { /* in T chunks of the caller's points, each given its first slot in each box and its first remote
+  if (!box) { /* on the backend: the slot map there, the points that leave here box by box */
+    PetscInt *first;
+    PetscCall(PetscMalloc1(n0, &first));
+    for (PetscInt B = 0; B < n0; B++) first[B] = owner[B] == rank ? next[B] : -1;
+    PetscCall((*ops->partowners)(ctx, tgt, n0, first, nroots, nrem, il));
+    PetscCall(PetscFree(first));
+    for (PetscInt B = 0, j = 0; B < n0; B++) {
+      const PetscMPIInt q = owner[B];
+      if (q != rank)
+        for (PetscInt s = next[B]; s < next[B] + cl[B]; s++, j++) rr[j] = (PetscSFNode){q, s - before[B] - (q < rank ? own[B] : 0)};
+    }
+    *lmap = NULL;
+  } else { /* in T chunks of the caller's points, each given its first slot in each box and its first remote
        point by counts, so that the slots are those of one pass in order */
 #if defined(_OPENMP)
     const int T = n >= FMM_OMP_MIN_POINTS ? omp_get_max_threads() : 1;
@@ -426,6 +437,9 @@ static PetscErrorCode OwnerMoves(MPI_Comm comm, PetscInt n0, PetscInt n, const P
     const int T = 1;
 #endif
     PetscInt *at; /* [T][n0 + 1]: a chunk's points in each box, then its remote points; then their starts */
+    PetscCall(PetscMalloc1(PetscMax(nroots, 1), lmap));
+#pragma omp parallel for schedule(static) if (nroots >= FMM_OMP_MIN_POINTS)
+    for (PetscInt r = 0; r < nroots; r++) (*lmap)[r] = -1;
     PetscCall(PetscCalloc1((size_t)T * (n0 + 1), &at));
 #pragma omp parallel for schedule(static, 1) num_threads(T) if (T > 1)
     for (int t = 0; t < T; t++) {
@@ -603,8 +617,9 @@ static PetscErrorCode SplitMoves(PetscSF sf, const PetscInt lmap[], const PetscI
   PetscFunctionReturn(0);
 }
 
-/* a product's moves between the caller's layout and the tree's (the numbers of FMMDist: nxc ... sfhd) */
-static PetscErrorCode FMMDistIOSetup(FMMDist *D, PetscInt ns, PetscInt mt)
+/* a product's moves between the caller's layout and the tree's (the numbers of FMMDist: nxc ... sfhd; where
+   the points are the backend's part, the numbers cin and cout stay there, partnumbers()) */
+static PetscErrorCode FMMDistIOSetup(FMMContext *ctx, FMMBackend ops, FMMDist *D, PetscInt ns, PetscInt mt)
 {
   MPI_Comm           comm;
   PetscInt           nroots, nleaves, nx = 0, nd = 0, *code, *lcode, *ix, *id;
@@ -615,11 +630,24 @@ static PetscErrorCode FMMDistIOSetup(FMMDist *D, PetscInt ns, PetscInt mt)
   PetscFunctionBegin;
   D->nxc = ns;
   D->myc = D->same ? ns : mt;
-  PetscCall(SplitMoves(D->sfsrc, D->lsrc, D->csrc, ns, D->n, D->sperm, &D->cin, &D->nrr, &D->sfin));
-  if (D->same) {
+  if (D->devpart) {
+    PetscCall(PetscSFGetGraph(D->sfsrc, &D->nrr, NULL, NULL, NULL));
+    PetscCall(PetscObjectReference((PetscObject)D->sfsrc));
+    D->sfin = D->sfsrc;
     D->nrt  = D->nrr;
-    D->cout = D->cin;
-  } else PetscCall(SplitMoves(D->sftgt, D->ltgt, D->ctgt, mt, D->m, D->tperm, &D->cout, &D->nrt, &D->sfout));
+    if (!D->same) {
+      PetscCall(PetscSFGetGraph(D->sftgt, &D->nrt, NULL, NULL, NULL));
+      PetscCall(PetscObjectReference((PetscObject)D->sftgt));
+      D->sfout = D->sftgt;
+      PetscCall((*ops->partnumbers)(ctx, PETSC_TRUE, mt, D->nrt, D->ctgt, 0, NULL, NULL));
+    }
+  } else {
+    PetscCall(SplitMoves(D->sfsrc, D->lsrc, D->csrc, ns, D->n, D->sperm, &D->cin, &D->nrr, &D->sfin));
+    if (D->same) {
+      D->nrt  = D->nrr;
+      D->cout = D->cin;
+    } else PetscCall(SplitMoves(D->sftgt, D->ltgt, D->ctgt, mt, D->m, D->tperm, &D->cout, &D->nrt, &D->sfout));
+  }
   /* the halo: each of its sources from its owner's x (code >= 0: the column) or din (code < 0: -1 - its
      place), two PetscSFs rooted there, so the owner's columns go without a gather of ours (PetscSF packs
      them where x lives) */
@@ -630,11 +658,17 @@ static PetscErrorCode FMMDistIOSetup(FMMDist *D, PetscInt ns, PetscInt mt)
   {
     PetscInt        nref = 0;
     const PetscInt *ref  = NULL;
+    PetscInt       *num = NULL;
     PetscCall(NamedRoots(D->sfhalo, &nref, &ref)); /* (set there only, the only roots PetscSF reads) */
-    for (PetscInt j = 0; j < nref; j++) {
-      const PetscInt i = ref[j];
-      code[i]          = D->cin[i] < D->nxc ? D->cin[i] : -1 - (D->cin[i] - D->nxc);
+    if (D->devpart) {
+      PetscCall(PetscMalloc1(PetscMax(nref, 1), &num));
+      PetscCall((*ops->partnumbers)(ctx, PETSC_FALSE, ns, D->nrr, D->csrc, nref, ref, num));
     }
+    for (PetscInt j = 0; j < nref; j++) {
+      const PetscInt i = ref[j], c = num ? num[j] : D->cin[i];
+      code[i]          = c < D->nxc ? c : -1 - (c - D->nxc);
+    }
+    PetscCall(PetscFree(num));
   }
   PetscCall(PetscSFBcastBegin(D->sfhalo, MPIU_INT, code, lcode, MPI_REPLACE));
   PetscCall(PetscSFBcastEnd(D->sfhalo, MPIU_INT, code, lcode, MPI_REPLACE));
@@ -760,9 +794,10 @@ PetscErrorCode FMMDistDestroy(FMMDist **dp)
   FMMDistBuild - the distributed tree of the matrix's points (in host
   memory, in the caller's layout) and this rank's lists and exchanges.
   Where the backend cuts the top levels it keeps the points in its memory
-  (FMMContext part) and they stay there: their slots, tree order and
-  coefficients are made there (partslots(), subtrees(), partorder()), and
-  the host holds only their order and the halo's.  Collective.
+  (FMMContext part) and they stay there: their boxes, slots, tree order,
+  coefficients and the product's numbers are made there (partowners(),
+  partslots(), subtrees(), partorder(), partnumbers()), and the host holds
+  counts, the points that change rank and the halo's.  Collective.
 */
 PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
 {
@@ -775,8 +810,8 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
   PetscMPIInt      rank, size;
   FMMDist         *D;
   FMMPoint        *pt, *lp = NULL;
-  PetscInt         L, l0, n0, B0, B1, nb0, *boxof, *cs, *ctg, *es, *et, nr, mr, nob, ntop, nl, *loff;
-  PetscInt        *sperm, *tperm, *ord; /* ord: the points (slot, or nr + target slot) in tree order */
+  PetscInt         L, l0, n0, B0, B1, nb0, *boxof = NULL, *cl, *cs, *ctg, *es, *et, nr, mr, nob, ntop, nl, *loff;
+  PetscInt        *sperm = NULL, *tperm = NULL, *ord = NULL; /* ord: the points (slot, or nr + target slot) in tree order */
   PetscReal       *rxy = NULL, *rnrm = NULL, *rw = NULL, *txy = NULL, *bb, *T, *top;
   PetscInt        *rgi = NULL, *tgi = NULL; /* the points' global indices: the host's subtrees' ties (not moved where the GPUs cut the top, so that every rank's GPU makes its subtrees) */
   PetscBool        anynrm, anywts, gpubb = PETSC_FALSE, gputop = PETSC_FALSE;
@@ -810,12 +845,13 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
   }
 
   /* 1. the top levels, cut in parallel: each point's box of level l0 (boxof: the sources, then the
-     targets), on the GPUs where the backend can */
+     targets; on the GPUs where the backend can, which keeps them and gives their counts cl) */
   PetscCall(PetscLogEventBegin(MATFMM_Partition, A, 0, 0, 0));
-  PetscCall(PetscMalloc1(PetscMax(u, 1), &boxof));
-  if (fmm->ops->topcuts) PetscCall((*fmm->ops->topcuts)(&fmm->ctx, comm, ns, fmm->src.block, mt, same ? NULL : fmm->tgt.xy, s0, N + t0, U, l0, boxof, &gputop));
+  PetscCall(PetscCalloc1(2 * n0, &cl)); /* this rank's sources in each box, then its targets */
+  if (fmm->ops->topcuts) PetscCall((*fmm->ops->topcuts)(&fmm->ctx, comm, ns, fmm->src.block, mt, same ? NULL : fmm->tgt.xy, s0, N + t0, U, l0, cl, &gputop));
   if (!gputop) {
     PetscInt *off, *cnt;
+    PetscCall(PetscMalloc1(PetscMax(u, 1), &boxof));
     PetscCall(PetscMalloc1(u, &pt));
     for (PetscInt k = 0; k < ns; k++) pt[k] = (FMMPoint){fmm->src.block[2 * k], fmm->src.block[2 * k + 1], s0 + k, k};
     for (PetscInt k = 0; k < mt; k++) pt[ns + k] = (FMMPoint){fmm->tgt.xy[2 * k], fmm->tgt.xy[2 * k + 1], N + t0 + k, ns + k};
@@ -824,6 +860,7 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
       for (PetscInt k = off[B]; k < off[B + 1]; k++) boxof[pt[k].j] = B;
     PetscCall(PetscFree(pt));
     PetscCall(PetscFree2(off, cnt));
+    for (PetscInt k = 0; k < u; k++) cl[(k < ns ? 0 : n0) + boxof[k]]++;
   }
 
   PetscCall(FMMStageMark(&tm[1], &rm[1]));
@@ -831,21 +868,17 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
      box order, then by rank, then in the caller's order (OwnerMoves(): copied
      where they stay on the rank, a PetscSF for the others) */
   PetscCall(PetscCalloc4(n0, &cs, n0, &ctg, n0, &es, n0, &et));
-#pragma omp parallel for schedule(static) reduction(+ : cs[:n0]) if (ns >= FMM_OMP_MIN_POINTS)
-  for (PetscInt k = 0; k < ns; k++) cs[boxof[k]]++;
-#pragma omp parallel for schedule(static) reduction(+ : ctg[:n0]) if (mt >= FMM_OMP_MIN_POINTS)
-  for (PetscInt k = 0; k < mt; k++) ctg[boxof[ns + k]]++;
+  PetscCall(PetscArraycpy(cs, cl, n0));
+  PetscCall(PetscArraycpy(ctg, cl + n0, n0));
   PetscCallMPI(MPI_Exscan(cs, es, (PetscMPIInt)n0, MPIU_INT, MPI_SUM, comm));
   PetscCallMPI(MPI_Exscan(ctg, et, (PetscMPIInt)n0, MPIU_INT, MPI_SUM, comm));
   if (rank == 0) {
     PetscCall(PetscArrayzero(es, n0));
     PetscCall(PetscArrayzero(et, n0));
   }
+  D->devpart = gputop && fmm->ctx.part ? PETSC_TRUE : PETSC_FALSE;
+  PetscCheck(gputop == D->devpart && (!D->devpart || (fmm->ops->partowners && fmm->ops->partslots && fmm->ops->partorder && fmm->ops->partnumbers && fmm->ops->partgather && fmm->ops->plannumbers)), PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM: the backend made the top cuts but keeps no part, or lacks the part's operations");
   {
-    PetscInt *cl; /* this rank's sources and targets in each box */
-    PetscCall(PetscMalloc1(2 * n0, &cl));
-    PetscCall(PetscArraycpy(cl, cs, n0));
-    PetscCall(PetscArraycpy(cl + n0, ctg, n0));
     PetscCall(MPIU_Allreduce(MPI_IN_PLACE, cs, n0, MPIU_INT, MPI_SUM, comm));
     PetscCall(MPIU_Allreduce(MPI_IN_PLACE, ctg, n0, MPIU_INT, MPI_SUM, comm));
     nr = mr = 0;
@@ -853,15 +886,13 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
       nr += cs[B];
       mr += ctg[B];
     }
-    PetscCall(OwnerMoves(comm, n0, ns, boxof, cl, cs, es, nr, &D->sfsrc, &D->lsrc, &D->csrc));
-    if (!same) PetscCall(OwnerMoves(comm, n0, mt, boxof + ns, cl + n0, ctg, et, mr, &D->sftgt, &D->ltgt, &D->ctgt));
+    PetscCall(OwnerMoves(&fmm->ctx, fmm->ops, PETSC_FALSE, comm, n0, ns, boxof, cl, cs, es, nr, &D->sfsrc, &D->lsrc, &D->csrc));
+    if (!same) PetscCall(OwnerMoves(&fmm->ctx, fmm->ops, PETSC_TRUE, comm, n0, mt, boxof ? boxof + ns : NULL, cl + n0, ctg, et, mr, &D->sftgt, &D->ltgt, &D->ctgt));
     PetscCall(PetscFree(cl));
   }
   PetscCall(PetscFree(boxof));
-  D->n       = nr;
-  D->m       = same ? nr : mr;
-  D->devpart = gputop && fmm->ctx.part ? PETSC_TRUE : PETSC_FALSE;
-  PetscCheck(!D->devpart || (fmm->ops->partslots && fmm->ops->partorder && fmm->ops->partgather), PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM: the backend keeps the points but lacks the part's operations");
+  D->n = nr;
+  D->m = same ? nr : mr;
   if (D->devpart) { /* the points, normals and weights to their owners' slots in the backend's memory: the
                        caller's that stay from the top cuts' copy, the others through the host */
     PetscReal *z = NULL, *ones = NULL, *v[3] = {NULL, NULL, NULL};
@@ -876,14 +907,14 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
       PetscCall(ReceiveReals(D->sfsrc, 2, fmm->src.block, &ncr, &v[0]));
       if (anynrm) PetscCall(ReceiveReals(D->sfsrc, 2, nrm, &ncr, &v[1]));
       if (anywts) PetscCall(ReceiveReals(D->sfsrc, 1, wts, &ncr, &v[2]));
-      PetscCall((*fmm->ops->partslots)(&fmm->ctx, PETSC_FALSE, ns, anynrm, nrm, anywts, wts, nr, D->lsrc, ncr, D->csrc, v[0], v[1], v[2]));
+      PetscCall((*fmm->ops->partslots)(&fmm->ctx, PETSC_FALSE, ns, anynrm, nrm, anywts, wts, nr, ncr, D->csrc, v[0], v[1], v[2]));
     }
     for (int j = 0; j < 3; j++) PetscCall(PetscFree(v[j]));
     PetscCall(PetscFree(z));
     PetscCall(PetscFree(ones));
     if (!same) {
       PetscCall(ReceiveReals(D->sftgt, 2, fmm->tgt.xy, &ncr, &v[0]));
-      PetscCall((*fmm->ops->partslots)(&fmm->ctx, PETSC_TRUE, mt, PETSC_FALSE, NULL, PETSC_FALSE, NULL, mr, D->ltgt, ncr, D->ctgt, v[0], NULL, NULL));
+      PetscCall((*fmm->ops->partslots)(&fmm->ctx, PETSC_TRUE, mt, PETSC_FALSE, NULL, PETSC_FALSE, NULL, mr, ncr, D->ctgt, v[0], NULL, NULL));
       PetscCall(PetscFree(v[0]));
     }
   } else { /* the points, normals, weights and key indices to their owners */
@@ -931,7 +962,7 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
   {
     const PetscInt np = nr + (same ? 0 : mr);
     PetscInt      *off0, is = 0, it = 0, k = 0, *pj = NULL;
-    PetscCall(PetscMalloc1(PetscMax(np, 1), &ord));
+    if (!D->devpart) PetscCall(PetscMalloc1(PetscMax(np, 1), &ord)); /* (devpart: kept by the backend) */
     PetscCall(PetscMalloc1(nb0 + 1, &off0));
     for (PetscInt B = B0; B < B1; B++) { /* the points box by box: its sources (slots), then its targets */
       off0[B - B0] = k;
@@ -958,7 +989,7 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
       PetscCall(PetscMalloc1(nl + 1, &loff));
       PetscCall((*fmm->ops->subtrees)(&fmm->ctx, np, xy, pj, nb0, off0, L - l0, ord, loff, bb, &gpubb));
       if (!gpubb) PetscCall(PetscFree(loff));
-      else if (pj)
+      else if (pj && ord)
         for (PetscInt q = 0; q < np; q++) ord[q] = pj[ord[q]];
       if (!same && xy) PetscCall(PetscFree(xy));
       PetscCall(PetscFree(pj));
@@ -981,7 +1012,12 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
   D->nl  = nl;
   D->nown = ntop + nob - nb0;
   /* sources and targets of the leaves, in tree order */
-  {
+  if (D->devpart) { /* the backend's (its order, points and coefficients) */
+    PetscCall(PetscMalloc1(nl + 1, &D->sleaf));
+    PetscCall(PetscMalloc1(nl + 1, &D->tleaf));
+    PetscCall((*fmm->ops->partorder)(&fmm->ctx, nl, loff, D->sleaf, D->tleaf));
+    if (same) PetscCall(PetscArraycpy(D->tleaf, D->sleaf, nl + 1));
+  } else {
     PetscInt *scnt, *tcnt;
     PetscCall(PetscCalloc2(nl + 1, &scnt, nl + 1, &tcnt));
 #pragma omp parallel for schedule(static) if (nr >= FMM_OMP_MIN_POINTS)
@@ -994,27 +1030,21 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
       scnt[b + 1] += scnt[b];
       tcnt[b + 1] += tcnt[b];
     }
-    /* the halo's sources are appended later: room for them then (devpart: the points stay in the backend's
-       memory, only their order is here) */
-    const PetscBool host = D->devpart ? PETSC_FALSE : PETSC_TRUE;
+    /* the halo's sources are appended later: room for them then */
     PetscCall(PetscMalloc1(nr, &sperm));
-    if (host) {
-      PetscCall(PetscMalloc1(nr, &D->sx)); /* (each apart: they grow by the halo's) */
-      PetscCall(PetscMalloc1(nr, &D->sy));
-      PetscCall(PetscMalloc1(nr, &D->cq));
-      PetscCall(PetscMalloc1(nr, &D->cdx));
-      PetscCall(PetscMalloc1(nr, &D->cdy));
-    }
+    PetscCall(PetscMalloc1(nr, &D->sx)); /* (each apart: they grow by the halo's) */
+    PetscCall(PetscMalloc1(nr, &D->sy));
+    PetscCall(PetscMalloc1(nr, &D->cq));
+    PetscCall(PetscMalloc1(nr, &D->cdx));
+    PetscCall(PetscMalloc1(nr, &D->cdy));
     PetscCall(PetscMalloc1(nl + 1, &D->tleaf));
     if (same) {
       tperm = sperm;
       PetscCall(PetscArraycpy(D->tleaf, scnt, nl + 1));
     } else {
       PetscCall(PetscMalloc1(mr, &tperm));
-      if (host) {
-        PetscCall(PetscMalloc1(mr, &D->tx)); /* (each apart: FMMDistHostPlan() takes them) */
-        PetscCall(PetscMalloc1(mr, &D->ty));
-      }
+      PetscCall(PetscMalloc1(mr, &D->tx)); /* (each apart: FMMDistHostPlan() takes them) */
+      PetscCall(PetscMalloc1(mr, &D->ty));
       PetscCall(PetscArraycpy(D->tleaf, tcnt, nl + 1));
     }
 #pragma omp parallel for schedule(static) if (nr >= FMM_OMP_MIN_POINTS)
@@ -1023,25 +1053,20 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
       for (PetscInt k = loff[b]; k < loff[b + 1]; k++) {
         const PetscInt j = ord[k];
         if (j < nr) {
+          PetscReal cdn;
           sperm[s] = j;
-          if (host) {
-            PetscReal cdn;
-            D->sx[s] = rxy[2 * j];
-            D->sy[s] = rxy[2 * j + 1];
-            FMMSourceCoefficients(par->alpha, par->beta, rw ? rw[j] : 1.0, rnrm ? &rnrm[2 * j] : NULL, &D->cq[s], &D->cdx[s], &D->cdy[s], &cdn);
-          }
+          D->sx[s] = rxy[2 * j];
+          D->sy[s] = rxy[2 * j + 1];
+          FMMSourceCoefficients(par->alpha, par->beta, rw ? rw[j] : 1.0, rnrm ? &rnrm[2 * j] : NULL, &D->cq[s], &D->cdx[s], &D->cdy[s], &cdn);
           s++;
         } else {
           tperm[t] = j - nr;
-          if (host) {
-            D->tx[t] = txy[2 * (j - nr)];
-            D->ty[t] = txy[2 * (j - nr) + 1];
-          }
+          D->tx[t] = txy[2 * (j - nr)];
+          D->ty[t] = txy[2 * (j - nr) + 1];
           t++;
         }
       }
     }
-    if (!host) PetscCall((*fmm->ops->partorder)(&fmm->ctx, nr, sperm, same ? 0 : mr, same ? NULL : tperm));
     if (same) {
       D->tx = D->sx;
       D->ty = D->sy;
@@ -1446,7 +1471,7 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
     PetscCall(PetscFree2(pk, hk));
   }
   PetscCall(FMMStageMark(&tm[6], &rm[6]));
-  PetscCall(FMMDistIOSetup(D, ns, mt));
+  PetscCall(FMMDistIOSetup(&fmm->ctx, fmm->ops, D, ns, mt));
   PetscCall(FMMStageMark(&tm[7], &rm[7]));
   PetscCall(PetscInfo(A, "distributed tree on this rank: top cuts %.3f s, points to their owners %.3f s, subtrees %.3f s, box geometry %.3f s, lists %.3f s, halo %.3f s, moves %.3f s; resident memory after each %.0f %.0f %.0f %.0f %.0f %.0f %.0f MB\n", tm[1] - tm[0], tm[2] - tm[1], tm[3] - tm[2], tm[4] - tm[3], tm[5] - tm[4], tm[6] - tm[5], tm[7] - tm[6], rm[1] / 1048576, rm[2] / 1048576, rm[3] / 1048576, rm[4] / 1048576, rm[5] / 1048576, rm[6] / 1048576, rm[7] / 1048576));
   PetscFunctionReturn(0);
@@ -1471,11 +1496,55 @@ static PetscErrorCode TreeOrderIndices(PetscSF sf, const PetscInt lmap[], const 
   PetscFunctionReturn(0);
 }
 
-PetscErrorCode FMMDistPartition(FMMDist *D, PetscInt s0, PetscInt t0, IS *src, IS *tgt)
+/* the same from the product's numbers num of the n points in tree order (SplitMoves()): the caller's
+   index where < nc, else nc + the place of the point's slot among sf's roots; collective */
+static PetscErrorCode NumberedIndices(PetscSF sf, PetscInt nc, PetscInt r0, PetscInt n, const PetscInt num[], IS *is)
 {
+  MPI_Comm  comm;
+  PetscInt  ncr, nleaves, *g = NULL, *v, *idx;
+
   PetscFunctionBegin;
+  PetscCall(PetscObjectGetComm((PetscObject)sf, &comm));
+  PetscCall(PetscSFGetGraph(sf, &ncr, &nleaves, NULL, NULL));
+  if (nleaves > 0) {
+    PetscCall(PetscMalloc1(nc, &g));
+    for (PetscInt k = 0; k < nc; k++) g[k] = r0 + k;
+  }
+  PetscCall(PetscMalloc1(PetscMax(ncr, 1), &v));
+  PetscCall(PetscSFReduceBegin(sf, MPIU_INT, g, v, MPI_REPLACE));
+  PetscCall(PetscSFReduceEnd(sf, MPIU_INT, g, v, MPI_REPLACE));
+  PetscCall(PetscMalloc1(PetscMax(n, 1), &idx));
+  for (PetscInt i = 0; i < n; i++) idx[i] = num[i] < nc ? r0 + num[i] : v[num[i] - nc];
+  PetscCall(ISCreateGeneral(comm, n, idx, PETSC_OWN_POINTER, is));
+  PetscCall(PetscFree(v));
+  PetscCall(PetscFree(g));
+  PetscFunctionReturn(0);
+}
+
+/* MatFMMGetTreePartition(): from the slots here, or from the backend's plan where the part's numbers went
+   there (devpart); collective */
+PetscErrorCode FMMDistPartition(FMMContext *ctx, FMMBackend ops, FMMDist *D, PetscInt s0, PetscInt t0, IS *src, IS *tgt)
+{
+  PetscSF  tsf = D->sftgt ? D->sftgt : D->sfsrc;
+  PetscInt tr0 = D->sftgt ? t0 : s0;
+
+  PetscFunctionBegin;
+  if (D->devpart) {
+    PetscInt *num;
+    PetscCall(PetscMalloc1(PetscMax(PetscMax(D->n, D->m), 1), &num));
+    if (src) {
+      PetscCall((*ops->plannumbers)(ctx, PETSC_FALSE, D->n, num));
+      PetscCall(NumberedIndices(D->sfsrc, D->nxc, s0, D->n, num, src));
+    }
+    if (tgt) {
+      PetscCall((*ops->plannumbers)(ctx, PETSC_TRUE, D->m, num));
+      PetscCall(NumberedIndices(tsf, D->myc, tr0, D->m, num, tgt));
+    }
+    PetscCall(PetscFree(num));
+    PetscFunctionReturn(0);
+  }
   if (src) PetscCall(TreeOrderIndices(D->sfsrc, D->lsrc, D->csrc, D->nxc, s0, D->n, D->sperm, src));
-  if (tgt) PetscCall(TreeOrderIndices(D->sftgt ? D->sftgt : D->sfsrc, D->sftgt ? D->ltgt : D->lsrc, D->sftgt ? D->ctgt : D->csrc, D->myc, D->sftgt ? t0 : s0, D->m, D->tperm, tgt));
+  if (tgt) PetscCall(TreeOrderIndices(tsf, D->sftgt ? D->ltgt : D->lsrc, D->sftgt ? D->ctgt : D->csrc, D->myc, tr0, D->m, D->tperm, tgt));
   PetscFunctionReturn(0);
 }
 
@@ -1573,10 +1642,17 @@ PetscErrorCode FMMDistHostPlan(FMMDist *D, PetscBool halotgt, FMMPlan *P, FMMHos
     D->sx = D->sy = D->cq = D->cdx = D->cdy = NULL;
     if (D->same) D->tx = D->ty = NULL;
   }
+  if (D->devpart) { /* the halo's numbers only (the own ones are the part's), and no target's */
+    PetscCall(PetscFree(H->sperm));
+    PetscCall(PetscFree(H->tperm));
+    PetscCall(PetscMalloc1(PetscMax(D->nh, 1), &H->sperm));
+    for (PetscInt h = 0; h < D->nh; h++) H->sperm[h] = D->nxc + D->nrr + h;
+  } else {
 #pragma omp parallel for schedule(static) if (N >= FMM_OMP_MIN_POINTS)
-  for (PetscInt k = 0; k < N; k++) { /* D's number of place k: the caller's x, then din (FMMDistDensities()) */
-    const PetscInt i = k < hb ? D->n + k : (k < hb + D->n ? k - hb : k);
-    H->sperm[k]      = i < D->n ? D->cin[i] : D->nxc + D->nrr + (i - D->n);
+    for (PetscInt k = 0; k < N; k++) { /* D's number of place k: the caller's x, then din (FMMDistDensities()) */
+      const PetscInt i = k < hb ? D->n + k : (k < hb + D->n ? k - hb : k);
+      H->sperm[k]      = i < D->n ? D->cin[i] : D->nxc + D->nrr + (i - D->n);
+    }
   }
   /* targets: this rank's leaves (halotgt: the sources, the halo's dropped) */
   if (halotgt) {
@@ -1585,11 +1661,12 @@ PetscErrorCode FMMDistHostPlan(FMMDist *D, PetscBool halotgt, FMMPlan *P, FMMHos
     H->tx     = H->sx;
     H->ty     = H->sy;
     H->talias = PETSC_TRUE;
+    if (H->tperm)
 #pragma omp parallel for schedule(static) if (N >= FMM_OMP_MIN_POINTS)
-    for (PetscInt k = 0; k < N; k++) H->tperm[k] = (k >= hb && k < hb + m) ? D->cout[k - hb] : -1;
+      for (PetscInt k = 0; k < N; k++) H->tperm[k] = (k >= hb && k < hb + m) ? D->cout[k - hb] : -1;
   } else { /* own leaves only: D's targets from the first own leaf's place on (the sources' own part where same) */
     for (PetscInt g = 0; g < nleaves; g++) H->tleaf[g + 1] = (g < lbase) ? 0 : (g < lbase + D->nl ? D->tleaf[g - lbase + 1] : D->m);
-    PetscCall(PetscArraycpy(H->tperm, D->cout, M));
+    if (H->tperm) PetscCall(PetscArraycpy(H->tperm, D->cout, M));
     if (D->same) {
       H->tx     = D->devpart ? NULL : H->sx + hb; /* (devpart: the own sources, in the backend's memory) */
       H->ty     = D->devpart ? NULL : H->sy + hb;
@@ -1620,10 +1697,12 @@ PetscErrorCode FMMDistHostPlan(FMMDist *D, PetscBool halotgt, FMMPlan *P, FMMHos
   PetscCall(PetscMalloc1(nboxes + 1, &H->faroff));
   PetscCall(PetscMalloc1(PetscMax(D->faroff[D->nown], 1), &H->far));
   H->faroff[0] = 0;
+#pragma omp parallel for schedule(static) if (D->faroff[D->nown] >= FMM_OMP_MIN_POINTS)
+  for (PetscInt j = 0; j < D->faroff[D->nown]; j++) H->far[j] = SlotBox(D, D->far[j]); /* (in the slots' order) */
   for (PetscInt t = 0, b = 0; t < D->nown; t++) {
     const PetscInt g = SlotBox(D, t);
     for (; b < g; b++) H->faroff[b + 1] = nfar;
-    for (PetscInt j = D->faroff[t]; j < D->faroff[t + 1]; j++) H->far[nfar++] = SlotBox(D, D->far[j]);
+    nfar             = D->faroff[t + 1];
     H->faroff[g + 1] = nfar;
     b                = g + 1;
     if (t == D->nown - 1)

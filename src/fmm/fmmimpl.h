@@ -141,8 +141,9 @@ typedef struct {
   PetscBool  talias;  /* tx, ty point into sx, sy (not freed apart) */
   PetscInt  *tleaf;   /* [nleaves+1] */
   /* with the part in the backend's memory (FMMDistHostPlan(), FMMContext part): the sources [devb, devb +
-     devn) and every target but the halo's are there, not here; sx .. cdy hold the other N - devn sources
-     in order, tx, ty (talias) point into them */
+     devn) and every target but the halo's are there, not here, with their numbers (the part's
+     partnumbers()); sx .. cdy and sperm hold the other N - devn sources in order, tx, ty (talias) point
+     into them, tperm is NULL */
   PetscInt   devb, devn;
   /* boxes */
   PetscReal *cx, *cy, *scale; /* [nboxes] centre and radius (scale of the expansions) */
@@ -418,25 +419,39 @@ struct _FMMBackendOps {
      host does): n points xy (2n reals, host memory; NULL: the part's, partslots(), place q holding point
      pj[q] (< nr: source slot, else nr + target slot; pj NULL: q)) in nroot boxes, box b's from off[b] to
      off[b + 1] in the order of their global indices, each box split levels deep by FMMTreeSplit()'s rule;
-     order (n): the points leaf by leaf, loff (nroot 4^levels + 1): the leaves' offsets in order, bb: the
-     boxes' bounding boxes (FMMBoxUnion4()'s form), level by level, the nroot 4^k of level k in tree order */
+     order (n): the points leaf by leaf (NULL: kept with the part, for partorder()), loff (nroot 4^levels +
+     1): the leaves' offsets in order, bb: the boxes' bounding boxes (FMMBoxUnion4()'s form), level by level,
+     the nroot 4^k of level k in tree order */
   PetscErrorCode (*subtrees)(FMMContext *, PetscInt, const PetscReal *, const PetscInt *, PetscInt, const PetscInt *, PetscInt, PetscInt *, PetscInt *, PetscReal *, PetscBool *);
   /* the distributed tree's top cuts (src/fmm/dist.c), where the backend makes them (NULL, or *done false on
      every rank: the host does): this rank's ns sources xy (2 ns reals, host memory; global indices s0 + k)
      and mt targets txy (NULL: none; N + t0 + k), U points on all ranks, cut l0 levels deep as TopLevels()
-     does; boxof (ns + mt): each point's box of level l0.  Where it is done the backend keeps the points in
-     its memory (ctx->part) for the ops below, which then must all exist.  Collective on comm */
+     does; cnt (2 4^l0): this rank's sources in each box of level l0, then its targets.  Where it is done
+     the backend keeps the points and their boxes in its memory (ctx->part) for the ops below, which then
+     must all exist.  Collective on comm */
   PetscErrorCode (*topcuts)(FMMContext *, MPI_Comm, PetscInt, const PetscReal *, PetscInt, const PetscReal *, PetscInt, PetscInt, PetscInt, PetscInt, PetscInt *, PetscBool *);
-  /* the part's points to this rank's slots (OwnerMoves()): the sources' (tgt false; where hasnrm, haswts
+  /* the slots of the part's sources (tgt false) or targets (OwnerMoves()): box B's points (first[B] >= 0) go
+     to nslot slots of this rank from slot first[B] on, in the caller's order; the other boxes' points are
+     given in il (nrem: the caller's indices, box by box, each box's in the caller's order); the slots no
+     point of this rank fills are the received ones */
+  PetscErrorCode (*partowners)(FMMContext *, PetscBool tgt, PetscInt n0, const PetscInt *first, PetscInt nslot, PetscInt nrem, PetscInt *il);
+  /* the part's points to this rank's slots (partowners()): the sources' (tgt false; where hasnrm, haswts
      also the caller's nc normals nrm and weights wts, host memory) or the targets' (tgt true: their points
-     only); slot r takes the caller's point lmap[r] (>= 0), slot croot[c] the received point c (rxy, rnrm,
-     rw: ncr of each, host) */
-  PetscErrorCode (*partslots)(FMMContext *, PetscBool tgt, PetscInt nc, PetscBool hasnrm, const PetscReal *nrm, PetscBool haswts, const PetscReal *wts, PetscInt nslot, const PetscInt *lmap, PetscInt ncr, const PetscInt *croot, const PetscReal *rxy, const PetscReal *rnrm, const PetscReal *rw);
-  /* the part's sources in tree order (n: place i holds slot sperm[i]; coefficients by FMMSourceCoefficients()
-     from the slots' normals and weights) and its m targets (tperm likewise; m = 0 where they are the sources) */
-  PetscErrorCode (*partorder)(FMMContext *, PetscInt n, const PetscInt *sperm, PetscInt m, const PetscInt *tperm);
+     only); slot croot[c] takes the received point c (rxy, rnrm, rw: ncr of each, host) */
+  PetscErrorCode (*partslots)(FMMContext *, PetscBool tgt, PetscInt nc, PetscBool hasnrm, const PetscReal *nrm, PetscBool haswts, const PetscReal *wts, PetscInt nslot, PetscInt ncr, const PetscInt *croot, const PetscReal *rxy, const PetscReal *rnrm, const PetscReal *rw);
+  /* the part's sources in tree order (the subtrees' order kept, whose nl leaves start at loff[b]) with
+     their coefficients by FMMSourceCoefficients() from the slots' normals and weights, and its targets;
+     scnt, tcnt (nl + 1): the sources and the targets before each leaf */
+  PetscErrorCode (*partorder)(FMMContext *, PetscInt nl, const PetscInt *loff, PetscInt *scnt, PetscInt *tcnt);
+  /* the product's numbers of the part's sources (tgt false) or targets in tree order (SplitMoves(): the
+     caller's index where the point stays on the rank, else nc + its place among the ncr received slots
+     croot, ascending, host), kept for the plan; out[j] = the number of tree place q[j], j < nq */
+  PetscErrorCode (*partnumbers)(FMMContext *, PetscBool tgt, PetscInt nc, PetscInt ncr, const PetscInt *croot, PetscInt nq, const PetscInt *q, PetscInt *out);
   /* out[5c .. 5c + 4] = sx, sy, cq, cdx, cdy of the part's source idx[c] (tree order), c < nc */
   PetscErrorCode (*partgather)(FMMContext *, PetscInt nc, const PetscInt *idx, PetscReal *out);
+  /* after a setup from the part: the product's numbers of this rank's n own sources (tgt false) or targets
+     in tree order, from the plan (partnumbers()) */
+  PetscErrorCode (*plannumbers)(FMMContext *, PetscBool tgt, PetscInt n, PetscInt *out);
 };
 
 PETSC_INTERN struct _FMMBackendOps FMMBackendCPU;
@@ -582,7 +597,7 @@ PETSC_INTERN PetscErrorCode FMMDistLevels(PetscInt, PetscInt, PetscMPIInt, Petsc
 PETSC_INTERN PetscErrorCode FMMDistBuild(Mat, FMMDist **);
 PETSC_INTERN PetscErrorCode FMMDistDestroy(FMMDist **);
 PETSC_INTERN PetscErrorCode FMMDistUnit(FMMDist *, PetscInt);
-PETSC_INTERN PetscErrorCode FMMDistPartition(FMMDist *, PetscInt, PetscInt, IS *, IS *);
+PETSC_INTERN PetscErrorCode FMMDistPartition(FMMContext *, FMMBackend, FMMDist *, PetscInt, PetscInt, IS *, IS *);
 PETSC_INTERN PetscErrorCode FMMDistHostPlan(FMMDist *, PetscBool, FMMPlan *, FMMHostPlan **);
 PETSC_INTERN PetscErrorCode FMMDistExchangeSetup(FMMDist *, PetscInt);
 PETSC_INTERN PetscErrorCode FMMDistDeviceIO(FMMDist *, const FMMDeviceMemory *);
@@ -602,7 +617,6 @@ static inline PetscErrorCode FMMStageMark(PetscLogDouble *t, PetscLogDouble *rss
 }
 /* points.c */
 PETSC_INTERN void           FMMCopyReals(PetscReal *, const PetscReal *, PetscInt);
-PETSC_INTERN void           FMMLeafOf(PetscInt, const PetscInt[], PetscInt[]);
 PETSC_INTERN PetscErrorCode FMMWaitForPETSc(PetscBool);
 PETSC_INTERN PetscErrorCode FMMArraysOnDevice(PetscInt, const PetscReal *const[], const char *const[], PetscBool *);
 PETSC_INTERN PetscErrorCode FMMSourcesSet(Mat_FMM *, PetscInt, const PetscReal[], const PetscReal[], const PetscReal[], PetscBool);

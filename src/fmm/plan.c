@@ -471,11 +471,3 @@ PetscErrorCode FMMHostPlanDestroy(FMMHostPlan **host)
   PetscCall(PetscFree(*host));
   PetscFunctionReturn(0);
 }
-
-/* leafof[i] = the leaf of target i (tleaf: the nleaves leaves' target ranges), a leaf a thread */
-void FMMLeafOf(PetscInt nleaves, const PetscInt tleaf[], PetscInt leafof[])
-{
-#pragma omp parallel for schedule(dynamic, 256) if (tleaf[nleaves] >= FMM_OMP_MIN_POINTS)
-  for (PetscInt b = 0; b < nleaves; b++)
-    for (PetscInt i = tleaf[b]; i < tleaf[b + 1]; i++) leafof[i] = b;
-}
