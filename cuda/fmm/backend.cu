@@ -390,11 +390,15 @@ static PetscInt BoxSlot(const FMM_CUDA *c, const FMMPlan *P, PetscInt g)
    boxes it reads: levels 0..l0 (the top, on every rank), its own below, and
    the remote boxes its far lists and the exchange name (FMM_CUDA's nbc):
    the geometry, far lists (in the same order), expansions and M2L partials
-   then scale with the rank's part, not with the pyramid.  *cx .. *far: the
-   host plan's arrays in that numbering (to free) */
-static PetscErrorCode CompactBoxes(FMM_CUDA *c, const FMMPlan *P, const FMMHostPlan *H, PetscInt nximp, const PetscInt *ximp, PetscReal **cx, PetscReal **cy, PetscReal **scale, PetscInt **faroff, PetscInt **far)
+   then scale with the rank's part, not with the pyramid.  That numbering is
+   the distributed tree's own (FMMContext nslot ...: its slots are levels
+   0..l0, the rank's own below level by level, then the remote ones
+   ascending), whose arrays the upload takes as they are: here the
+   numbering is set (lbase, rbox: BoxSlot()), and *faroff (to free) made,
+   the far lists' offsets over all nslot boxes */
+static PetscErrorCode SlotBoxes(FMMContext *ctx, FMM_CUDA *c, const FMMPlan *P, PetscInt **faroff)
 {
-  PetscInt next = FMMLevelStart(P->l0 + 1), nr = 0, k = 0, *slot, *gof;
+  PetscInt next = FMMLevelStart(P->l0 + 1), nfar = ctx->slfaroff[ctx->nsown];
 
   PetscFunctionBegin;
   PetscCheck(P->L <= FMM_MAX_LEVELS && P->l0 <= P->L, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CUDA: levels %" PetscInt_FMT ", part level %" PetscInt_FMT, P->L, P->l0);
@@ -408,43 +412,14 @@ static PetscErrorCode CompactBoxes(FMM_CUDA *c, const FMMPlan *P, const FMMHostP
     c->lbase[l] = next - first;
     next += n;
   }
-  c->nbc = next; /* (BoxSlot: no remote box yet) */
-  PetscCall(PetscMalloc1(PetscMax(P->nfar + nximp, 1), &c->rbox));
-  PetscCall(PetscMalloc1(PetscMax(P->nfar, 1), &slot)); /* each far-list entry's box here, -1: remote */
-#pragma omp parallel for schedule(static) if (P->nfar >= 8192)
-  for (PetscInt j = 0; j < P->nfar; j++) slot[j] = BoxSlot(c, P, H->far[j]);
-  for (PetscInt j = 0; j < P->nfar + nximp; j++) {
-    const PetscInt g = j < P->nfar ? H->far[j] : ximp[j - P->nfar];
-    if ((j < P->nfar ? slot[j] : BoxSlot(c, P, g)) < 0) c->rbox[nr++] = g;
-  }
-  PetscCall(PetscSortRemoveDupsInt(&nr, c->rbox));
-  c->nrb = nr;
-  c->nbc = next + nr;
-  PetscCall(PetscMalloc5(c->nbc, cx, c->nbc, cy, c->nbc, scale, c->nbc + 1, faroff, PetscMax(P->nfar, 1), far));
-  (*faroff)[0] = 0;
-  PetscCall(PetscMalloc1(c->nbc, &gof)); /* the global number of each box here (-1: remote) */
-  for (PetscInt l = 0; l <= P->L + 1; l++) { /* the boxes in their new order: level by level, then the remote ones */
-    PetscInt first = 0, n = nr;
-    if (l <= P->L) FMMPlanLevelBoxes(P, l, &first, &n);
-    if (l <= P->l0) first = 0, n = (PetscInt)1 << (2 * l);
-    for (PetscInt b = first; b < first + n; b++, k++) {
-      const PetscInt g = l <= P->L ? FMMLevelStart(l) + b : c->rbox[b];
-      (*cx)[k]         = H->cx[g];
-      (*cy)[k]         = H->cy[g];
-      (*scale)[k]      = H->scale[g];
-      gof[k]           = l <= P->L ? g : -1; /* a remote box takes no M2L here */
-      (*faroff)[k + 1] = (*faroff)[k] + (l <= P->L ? H->faroff[g + 1] - H->faroff[g] : 0);
-    }
-  }
-#pragma omp parallel for schedule(dynamic, 256) if (P->nfar >= 8192)
-  for (PetscInt b = 0; b < c->nbc; b++) {
-    const PetscInt g = gof[b];
-    if (g < 0) continue;
-    for (PetscInt j = H->faroff[g], e = (*faroff)[b]; j < H->faroff[g + 1]; j++, e++) (*far)[e] = slot[j] >= 0 ? slot[j] : BoxSlot(c, P, H->far[j]);
-  }
-  PetscCall(PetscFree(gof));
-  PetscCall(PetscFree(slot));
-  PetscCheck(k == c->nbc && (*faroff)[k] == P->nfar, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CUDA: %" PetscInt_FMT " of %" PetscInt_FMT " boxes, %" PetscInt_FMT " of %" PetscInt_FMT " M2L pairs in the rank's numbering", k, c->nbc, (*faroff)[k], P->nfar);
+  PetscCheck(next == ctx->nsown && nfar == P->nfar, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CUDA: the rank's %" PetscInt_FMT " own boxes and %" PetscInt_FMT " M2L pairs are not the plan's %" PetscInt_FMT " and %" PetscInt_FMT, ctx->nsown, nfar, next, P->nfar);
+  c->nrb = ctx->nslot - ctx->nsown;
+  c->nbc = ctx->nslot;
+  PetscCall(PetscMalloc1(PetscMax(c->nrb, 1), &c->rbox));
+  PetscCall(PetscArraycpy(c->rbox, ctx->slbox, c->nrb));
+  PetscCall(PetscMalloc1(c->nbc + 1, faroff));
+  PetscCall(PetscArraycpy(*faroff, ctx->slfaroff, ctx->nsown + 1));
+  for (PetscInt b = ctx->nsown; b < c->nbc; b++) (*faroff)[b + 1] = nfar; /* a remote box takes no M2L here */
   PetscFunctionReturn(0);
 }
 
@@ -511,16 +486,16 @@ static PetscErrorCode PlanFromPart(FMMContext *ctx, FMM_CUDA *c, const FMMPlan *
 /* the plan built by src/fmm/plan.c or src/fmm/dist.c (FMMDistHostPlan(): ctx's exchange), uploaded */
 static PetscErrorCode UploadPlan(FMMContext *ctx, FMM_CUDA *c, const FMMPlan *P, const FMMHostPlan *H)
 {
-  PetscReal *cx = H->cx, *cy = H->cy, *scale = H->scale;
-  PetscInt  *faroff = H->faroff, *far = H->far;
-
-  PetscLogDouble t0, t1;
+  const PetscReal *cx = H->cx, *cy = H->cy, *scale = H->scale;
+  const PetscInt  *far = H->far, *faroff = H->faroff;
+  PetscInt        *made = NULL; /* SlotBoxes()' offsets */
 
   PetscFunctionBegin;
-  PetscCall(PetscTime(&t0));
-  if (P->b1) PetscCall(CompactBoxes(c, P, H, ctx->exchange ? ctx->nximp : 0, ctx->ximp, &cx, &cy, &scale, &faroff, &far));
-  PetscCall(PetscTime(&t1));
-  if (P->b1) PetscCall(PetscInfo(ctx->obj, "GPU plan of a rank's part: its %" PetscInt_FMT " boxes numbered on the GPU's in %.2f ms\n", c->nbc, 1e3 * (t1 - t0)));
+  if (P->b1) { /* the rank's numbering as it comes */
+    PetscCheck(ctx->nslot, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CUDA: a rank's part without its boxes");
+    PetscCall(SlotBoxes(ctx, c, P, &made));
+    cx = ctx->slcx, cy = ctx->slcy, scale = ctx->slscale, faroff = made, far = ctx->slfar;
+  }
   if (ctx->part) PetscCall(PlanFromPart(ctx, c, P, H));
   else {
     PetscCall(UploadStaged(c, &c->sperm, H->sperm, P->N, "the source permutation"));
@@ -546,7 +521,7 @@ static PetscErrorCode UploadPlan(FMMContext *ctx, FMM_CUDA *c, const FMMPlan *P,
   PetscCall(Upload(c, &c->near, H->near, H->nearoff[P->nleaves], "the P2P lists"));
   c->nnear = H->nearoff[P->nleaves];
   FMMCallCUDA(cudaStreamSynchronize(c->stream));
-  if (cx != H->cx) PetscCall(PetscFree5(cx, cy, scale, faroff, far));
+  PetscCall(PetscFree(made));
   PetscFunctionReturn(0);
 }
 

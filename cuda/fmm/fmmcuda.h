@@ -175,7 +175,7 @@ typedef struct {
   PetscInt  *sperm, *sleaf, *tperm, *tleaf, *faroff, *far, *nearoff, *near;
   PetscInt  *tleafof; /* [M] leaf of each target (tree order) */
   /* the boxes on the GPU (geometry, far lists, expansions, M2L partials): nbc = 0, every box of the pyramid
-     by its global number; else (a rank's part of the distributed tree, FMMCUDACompactBoxes()) nbc of them,
+     by its global number; else (a rank's part of the distributed tree, SlotBoxes() in backend.cu) nbc of them,
      box b of level l at lbase[l] + b (levels 0..l0: all of them, below: the rank's own), then the nrb
      remote boxes of the far lists and the exchange, rbox[] (host, ascending) */
   PetscInt   nbc, lbase[FMM_MAX_LEVELS + 1], nrb, *rbox;

@@ -1298,6 +1298,7 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
       /* far lists: CSR over the slots (built in slot order), remote boxes numbered as the halo */
       {
         PetscInt *hal = NULL, nhal = 0;
+#pragma omp parallel for schedule(static) reduction(+ : nhal) if (farl.n >= FMM_OMP_MIN_POINTS)
         for (PetscInt k = 0; k < farl.n; k++)
           if (farl.v[k] < 0) nhal++;
         PetscCall(PetscMalloc1(PetscMax(nhal, 1), &hal));
@@ -1310,13 +1311,10 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
         PetscCall(PetscMalloc2(D->nown + 1, &D->faroff, PetscMax(farl.n, 1), &D->far));
         D->faroff[0] = 0;
         for (PetscInt s = 0; s < D->nown; s++) D->faroff[s + 1] = D->faroff[s] + farcnt[s];
+#pragma omp parallel for schedule(static) if (farl.n >= FMM_OMP_MIN_POINTS)
         for (PetscInt k = 0; k < farl.n; k++) {
-          PetscInt v = farl.v[k];
-          if (v < 0) {
-            PetscCall(PetscFindInt(-1 - v, nhal, hal, &v));
-            v += D->nown;
-          }
-          D->far[k] = v;
+          const PetscInt v = farl.v[k];
+          D->far[k]        = v < 0 ? D->nown + FindSorted(-1 - v, nhal, hal) : v; /* (every remote one is in hal) */
         }
         D->nfar    = nfarown + (rank == 0 ? nfartop : 0);
         D->nfartop = nfartop;
@@ -1370,14 +1368,10 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
         PetscCall(PetscMalloc1(nl + 1, &D->nearoff));
         PetscCall(PetscMalloc1(PetscMax(nent, 1), &D->near));
         PetscCall(PetscArraycpy(D->nearoff, stroff, nl + 1));
+#pragma omp parallel for schedule(static) if (nent >= FMM_OMP_MIN_POINTS)
         for (PetscInt k = 0; k < nent; k++) {
-          PetscInt s = str[k], v;
-          if (OwnerOf(s >> (2 * (L - l0)), size, n0) == rank) v = s - lbase;
-          else {
-            PetscCall(PetscFindInt(s, nhl, hl, &v));
-            v += nl;
-          }
-          D->near[k] = v;
+          const PetscInt s = str[k];
+          D->near[k]       = OwnerOf(s >> (2 * (L - l0)), size, n0) == rank ? s - lbase : nl + FindSorted(s, nhl, hl);
         }
         /* leaf ranges of the halo's sources after this rank's, and the SF that fills them */
         {
@@ -1400,14 +1394,20 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
         D->halleaf = hl; /* global numbers of the halo leaves */
       }
       /* statistics */
-      D->p2ppairs   = 0;
-      D->maxleafsrc = D->maxleaftgt = 0;
-      for (PetscInt b = 0; b < nl; b++) {
-        PetscInt nsb = 0;
-        for (PetscInt j = D->nearoff[b]; j < D->nearoff[b + 1]; j++) nsb += D->sleaf[D->near[j] + 1] - D->sleaf[D->near[j]];
-        D->p2ppairs += (PetscInt64)nsb * (D->tleaf[b + 1] - D->tleaf[b]);
-        D->maxleafsrc = PetscMax(D->maxleafsrc, D->sleaf[b + 1] - D->sleaf[b]);
-        D->maxleaftgt = PetscMax(D->maxleaftgt, D->tleaf[b + 1] - D->tleaf[b]);
+      {
+        PetscInt64 pairs = 0;
+        PetscInt   mls = 0, mlt = 0;
+#pragma omp parallel for schedule(static) reduction(+ : pairs) reduction(max : mls, mlt) if (nl >= 4096)
+        for (PetscInt b = 0; b < nl; b++) {
+          PetscInt nsb = 0;
+          for (PetscInt j = D->nearoff[b]; j < D->nearoff[b + 1]; j++) nsb += D->sleaf[D->near[j] + 1] - D->sleaf[D->near[j]];
+          pairs += (PetscInt64)nsb * (D->tleaf[b + 1] - D->tleaf[b]);
+          mls = PetscMax(mls, D->sleaf[b + 1] - D->sleaf[b]);
+          mlt = PetscMax(mlt, D->tleaf[b + 1] - D->tleaf[b]);
+        }
+        D->p2ppairs   = pairs;
+        D->maxleafsrc = mls;
+        D->maxleaftgt = mlt;
       }
       PetscCall(PetscFree(stroff));
       PetscCall(PetscFree(str));

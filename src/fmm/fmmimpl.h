@@ -349,6 +349,13 @@ typedef struct {
   const PetscInt   *xexp, *ximp;
   PetscErrorCode  (*exchange)(void *, const PetscReal *, PetscReal *);
   void             *xctx;
+  /* and its boxes in the rank's numbering (FMMDist's slots: levels 0..l0, its own below level by level,
+     then the halo's nslot - nown, of global numbers box[], ascending): geometry [nslot] and far lists
+     (faroff [nown + 1], far [faroff[nown]], in slots), which a backend's copy of the plan takes as they
+     are (nslot 0: none; read during setup only) */
+  PetscInt          nslot, nsown;
+  const PetscReal  *slcx, *slcy, *slscale;
+  const PetscInt   *slfaroff, *slfar, *slbox;
   /* and its densities and potentials in two pieces each: mult(ctx, x, y) reads x[0..nin) then xin[0..nin2)
      (sperm numbers them so) and writes y[0..nout) then yout[0..nout2) (tperm likewise); x and y are the
      caller's arrays, so what stays on the rank moves on the device (split false: N and M, one piece each) */

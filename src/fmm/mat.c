@@ -32,6 +32,7 @@ PetscErrorCode MatFMMInvalidate(Mat A)
   fmm->ctx.exchange = NULL;
   fmm->ctx.xctx     = NULL;
   fmm->ctx.nxexp = fmm->ctx.nximp = 0;
+  fmm->ctx.nslot = fmm->ctx.nsown = 0;
   fmm->ctx.split = PETSC_FALSE;
   fmm->ctx.nin = fmm->ctx.nin2 = fmm->ctx.nout = fmm->ctx.nout2 = 0;
   fmm->ctx.xin  = NULL;
@@ -227,6 +228,14 @@ static PetscErrorCode SetupDistributed(Mat A)
     ctx->nximp    = D->nximp;
     ctx->xexp     = D->xexp;
     ctx->ximp     = D->ximp;
+    ctx->nslot    = D->nslot;
+    ctx->nsown    = D->nown;
+    ctx->slcx     = D->cx;
+    ctx->slcy     = D->cy;
+    ctx->slscale  = D->scale;
+    ctx->slfaroff = D->faroff;
+    ctx->slfar    = D->far;
+    ctx->slbox    = D->halbox;
     ctx->exchange = FMMDistExchange;
     ctx->xctx     = D;
     ctx->split    = PETSC_TRUE;
