@@ -502,8 +502,8 @@ typedef struct {
   PetscInt  *sleaf, *nearoff, *near;   /* [nl + nhl + 1], [nl + 1], near leaves */
   PetscReal *tx, *ty;              /* [m] targets in tree order */
   PetscInt  *tleaf;                /* [nl + 1] */
-  PetscInt  *sperm, *tperm;        /* tree position -> the point's slot as received */
-  PetscInt  *lsrc, *ltgt;          /* [n], [m] slot -> the caller's index on this rank that fills it (-1: another rank's) */
+  PetscInt  *sperm, *tperm;        /* tree position -> the point's slot as received (devpart: NULL, the backend's) */
+  PetscInt  *lsrc, *ltgt;          /* [n], [m] slot -> the caller's index on this rank that fills it (-1: another rank's; devpart: NULL) */
   PetscSF    sfsrc, sftgt;         /* the caller's sources on other ranks (leaves) -> this rank's slots fed by them (roots); targets likewise (NULL: same) */
   PetscInt  *csrc, *ctgt;          /* [nrr], [nrt] the slots of sfsrc's and sftgt's roots */
   PetscSF    sfhalo, sfmp;         /* owners' sources in tree order -> the halo's; owners' multipoles (slots ntop..nown) -> halo slots */
@@ -511,7 +511,7 @@ typedef struct {
      the nrr densities from other ranks (sfin) and then the halo's nh (sfhx: from the owners' x, sfhd: from their din);
      a potential goes to the caller's y[c] (c < myc) or dout[c - myc], which sfout sends to the other ranks' y */
   PetscInt     nxc, myc, nrr, nrt;
-  PetscInt    *cin, *cout;         /* [n], [m] tree order */
+  PetscInt    *cin, *cout;         /* [n], [m] tree order (devpart: NULL, the backend's partnumbers()) */
   PetscSF      sfin, sfout, sfhx, sfhd; /* sfin, sfout: sfsrc, sftgt themselves; sfout NULL: sfin (the targets are the sources) */
   PetscScalar *din, *dout;         /* [nrr + nh], [nrt] */
   const FMMDeviceMemory *iomem;    /* din and dout in this device memory (FMMDistDeviceIO(); NULL: host memory) */
