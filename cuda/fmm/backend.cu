@@ -463,7 +463,7 @@ static PetscErrorCode PlanFromPart(FMMContext *ctx, FMM_CUDA *c, const FMMPlan *
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&c->tperm, sizeof(PetscInt) * PetscMax(M, 1), "the target permutation"));
   {
     const PetscInt *cout = p->cout ? p->cout : p->cin, a = H->talias && M == N ? b : 0, m = H->talias ? n : M;
-    if (a || m < M) PetscCall(FMMCUDAFillInts(c->stream, M, -1, c->tperm));
+    if (a || m < M) FMMCallCUDA(cudaMemsetAsync(c->tperm, 0xff, sizeof(PetscInt) * M, c->stream)); /* -1 */
     if (m) FMMCallCUDA(cudaMemcpyAsync(c->tperm + a, cout, sizeof(PetscInt) * m, cudaMemcpyDeviceToDevice, c->stream));
   }
   for (int k = 0; k < 5; k++) {
@@ -891,7 +891,7 @@ static PetscErrorCode FMMCUDASubtreesOp(FMMContext *ctx, PetscInt n, const Petsc
   PetscCall(FMMCUDASubtrees(c, n, dxy, nroot, off, levels, ctx->par->split_median, m->split_local, order ? order : p->ord, order ? PETSC_FALSE : PETSC_TRUE, loff, bb));
   if (!order) {
     p->nord = n;
-    if (p->pj) PetscCall(FMMCUDAPartMap(c->stream, n, p->pj, p->ord)); /* places -> points */
+    if (p->pj) PetscCall(FMMCUDAGatherInts(c->stream, n, p->ord, p->pj, p->ord)); /* places -> points (in place: each element reads its own) */
   }
   if (p && p->pj) {
     PetscCall(FMMCUDAFree(c->stream, p->pj));
@@ -945,7 +945,7 @@ static PetscErrorCode FMMCUDATopCutsOp(FMMContext *ctx, MPI_Comm comm, PetscInt 
 
 /* partowners(): the slots of the part's sources or targets (src/fmm/dist.c OwnerMoves()): the slot map
    made on the GPU from the top cuts' sort by box, the points that leave the rank back to the host */
-static PetscErrorCode FMMCUDAPartOwnersOp(FMMContext *ctx, PetscBool tgt, PetscInt n0, const PetscInt *first, PetscInt nslot, PetscInt nrem, PetscInt *il)
+static PetscErrorCode FMMCUDAPartOwnersOp(FMMContext *ctx, PetscBool tgt, PetscInt n0, const PetscInt *cnt, const PetscInt *first, PetscInt nslot, PetscInt nrem, PetscInt *il)
 {
   FMMCUDAPart *p = (FMMCUDAPart *)ctx->part;
   FMM_CUDA    *c;
@@ -958,7 +958,7 @@ static PetscErrorCode FMMCUDAPartOwnersOp(FMMContext *ctx, PetscBool tgt, PetscI
   PetscCall(PetscMalloc1(3 * n0 + 1, &h)); /* the kind's offsets by box, first, the remote points' starts */
   h[0] = a;
   for (PetscInt B = 0; B < n0; B++) {
-    const PetscInt k = p->hcnt[(tgt ? n0 : 0) + B];
+    const PetscInt k = cnt[B];
     h[B + 1]          = h[B] + k;
     h[n0 + 1 + B]     = first[B];
     h[2 * n0 + 1 + B] = nr;
@@ -968,7 +968,7 @@ static PetscErrorCode FMMCUDAPartOwnersOp(FMMContext *ctx, PetscBool tgt, PetscI
   PetscCheck(nr == nrem, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CUDA: %" PetscInt_FMT " points leave the rank, not %" PetscInt_FMT, nr, nrem);
   PetscCall(Upload(c, &d, h, 3 * n0 + 1, "the part's boxes"));
   PetscCall(FMMCUDAMalloc(c->stream, (void **)lmap, sizeof(PetscInt) * PetscMax(nslot, 1), "the rank's slots"));
-  PetscCall(FMMCUDAFillInts(c->stream, nslot, -1, *lmap));
+  FMMCallCUDA(cudaMemsetAsync(*lmap, 0xff, sizeof(PetscInt) * nslot, c->stream)); /* -1: received */
   if (nrem) PetscCall(FMMCUDAMalloc(c->stream, (void **)&rem, sizeof(PetscInt) * nrem, "the points that leave the rank"));
   PetscCall(FMMCUDAPartOwners(c->stream, p, h[0], h[n0], n0, d, d + n0 + 1, d + 2 * n0 + 1, *lmap, rem));
   if (nrem) FMMCallCUDA(cudaMemcpyAsync(il, rem, sizeof(PetscInt) * nrem, cudaMemcpyDeviceToHost, c->stream));

@@ -319,7 +319,7 @@ PETSC_INTERN PetscErrorCode FMMCUDAUnpin(void *);
 typedef struct {
   PetscInt  ns, mt;          /* the caller's sources and targets on this rank */
   double   *xy;              /* [2 (ns + mt)]: their points (sources, then targets), until partorder() */
-  PetscInt  n0, *hcnt;       /* the boxes of level l0; (host, 2 n0) the caller's sources in each, then targets */
+  PetscInt  n0;              /* the boxes of level l0 */
   PetscInt *bsort;           /* [ns + mt]: the caller's sources by box, then its targets by box, each box's in
                                 the caller's order (the top cuts' boxes, FMMCUDAPartBoxes()) */
   PetscInt  nr, mr;          /* this rank's source and target slots */
@@ -379,13 +379,11 @@ PETSC_INTERN PetscErrorCode FMMCUDAPartOwners(cudaStream_t, const FMMCUDAPart *,
 PETSC_INTERN PetscErrorCode FMMCUDAPartSlots(cudaStream_t, PetscInt, const PetscInt *, const double *, const double *, const double *, double *, double *, double *);
 PETSC_INTERN PetscErrorCode FMMCUDAPartReceived(cudaStream_t, PetscInt, const PetscInt *, const double *, const double *, const double *, double *, double *, double *);
 PETSC_INTERN PetscErrorCode FMMCUDAPartInterleave(cudaStream_t, const FMMCUDAPart *, PetscInt, const PetscInt *, double *);
-PETSC_INTERN PetscErrorCode FMMCUDAPartMap(cudaStream_t, PetscInt, const PetscInt *, PetscInt *);
 PETSC_INTERN PetscErrorCode FMMCUDAPartSplitOrder(cudaStream_t, FMMCUDAPart *, PetscInt, const PetscInt *, PetscInt *);
 PETSC_INTERN PetscErrorCode FMMCUDAPartOrder(cudaStream_t, FMMCUDAPart *, const PetscInt *, const PetscInt *, double, double);
 PETSC_INTERN PetscErrorCode FMMCUDAPartNumbers(cudaStream_t, PetscInt, const PetscInt *, const PetscInt *, PetscInt, PetscInt, const PetscInt *, PetscInt *, PetscInt *);
 PETSC_INTERN PetscErrorCode FMMCUDAPartGather(cudaStream_t, const FMMCUDAPart *, PetscInt, const PetscInt *, double *);
 PETSC_INTERN PetscErrorCode FMMCUDAGatherInts(cudaStream_t, PetscInt, const PetscInt *, const PetscInt *, PetscInt *);
-PETSC_INTERN PetscErrorCode FMMCUDAFillInts(cudaStream_t, PetscInt, PetscInt, PetscInt *);
 PETSC_INTERN PetscErrorCode FMMCUDALeafOf(cudaStream_t, PetscInt, PetscInt, const PetscInt *, PetscInt *);
 /* upward.cu */
 PETSC_INTERN PetscErrorCode FMMCUDAStrengths(FMM_CUDA *, const FMMPlan *, const double *);

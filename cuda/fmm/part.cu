@@ -109,27 +109,12 @@ __global__ static void OwnersKernel(PetscInt a, PetscInt e, PetscInt n0, const P
   else rem[rstart[B] + j] = sk[i] - a;
 }
 
-__global__ static void FillKernel(PetscInt n, PetscInt v, PetscInt *a)
-{
-  FMMWaitPrior();
-  const PetscInt k = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
-  if (k < n) a[k] = v;
-}
-
 /* out[k] = a[idx[k]] */
 __global__ static void GatherIntsKernel(PetscInt n, const PetscInt *idx, const PetscInt *a, PetscInt *out)
 {
   FMMWaitPrior();
   const PetscInt k = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   if (k < n) out[k] = a[idx[k]];
-}
-
-/* a[k] = map[a[k]] */
-__global__ static void MapKernel(PetscInt n, const PetscInt *map, PetscInt *a)
-{
-  FMMWaitPrior();
-  const PetscInt k = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
-  if (k < n) a[k] = map[a[k]];
 }
 
 struct IsSource {
@@ -220,7 +205,6 @@ PetscErrorCode FMMCUDAPartBoxes(cudaStream_t s, FMMCUDAPart *p, PetscInt n0, con
 
   PetscFunctionBegin;
   p->n0 = n0;
-  PetscCall(PetscMalloc1(2 * n0, &p->hcnt));
   PetscCall(PetscMalloc1(2 * n0, &hc));
   while (((PetscInt)1 << bits) < 2 * n0) bits++;
   PetscCall(FMMCUDAMalloc(s, (void **)&p->bsort, sizeof(PetscInt) * PetscMax(u, 1), "the part's points by box"));
@@ -242,14 +226,14 @@ PetscErrorCode FMMCUDAPartBoxes(cudaStream_t s, FMMCUDAPart *p, PetscInt n0, con
   FMMCallCUDA(cudaMemcpyAsync(hc, dcnt, sizeof(int) * 2 * n0, cudaMemcpyDeviceToHost, s));
   FMMCallCUDA(cudaStreamSynchronize(s));
   PetscCall(FMMCUDAFree(s, dcnt));
-  for (PetscInt B = 0; B < 2 * n0; B++) cnt[B] = p->hcnt[B] = hc[B];
+  for (PetscInt B = 0; B < 2 * n0; B++) cnt[B] = hc[B];
   PetscCall(PetscFree(hc));
   PetscFunctionReturn(0);
 }
 
 /* the slots of one kind of p's points (tgt: the targets), sorted places [a, e) of p->bsort, box B's from
    boff[B] (device, n0 + 1): first[B] >= 0 (device): the box is kept here from slot first[B] on (lmap,
-   device, filled beforehand with -1); else its points go to rem (device) from rstart[B] (device) on, as
+   device, set beforehand to -1); else its points go to rem (device) from rstart[B] (device) on, as
    caller's indices of the kind */
 PetscErrorCode FMMCUDAPartOwners(cudaStream_t s, const FMMCUDAPart *p, PetscInt a, PetscInt e, PetscInt n0, const PetscInt *boff, const PetscInt *first, const PetscInt *rstart, PetscInt *lmap, PetscInt *rem)
 {
@@ -260,30 +244,11 @@ PetscErrorCode FMMCUDAPartOwners(cudaStream_t s, const FMMCUDAPart *p, PetscInt 
   PetscFunctionReturn(0);
 }
 
-PetscErrorCode FMMCUDAFillInts(cudaStream_t s, PetscInt n, PetscInt v, PetscInt *a)
-{
-  PetscFunctionBegin;
-  if (!n) PetscFunctionReturn(0);
-  FMMLaunch(FillKernel, FMMCUDABlocks(n, PART_BS), PART_BS, 0, s, n, v, a);
-  FMMCheckLaunch();
-  PetscFunctionReturn(0);
-}
-
 PetscErrorCode FMMCUDAGatherInts(cudaStream_t s, PetscInt n, const PetscInt *idx, const PetscInt *a, PetscInt *out)
 {
   PetscFunctionBegin;
   if (!n) PetscFunctionReturn(0);
   FMMLaunch(GatherIntsKernel, FMMCUDABlocks(n, PART_BS), PART_BS, 0, s, n, idx, a, out);
-  FMMCheckLaunch();
-  PetscFunctionReturn(0);
-}
-
-/* a[k] = map[a[k]], k < n */
-PetscErrorCode FMMCUDAPartMap(cudaStream_t s, PetscInt n, const PetscInt *map, PetscInt *a)
-{
-  PetscFunctionBegin;
-  if (!n) PetscFunctionReturn(0);
-  FMMLaunch(MapKernel, FMMCUDABlocks(n, PART_BS), PART_BS, 0, s, n, map, a);
   FMMCheckLaunch();
   PetscFunctionReturn(0);
 }
@@ -394,7 +359,6 @@ PetscErrorCode FMMCUDAPartDestroy(FMMCUDAPart **pp, cudaStream_t s)
     *a[k] = NULL;
   }
   (void)cudaGetLastError();
-  PetscCall(PetscFree(p->hcnt));
   PetscCall(PetscFree(*pp));
   PetscFunctionReturn(0);
 }

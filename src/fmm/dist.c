@@ -421,7 +421,7 @@ static PetscErrorCode OwnerMoves(FMMContext *ctx, FMMBackend ops, PetscBool tgt,
     PetscInt *first;
     PetscCall(PetscMalloc1(n0, &first));
     for (PetscInt B = 0; B < n0; B++) first[B] = owner[B] == rank ? next[B] : -1;
-    PetscCall((*ops->partowners)(ctx, tgt, n0, first, nroots, nrem, il));
+    PetscCall((*ops->partowners)(ctx, tgt, n0, cl, first, nroots, nrem, il));
     PetscCall(PetscFree(first));
     for (PetscInt B = 0, j = 0; B < n0; B++) {
       const PetscMPIInt q = owner[B];
@@ -1016,7 +1016,6 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
     PetscCall(PetscMalloc1(nl + 1, &D->sleaf));
     PetscCall(PetscMalloc1(nl + 1, &D->tleaf));
     PetscCall((*fmm->ops->partorder)(&fmm->ctx, nl, loff, D->sleaf, D->tleaf));
-    if (same) PetscCall(PetscArraycpy(D->tleaf, D->sleaf, nl + 1));
   } else {
     PetscInt *scnt, *tcnt;
     PetscCall(PetscCalloc2(nl + 1, &scnt, nl + 1, &tcnt));

@@ -437,11 +437,11 @@ struct _FMMBackendOps {
      the backend keeps the points and their boxes in its memory (ctx->part) for the ops below, which then
      must all exist.  Collective on comm */
   PetscErrorCode (*topcuts)(FMMContext *, MPI_Comm, PetscInt, const PetscReal *, PetscInt, const PetscReal *, PetscInt, PetscInt, PetscInt, PetscInt, PetscInt *, PetscBool *);
-  /* the slots of the part's sources (tgt false) or targets (OwnerMoves()): box B's points (first[B] >= 0) go
-     to nslot slots of this rank from slot first[B] on, in the caller's order; the other boxes' points are
-     given in il (nrem: the caller's indices, box by box, each box's in the caller's order); the slots no
-     point of this rank fills are the received ones */
-  PetscErrorCode (*partowners)(FMMContext *, PetscBool tgt, PetscInt n0, const PetscInt *first, PetscInt nslot, PetscInt nrem, PetscInt *il);
+  /* the slots of the part's sources (tgt false) or targets (OwnerMoves()), cnt[B] of them in box B (as
+     topcuts() gave them): box B's points (first[B] >= 0) go to nslot slots of this rank from slot first[B]
+     on, in the caller's order; the other boxes' points are given in il (nrem: the caller's indices, box by
+     box, each box's in the caller's order); the slots no point of this rank fills are the received ones */
+  PetscErrorCode (*partowners)(FMMContext *, PetscBool tgt, PetscInt n0, const PetscInt *cnt, const PetscInt *first, PetscInt nslot, PetscInt nrem, PetscInt *il);
   /* the part's points to this rank's slots (partowners()): the sources' (tgt false; where hasnrm, haswts
      also the caller's nc normals nrm and weights wts, host memory) or the targets' (tgt true: their points
      only); slot croot[c] takes the received point c (rxy, rnrm, rw: ncr of each, host) */
