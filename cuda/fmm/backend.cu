@@ -24,6 +24,8 @@
 */
 #include "fmmcuda.h"
 #include "fmm/expansions.h"
+#include <cstring>
+#include <thread>
 
 /* device array of n elements of type T, uploaded from h when h is not NULL */
 template <class T>
@@ -108,6 +110,98 @@ static FMMMem MemOf(const FMM_CUDA *c, const void *a)
   return at.type == cudaMemoryTypeDevice && at.device == c->dev ? FMM_MEM_HERE : FMM_MEM_DIRECT;
 }
 
+/* The late copy: the caller's normals and weights of a rank's part of the
+   distributed tree go up on host threads of their own (FMM_LATE_THREADS,
+   each through its share of the staging ring's slots, on the side stream)
+   while the host goes on with the tree and its lists, as the one-GPU build
+   sends them while the GPU sorts (UploadLate).  Their first use (the
+   coefficients, PartCoefficients()), any other copy through the ring
+   (CopyIn()) and the part's end wait for them (FMMCUDALateWait()).  The
+   threads call CUDA and memcpy only, never PETSc. */
+#define FMM_LATE_THREADS 4
+typedef struct {
+  int           dev;
+  cudaStream_t  s;
+  const double *h[2];
+  double       *d[2];
+  size_t        n[2];
+} LateJob;
+
+static struct {
+  std::thread th[FMM_LATE_THREADS];
+  cudaError_t err[FMM_LATE_THREADS];
+  PetscBool   on;
+} Late;
+
+/* thread t's chunks of the job: every FMM_LATE_THREADS-th slot of the two arrays, through its slots of the ring */
+static void LateCopy(int t, LateJob j)
+{
+  FMMCUDAStage *st = &FMMCUDAStaging;
+  cudaError_t   e  = cudaSetDevice(j.dev); /* (the current device is the thread's own) */
+  size_t        k  = 0;
+
+  for (int a = 0; a < 2 && e == cudaSuccess; a++)
+    for (size_t off = 0; off < j.n[a] && e == cudaSuccess; off += FMM_STAGE_SLOT, k++) {
+      const size_t m    = PetscMin((size_t)FMM_STAGE_SLOT, j.n[a] - off);
+      const int    slot = t + FMM_LATE_THREADS * (int)((k / FMM_LATE_THREADS) % (FMM_STAGE_CHUNKS / FMM_LATE_THREADS));
+      if (k % FMM_LATE_THREADS != (size_t)t) continue;
+      if ((e = cudaEventSynchronize(st->evin[slot])) != cudaSuccess) break;
+      memcpy(st->in + (size_t)slot * FMM_STAGE_SLOT, j.h[a] + off, sizeof(double) * m);
+      if ((e = cudaMemcpyAsync(j.d[a] + off, st->in + (size_t)slot * FMM_STAGE_SLOT, sizeof(double) * m, cudaMemcpyHostToDevice, j.s)) != cudaSuccess) break;
+      e = cudaEventRecord(st->evin[slot], j.s);
+    }
+  Late.err[t] = e;
+}
+
+/* the late copy's threads joined and their copies landed; the first error */
+cudaError_t FMMCUDALateWait(void)
+{
+  cudaError_t e = cudaSuccess;
+
+  if (!Late.on) return e;
+  for (int t = 0; t < FMM_LATE_THREADS; t++) {
+    if (Late.th[t].joinable()) Late.th[t].join();
+    if (e == cudaSuccess) e = Late.err[t];
+  }
+  Late.on = PETSC_FALSE;
+  if (e == cudaSuccess) e = cudaStreamSynchronize(FMMCUDAStaging.side[0]);
+  return e;
+}
+
+/* the caller's n0 doubles h0 to d0 and n1 doubles h1 to d1 (pageable host memory; device arrays
+   allocated on c's stream), by the late copy's threads (without a staging ring: now) */
+static PetscErrorCode LateStart(FMM_CUDA *c, const double *h0, double *d0, size_t n0, const double *h1, double *d1, size_t n1)
+{
+  FMMCUDAStage *st = &FMMCUDAStaging;
+  LateJob       j  = {c->dev, st->side[0], {h0, h1}, {d0, d1}, {h0 ? n0 : 0, h1 ? n1 : 0}};
+  cudaEvent_t   ev;
+
+  PetscFunctionBegin;
+  FMMCallCUDA(FMMCUDALateWait());
+  if (!j.n[0] && !j.n[1]) PetscFunctionReturn(0);
+  if (!st->in) {
+    for (int a = 0; a < 2; a++)
+      if (j.n[a]) FMMCallCUDA(cudaMemcpyAsync(j.d[a], j.h[a], sizeof(double) * j.n[a], cudaMemcpyHostToDevice, c->stream));
+    PetscFunctionReturn(0);
+  }
+  FMMCallCUDA(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming)); /* the side stream after the arrays' allocation */
+  FMMCallCUDA(cudaEventRecord(ev, c->stream));
+  FMMCallCUDA(cudaStreamWaitEvent(j.s, ev, 0));
+  FMMCallCUDA(cudaEventDestroy(ev));
+  Late.on = PETSC_TRUE;
+  for (int t = 0; t < FMM_LATE_THREADS; t++) {
+    Late.err[t] = cudaSuccess;
+    try {
+      Late.th[t] = std::thread(LateCopy, t, j);
+    } catch (...) { /* no thread: this one's share now */
+      LateCopy(t, j);
+    }
+  }
+  PetscFunctionReturn(0);
+}
+
+static PetscErrorCode PartCoefficients(FMMContext *, FMM_CUDA *, FMMCUDAPart *);
+
 /* CopyIn, CopyOut: n doubles between the caller's array (in memory m,
    MemOf) and the GPU.  Memory other than pageable is copied directly
    (cudaMemcpyDefault); pageable host memory goes through the process's
@@ -125,6 +219,7 @@ static PetscErrorCode CopyIn(cudaStream_t s, double *d, const double *h, PetscIn
     FMMCallCUDA(cudaMemcpyAsync(d, h, sizeof(double) * n, cudaMemcpyDefault, s));
     PetscFunctionReturn(0);
   }
+  FMMCallCUDA(FMMCUDALateWait()); /* (the ring is the late copy's until then) */
   for (PetscInt off = 0, k = 0; off < n; off += FMM_STAGE_SLOT, k++) { /* slot k % CHUNKS, free once its last copy is done */
     const PetscInt m = PetscMin(FMM_STAGE_SLOT, n - off), j = k % FMM_STAGE_CHUNKS;
     FMMCallCUDA(cudaEventSynchronize(st->evin[j]));
@@ -453,6 +548,7 @@ static PetscErrorCode PlanFromPart(FMMContext *ctx, FMM_CUDA *c, const FMMPlan *
 
   PetscFunctionBegin;
   PetscCheck(p && p->n == n && b + n <= N && (H->talias ? (M == N || M == n) : p->m == M) && p->cin && (H->talias || p->cout), PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CUDA: the rank's part on the GPU does not match its plan");
+  PetscCall(PartCoefficients(ctx, c, p));
   own[0] = p->sx, own[1] = p->sy, own[2] = p->cq, own[3] = p->cdx, own[4] = p->cdy;
   /* the numbers: the halo's from H (those before, then those after), the own from the part; the targets
      the own ones' (the halo's sources as targets, M = N: dropped, -1) */
@@ -983,52 +1079,70 @@ static PetscErrorCode FMMCUDAPartOwnersOp(FMMContext *ctx, PetscBool tgt, PetscI
 }
 
 /* partslots(): the part's points to this rank's slots (the slot map of partowners()): those that stay
-   from the top cuts' copy, the received ones (and the normals and weights) up from the host */
+   from the top cuts' copy, the received ones (with their normals and weights) up from the host; the
+   caller's normals and weights go up by the late copy, read at the coefficients (PartCoefficients()) */
 static PetscErrorCode FMMCUDAPartSlotsOp(FMMContext *ctx, PetscBool tgt, PetscInt nc, PetscBool hasnrm, const PetscReal *nrm, PetscBool haswts, const PetscReal *wts, PetscInt nslot, PetscInt ncr, const PetscInt *croot, const PetscReal *rxy, const PetscReal *rnrm, const PetscReal *rw)
 {
   FMMCUDAPart *p = (FMMCUDAPart *)ctx->part;
   FMM_CUDA    *c;
   PetscInt    *dc = NULL;
-  double      *dn = NULL, *dw = NULL, *v[3] = {NULL, NULL, NULL}, **oxy = tgt ? &p->txy : &p->rxy, *on = NULL, *ow = NULL;
+  double      *v[3] = {NULL, NULL, NULL}, **oxy = tgt ? &p->txy : &p->rxy;
 
   PetscFunctionBegin;
-  PetscCheck(p && p->xy && nc == (tgt ? p->mt : p->ns) && (tgt ? p->ltgt : p->lsrc) && nslot == (tgt ? p->mr : p->nr), PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CUDA: no part of %" PetscInt_FMT " points with %" PetscInt_FMT " slots on the GPU", nc, nslot);
+  PetscCheck(p && p->xy && nc == (tgt ? p->mt : p->ns) && (tgt ? p->ltgt : p->lsrc) && nslot == (tgt ? p->mr : p->nr) && (!tgt || (!hasnrm && !haswts)), PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CUDA: no part of %" PetscInt_FMT " points with %" PetscInt_FMT " slots on the GPU", nc, nslot);
   PetscCall(Create(ctx));
   c = (FMM_CUDA *)ctx->data;
   PetscCall(FMMCUDAMalloc(c->stream, (void **)oxy, sizeof(double) * 2 * PetscMax(nslot, 1), "the rank's slots"));
-  if (hasnrm) {
-    PetscCall(FMMCUDAMalloc(c->stream, (void **)&p->rnrm, sizeof(double) * 2 * PetscMax(nslot, 1), "the rank's slots"));
-    PetscCall(UploadStaged(c, &dn, nrm, 2 * nc, "the normals"));
-    on = p->rnrm;
-  }
-  if (haswts) {
-    PetscCall(FMMCUDAMalloc(c->stream, (void **)&p->rw, sizeof(double) * PetscMax(nslot, 1), "the rank's slots"));
-    PetscCall(UploadStaged(c, &dw, wts, nc, "the weights"));
-    ow = p->rw;
-  }
-  PetscCall(FMMCUDAPartSlots(c->stream, nslot, tgt ? p->ltgt : p->lsrc, p->xy + (tgt ? 2 * p->ns : 0), dn, dw, *oxy, on, ow));
+  PetscCall(FMMCUDAPartSlots(c->stream, nslot, tgt ? p->ltgt : p->lsrc, p->xy + (tgt ? 2 * p->ns : 0), NULL, NULL, *oxy, NULL, NULL));
   if (ncr) {
+    if (hasnrm) PetscCall(FMMCUDAMalloc(c->stream, (void **)&p->rnrm, sizeof(double) * 2 * nslot, "the rank's slots"));
+    if (haswts) PetscCall(FMMCUDAMalloc(c->stream, (void **)&p->rw, sizeof(double) * nslot, "the rank's slots"));
     PetscCall(UploadStaged(c, &dc, croot, ncr, "the received points' slots"));
     PetscCall(UploadStaged(c, &v[0], rxy, 2 * ncr, "the received points"));
-    if (on) PetscCall(UploadStaged(c, &v[1], rnrm, 2 * ncr, "the received normals"));
-    if (ow) PetscCall(UploadStaged(c, &v[2], rw, ncr, "the received weights"));
-    PetscCall(FMMCUDAPartReceived(c->stream, ncr, dc, v[0], v[1], v[2], *oxy, on, ow));
+    if (hasnrm) PetscCall(UploadStaged(c, &v[1], rnrm, 2 * ncr, "the received normals"));
+    if (haswts) PetscCall(UploadStaged(c, &v[2], rw, ncr, "the received weights"));
+    PetscCall(FMMCUDAPartReceived(c->stream, ncr, dc, v[0], v[1], v[2], *oxy, hasnrm ? p->rnrm : NULL, haswts ? p->rw : NULL));
   }
   PetscCall(FMMCUDAFree(c->stream, dc));
-  PetscCall(FMMCUDAFree(c->stream, dn));
-  PetscCall(FMMCUDAFree(c->stream, dw));
   for (int k = 0; k < 3; k++) PetscCall(FMMCUDAFree(c->stream, v[k]));
+  /* the caller's normals and weights: up late, read where their points stay (PartCoefficients()) */
+  if (hasnrm && nrm && nc) PetscCall(FMMCUDAMalloc(c->stream, (void **)&p->cnrm, sizeof(double) * 2 * nc, "the normals"));
+  if (haswts && wts && nc) PetscCall(FMMCUDAMalloc(c->stream, (void **)&p->cwts, sizeof(double) * nc, "the weights"));
+  PetscCall(LateStart(c, p->cnrm ? nrm : NULL, p->cnrm, 2 * (size_t)nc, p->cwts ? wts : NULL, p->cwts, (size_t)nc));
   PetscCall(ResetData(ctx)); /* (waits for the stream) */
   PetscFunctionReturn(0);
 }
 
-/* partorder(): the part's sources (and targets) in tree order from the subtrees' order kept, with the
-   coefficients; its slots and the caller's copy freed */
+/* the coefficients of the part's sources in tree order, once (partorder() done): the late copy of the
+   caller's normals and weights waited for, and those and the received ones freed after */
+static PetscErrorCode PartCoefficients(FMMContext *ctx, FMM_CUDA *c, FMMCUDAPart *p)
+{
+  double       **a[3] = {&p->cq, &p->cdx, &p->cdy}, **f[4] = {&p->cnrm, &p->cwts, &p->rnrm, &p->rw};
+  PetscLogDouble t0, t1;
+
+  PetscFunctionBegin;
+  if (p->cq) PetscFunctionReturn(0);
+  PetscCheck(p->sx && p->sperm && p->lsrc, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CUDA: the part is not in tree order");
+  PetscCall(PetscTime(&t0));
+  FMMCallCUDA(FMMCUDALateWait());
+  PetscCall(PetscTime(&t1));
+  if (p->cnrm || p->cwts) PetscCall(PetscInfo(ctx->obj, "GPU part: waited %.2f ms for the late copy of the normals and weights\n", 1e3 * (t1 - t0)));
+  for (int k = 0; k < 3; k++) PetscCall(FMMCUDAMalloc(c->stream, (void **)a[k], sizeof(double) * PetscMax(p->n, 1), "the rank's part in tree order"));
+  PetscCall(FMMCUDAPartCoefficients(c->stream, p, ctx->par->alpha, ctx->par->beta));
+  for (int k = 0; k < 4; k++) {
+    PetscCall(FMMCUDAFree(c->stream, *f[k]));
+    *f[k] = NULL;
+  }
+  PetscFunctionReturn(0);
+}
+
+/* partorder(): the part's sources (and targets) in tree order from the subtrees' order kept (their
+   coefficients later: PartCoefficients()); its slots and the caller's copy of the points freed */
 static PetscErrorCode FMMCUDAPartOrderOp(FMMContext *ctx, PetscInt nl, const PetscInt *loff, PetscInt *scnt, PetscInt *tcnt)
 {
   FMMCUDAPart *p = (FMMCUDAPart *)ctx->part;
   FMM_CUDA    *c;
-  double     **a[7] = {&p->sx, &p->sy, &p->cq, &p->cdx, &p->cdy, &p->tx, &p->ty};
+  double     **a[4] = {&p->sx, &p->sy, &p->tx, &p->ty};
 
   PetscFunctionBegin;
   PetscCheck(p && p->rxy && p->ord && p->nord == p->nr + (p->txy ? p->mr : 0) && loff[nl] == p->nord, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CUDA: the part's slots do not match its order");
@@ -1048,11 +1162,11 @@ static PetscErrorCode FMMCUDAPartOrderOp(FMMContext *ctx, PetscInt nl, const Pet
   PetscCheck(scnt[nl] == p->nr && (!p->txy || tcnt[nl] == p->mr), PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CUDA: the part's order holds %" PetscInt_FMT " sources, not %" PetscInt_FMT, scnt[nl], p->nr);
   p->n = p->nr;
   p->m = p->txy ? p->mr : 0;
-  for (int k = 0; k < 7; k++) PetscCall(FMMCUDAMalloc(c->stream, (void **)a[k], sizeof(double) * PetscMax(k < 5 ? p->n : p->m, 1), "the rank's part in tree order"));
-  PetscCall(FMMCUDAPartOrder(c->stream, p, p->sperm, p->tperm, ctx->par->alpha, ctx->par->beta));
+  for (int k = 0; k < 4; k++) PetscCall(FMMCUDAMalloc(c->stream, (void **)a[k], sizeof(double) * PetscMax(k < 2 ? p->n : p->m, 1), "the rank's part in tree order"));
+  PetscCall(FMMCUDAPartOrder(c->stream, p, p->sperm, p->tperm));
   {
-    double **f[5] = {&p->xy, &p->rxy, &p->rnrm, &p->rw, &p->txy};
-    for (int k = 0; k < 5; k++) {
+    double **f[3] = {&p->xy, &p->rxy, &p->txy};
+    for (int k = 0; k < 3; k++) {
       PetscCall(FMMCUDAFree(c->stream, *f[k]));
       *f[k] = NULL;
     }
@@ -1104,6 +1218,7 @@ static PetscErrorCode FMMCUDAPartGatherOp(FMMContext *ctx, PetscInt nc, const Pe
   if (!nc) PetscFunctionReturn(0);
   PetscCall(Create(ctx));
   c = (FMM_CUDA *)ctx->data;
+  PetscCall(PartCoefficients(ctx, c, p));
   PetscCall(UploadStaged(c, &di, idx, nc, "the halo's sources"));
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&dout, sizeof(double) * 5 * nc, "the halo's sources"));
   PetscCall(FMMCUDAPartGather(c->stream, p, nc, di, dout));

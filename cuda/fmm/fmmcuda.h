@@ -324,7 +324,10 @@ typedef struct {
                                 the caller's order (the top cuts' boxes, FMMCUDAPartBoxes()) */
   PetscInt  nr, mr;          /* this rank's source and target slots */
   PetscInt *lsrc, *ltgt;     /* [nr], [mr]: slot -> the caller's point on this rank there (-1: received) */
-  double   *rxy, *rnrm, *rw; /* [2 nr], [2 nr] or NULL, [nr] or NULL: the sources' slots */
+  double   *rxy, *rnrm, *rw; /* [2 nr], [2 nr] or NULL, [nr] or NULL: the sources' slots (rnrm, rw: the
+                                received sources' only, until the coefficients) */
+  double   *cnrm, *cwts;     /* [2 ns], [ns] or NULL: the caller's normals and weights, copied up late (the
+                                late copy, backend.cu) and read for the coefficients of the slots that stay */
   double   *txy;             /* [2 mr]: the targets' slots (NULL: the targets are the sources) */
   PetscInt  nord, *ord, *pj; /* the subtrees' order of the nord points (place -> slot, nr + target slot), pj:
                                 the points of their input (NULL: the source slots) */
@@ -380,7 +383,9 @@ PETSC_INTERN PetscErrorCode FMMCUDAPartSlots(cudaStream_t, PetscInt, const Petsc
 PETSC_INTERN PetscErrorCode FMMCUDAPartReceived(cudaStream_t, PetscInt, const PetscInt *, const double *, const double *, const double *, double *, double *, double *);
 PETSC_INTERN PetscErrorCode FMMCUDAPartInterleave(cudaStream_t, const FMMCUDAPart *, PetscInt, const PetscInt *, double *);
 PETSC_INTERN PetscErrorCode FMMCUDAPartSplitOrder(cudaStream_t, FMMCUDAPart *, PetscInt, const PetscInt *, PetscInt *);
-PETSC_INTERN PetscErrorCode FMMCUDAPartOrder(cudaStream_t, FMMCUDAPart *, const PetscInt *, const PetscInt *, double, double);
+PETSC_INTERN PetscErrorCode FMMCUDAPartOrder(cudaStream_t, FMMCUDAPart *, const PetscInt *, const PetscInt *);
+PETSC_INTERN PetscErrorCode FMMCUDAPartCoefficients(cudaStream_t, FMMCUDAPart *, double, double);
+PETSC_INTERN cudaError_t    FMMCUDALateWait(void);
 PETSC_INTERN PetscErrorCode FMMCUDAPartNumbers(cudaStream_t, PetscInt, const PetscInt *, const PetscInt *, PetscInt, PetscInt, const PetscInt *, PetscInt *, PetscInt *);
 PETSC_INTERN PetscErrorCode FMMCUDAPartGather(cudaStream_t, const FMMCUDAPart *, PetscInt, const PetscInt *, double *);
 PETSC_INTERN PetscErrorCode FMMCUDAGatherInts(cudaStream_t, PetscInt, const PetscInt *, const PetscInt *, PetscInt *);

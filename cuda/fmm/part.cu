@@ -46,17 +46,30 @@ __global__ static void InterleaveKernel(PetscInt n, const PetscInt *pj, PetscInt
   xy[2 * q + 1]    = z[1];
 }
 
-/* source i in tree order is slot perm[i]: its point and its coefficients (those of the host's FMMDistBuild()) */
-__global__ static void OrderKernel(PetscInt n, const PetscInt *perm, const double *rxy, const double *rnrm, const double *rw, double alpha, double beta, double *sx, double *sy, double *cq, double *cdx, double *cdy)
+/* source i in tree order is slot perm[i]: its point */
+__global__ static void OrderKernel(PetscInt n, const PetscInt *perm, const double *rxy, double *sx, double *sy)
 {
   FMMWaitPrior();
   const PetscInt i = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const PetscInt j = perm[i];
-  double         q, dx, dy, dn;
   sx[i] = rxy[2 * j];
   sy[i] = rxy[2 * j + 1];
-  FMMSourceCoefficients(alpha, beta, rw ? rw[j] : 1.0, rnrm ? rnrm + 2 * j : NULL, &q, &dx, &dy, &dn);
+}
+
+/* source i in tree order is slot j = perm[i]: its coefficients (those of the host's FMMDistBuild()) from
+   the caller's normal and weight lmap[j] where the point stayed on the rank, else from the slot's
+   received ones (NULL: zero normals, unit weights) */
+__global__ static void CoefficientsKernel(PetscInt n, const PetscInt *perm, const PetscInt *lmap, const double *cnrm, const double *cwts, const double *rnrm, const double *rw, double alpha, double beta, double *cq, double *cdx, double *cdy)
+{
+  FMMWaitPrior();
+  const PetscInt i = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const PetscInt j = perm[i], l = lmap[j];
+  const double  *nv = l >= 0 ? (cnrm ? cnrm + 2 * l : NULL) : (rnrm ? rnrm + 2 * j : NULL);
+  const double   w  = l >= 0 ? (cwts ? cwts[l] : 1.0) : (rw ? rw[j] : 1.0);
+  double         q, dx, dy, dn;
+  FMMSourceCoefficients(alpha, beta, w, nv, &q, &dx, &dy, &dn);
   cq[i]  = q;
   cdx[i] = dx;
   cdy[i] = dy;
@@ -289,18 +302,28 @@ PetscErrorCode FMMCUDAPartSplitOrder(cudaStream_t s, FMMCUDAPart *p, PetscInt nl
   PetscFunctionReturn(0);
 }
 
-/* p's n sources and m targets (set, arrays allocated) in tree order from its slots (sperm, tperm: device) */
-PetscErrorCode FMMCUDAPartOrder(cudaStream_t s, FMMCUDAPart *p, const PetscInt *sperm, const PetscInt *tperm, double alpha, double beta)
+/* p's n sources' points and m targets (set, arrays allocated) in tree order from its slots (sperm, tperm: device) */
+PetscErrorCode FMMCUDAPartOrder(cudaStream_t s, FMMCUDAPart *p, const PetscInt *sperm, const PetscInt *tperm)
 {
   PetscFunctionBegin;
   if (p->n) {
-    FMMLaunch(OrderKernel, FMMCUDABlocks(p->n, PART_BS), PART_BS, 0, s, p->n, sperm, (const double *)p->rxy, (const double *)p->rnrm, (const double *)p->rw, alpha, beta, p->sx, p->sy, p->cq, p->cdx, p->cdy);
+    FMMLaunch(OrderKernel, FMMCUDABlocks(p->n, PART_BS), PART_BS, 0, s, p->n, sperm, (const double *)p->rxy, p->sx, p->sy);
     FMMCheckLaunch();
   }
   if (p->m) {
     FMMLaunch(TargetsKernel, FMMCUDABlocks(p->m, PART_BS), PART_BS, 0, s, p->m, tperm, (const double *)p->txy, p->tx, p->ty);
     FMMCheckLaunch();
   }
+  PetscFunctionReturn(0);
+}
+
+/* p's n sources' coefficients in tree order (cq, cdx, cdy allocated; the late copy of cnrm, cwts landed) */
+PetscErrorCode FMMCUDAPartCoefficients(cudaStream_t s, FMMCUDAPart *p, double alpha, double beta)
+{
+  PetscFunctionBegin;
+  if (!p->n) PetscFunctionReturn(0);
+  FMMLaunch(CoefficientsKernel, FMMCUDABlocks(p->n, PART_BS), PART_BS, 0, s, p->n, (const PetscInt *)p->sperm, (const PetscInt *)p->lsrc, (const double *)p->cnrm, (const double *)p->cwts, (const double *)p->rnrm, (const double *)p->rw, alpha, beta, p->cq, p->cdx, p->cdy);
+  FMMCheckLaunch();
   PetscFunctionReturn(0);
 }
 
@@ -349,7 +372,8 @@ PetscErrorCode FMMCUDAPartDestroy(FMMCUDAPart **pp, cudaStream_t s)
 
   PetscFunctionBegin;
   if (!p) PetscFunctionReturn(0);
-  void **a[] = {(void **)&p->xy, (void **)&p->rxy, (void **)&p->rnrm, (void **)&p->rw, (void **)&p->txy, (void **)&p->sx, (void **)&p->sy, (void **)&p->cq, (void **)&p->cdx, (void **)&p->cdy, (void **)&p->tx, (void **)&p->ty, (void **)&p->bsort, (void **)&p->lsrc, (void **)&p->ltgt, (void **)&p->ord, (void **)&p->pj, (void **)&p->sperm, (void **)&p->tperm, (void **)&p->cin, (void **)&p->cout};
+  (void)FMMCUDALateWait(); /* (the late copy writes cnrm, cwts) */
+  void **a[] = {(void **)&p->xy, (void **)&p->rxy, (void **)&p->rnrm, (void **)&p->rw, (void **)&p->cnrm, (void **)&p->cwts, (void **)&p->txy, (void **)&p->sx, (void **)&p->sy, (void **)&p->cq, (void **)&p->cdx, (void **)&p->cdy, (void **)&p->tx, (void **)&p->ty, (void **)&p->bsort, (void **)&p->lsrc, (void **)&p->ltgt, (void **)&p->ord, (void **)&p->pj, (void **)&p->sperm, (void **)&p->tperm, (void **)&p->cin, (void **)&p->cout};
   if (!s) {
     (void)cudaDeviceSynchronize();
     s = FMMCUDAStaging.side[0];

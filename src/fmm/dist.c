@@ -907,7 +907,7 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
       PetscCall(ReceiveReals(D->sfsrc, 2, fmm->src.block, &ncr, &v[0]));
       if (anynrm) PetscCall(ReceiveReals(D->sfsrc, 2, nrm, &ncr, &v[1]));
       if (anywts) PetscCall(ReceiveReals(D->sfsrc, 1, wts, &ncr, &v[2]));
-      PetscCall((*fmm->ops->partslots)(&fmm->ctx, PETSC_FALSE, ns, anynrm, nrm, anywts, wts, nr, ncr, D->csrc, v[0], v[1], v[2]));
+      PetscCall((*fmm->ops->partslots)(&fmm->ctx, PETSC_FALSE, ns, anynrm, z ? NULL : nrm, anywts, ones ? NULL : wts, nr, ncr, D->csrc, v[0], v[1], v[2])); /* (the caller's, which stay; NULL: zeros, ones) */
     }
     for (int j = 0; j < 3; j++) PetscCall(PetscFree(v[j]));
     PetscCall(PetscFree(z));
@@ -1116,6 +1116,7 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
     const PetscReal floor_s = FMMScaleFloor(top);
     PetscReal *cx, *cy, *sc;
     PetscCall(PetscMalloc3(D->nown, &cx, D->nown, &cy, D->nown, &sc));
+#pragma omp parallel for schedule(static) if (D->nown >= FMM_OMP_MIN_POINTS)
     for (PetscInt s = 0; s < D->nown; s++) FMMBoxCircle(s < ntop ? top + 4 * s : bb + 4 * (s - ntop + nb0), floor_s, &cx[s], &cy[s], &sc[s]);
     D->cx    = cx;
     D->cy    = cy;
@@ -1142,6 +1143,7 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
         }
     for (PetscInt l = l0; l <= L; l++) {
       const PetscInt nbl = nb0 << (2 * (l - l0)), o = nb0 * ((((PetscInt)1 << (2 * (l - l0))) - 1) / 3), span = (PetscInt)1 << (2 * (L - l));
+#pragma omp parallel for schedule(static) if (nbl >= FMM_OMP_MIN_POINTS)
       for (PetscInt b = 0; b < nbl; b++) {
         osrc[o + b] = D->sleaf[(b + 1) * span] - D->sleaf[b * span];
         otgt[o + b] = D->tleaf[(b + 1) * span] - D->tleaf[b * span];
@@ -1150,6 +1152,7 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
     }
     PetscCall(PetscFree4(cs, ctg, es, et));
     PetscCall(PetscMalloc2(D->nown, &D->nsb, D->nown, &D->ntb));
+#pragma omp parallel for schedule(static) if (D->nown >= FMM_OMP_MIN_POINTS)
     for (PetscInt sl = 0; sl < D->nown; sl++) {
       D->nsb[sl] = sl < ntop ? tsrc[sl] : osrc[sl - ntop + nb0];
       D->ntb[sl] = sl < ntop ? ttgt[sl] : otgt[sl - ntop + nb0];
@@ -1157,6 +1160,7 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
 
     /* the table the other ranks fetch from: NGEO reals a box of levels l0..L */
     PetscCall(PetscMalloc1(NGEO * nob, &T));
+#pragma omp parallel for schedule(static) if (nob >= FMM_OMP_MIN_POINTS)
     for (PetscInt o = 0; o < nob; o++) {
       const PetscInt s = o < nb0 ? FMMLevelStart(l0) + B0 + o : ntop + o - nb0;
       T[NGEO * o]      = D->cx[s];
@@ -1174,11 +1178,13 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
        (encoded -1 - g) until the halo is numbered */
     {
       IntList    farl = {0};
-      PetscInt  *farcnt, *stroff, *str, npar, **rid, *nrid;
+      PetscInt  *farcnt, *stroff, *str, npar, **rid, *nrid, *roff;
       PetscReal **rgeo;
+      char      **used; /* used[l][j]: a far list names the fetched remote box rid[l][j] */
       PetscInt   nfarown = 0, nfartop = 0;
       PetscCall(PetscCalloc1(D->nown, &farcnt));
       PetscCall(PetscCalloc3(L + 1, &rid, L + 1, &nrid, L + 1, &rgeo));
+      PetscCall(PetscCalloc2(L + 2, &roff, L + 1, &used));
       /* the root: strongly coupled to itself where it has sources and targets */
       PetscCall(PetscMalloc1(2, &stroff));
       stroff[0] = 0;
@@ -1208,8 +1214,10 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
           rid[l]  = want.v;
           nrid[l] = want.n;
           PetscCall(PetscMalloc1(NGEO * PetscMax(want.n, 1), &rgeo[l]));
+          PetscCall(PetscCalloc1(PetscMax(want.n, 1), &used[l]));
           PetscCall(FetchBoxes(comm, l, l0, n0, nob, T, NGEO, want.n, want.v, rgeo[l]));
         }
+        roff[l + 1] = roff[l] + nrid[l]; /* the fetched boxes numbered level by level */
         /* two passes, as plan.c: counts, then the entries, each target box by one thread */
         {
           PetscInt *nfc, *strv = NULL, missing = 0;
@@ -1227,7 +1235,7 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
                   for (int c = 0; c < 4; c++) {
                     const PetscInt s = 4 * str[j] + c;
                     PetscReal      sx, sy, ss, d;
-                    PetscInt       nsrc, sslot = -1;
+                    PetscInt       nsrc, sslot = -1, loc = -1;
                     if (l <= l0) {
                       sslot = cl + s;
                       nsrc  = tsrc[sslot];
@@ -1241,7 +1249,7 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
                       sy                = D->cy[sslot];
                       ss                = D->scale[sslot];
                     } else {
-                      const PetscInt loc = FindSorted(s, nrid[l], rid[l]);
+                      loc = FindSorted(s, nrid[l], rid[l]);
                       if (loc < 0) {
                         missing = 1;
                         continue;
@@ -1254,7 +1262,13 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
                     if (!nsrc) continue;
                     d = PetscSqrtReal(PetscSqr(D->cx[tslot] - sx) + PetscSqr(D->cy[tslot] - sy));
                     if (FMMSeparated(D->scale[tslot], ss, d, par->theta)) {
-                      if (pass) farl.v[farl.n + nfc[t] + kf] = sslot >= 0 ? sslot : -1 - (cl + s);
+                      if (pass) {
+                        farl.v[farl.n + nfc[t] + kf] = sslot >= 0 ? sslot : -1 - (roff[l] + loc);
+                        if (sslot < 0) {
+#pragma omp atomic write
+                          used[l][loc] = 1;
+                        }
+                      }
                       kf++;
                     } else {
                       if (pass) strv[nso[t] + ks] = s;
@@ -1294,17 +1308,15 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
         str    = nstr.v;
         npar   = nbt;
       }
-      /* far lists: CSR over the slots (built in slot order), remote boxes numbered as the halo */
+      /* far lists: CSR over the slots (built in slot order), remote boxes numbered as the halo: the
+         fetched ones a far list names, level by level, ascending in each (their global order) */
       {
-        PetscInt *hal = NULL, nhal = 0;
-#pragma omp parallel for schedule(static) reduction(+ : nhal) if (farl.n >= FMM_OMP_MIN_POINTS)
-        for (PetscInt k = 0; k < farl.n; k++)
-          if (farl.v[k] < 0) nhal++;
-        PetscCall(PetscMalloc1(PetscMax(nhal, 1), &hal));
-        nhal = 0;
-        for (PetscInt k = 0; k < farl.n; k++)
-          if (farl.v[k] < 0) hal[nhal++] = -1 - farl.v[k];
-        PetscCall(PetscSortRemoveDupsInt(&nhal, hal));
+        PetscInt    *hal = NULL, nhal = 0, *hidx;
+        PetscReal   *cx, *cy, *sc;
+        PetscSFNode *rem;
+        PetscCall(PetscMalloc1(PetscMax(roff[L + 1], 1), &hidx));
+        for (PetscInt l = 0; l <= L; l++)
+          for (PetscInt j = 0; j < nrid[l]; j++) hidx[roff[l] + j] = used[l][j] ? nhal++ : -1;
         D->nslot = D->nown + nhal;
         D->nhb   = nhal;
         PetscCall(PetscMalloc2(D->nown + 1, &D->faroff, PetscMax(farl.n, 1), &D->far));
@@ -1313,71 +1325,94 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
 #pragma omp parallel for schedule(static) if (farl.n >= FMM_OMP_MIN_POINTS)
         for (PetscInt k = 0; k < farl.n; k++) {
           const PetscInt v = farl.v[k];
-          D->far[k]        = v < 0 ? D->nown + FindSorted(-1 - v, nhal, hal) : v; /* (every remote one is in hal) */
+          D->far[k]        = v < 0 ? D->nown + hidx[-1 - v] : v;
         }
         D->nfar    = nfarown + (rank == 0 ? nfartop : 0);
         D->nfartop = nfartop;
         PetscCall(PetscFree(farl.v));
         /* the halo boxes' geometry (fetched with their level) and the SF of their multipoles */
-        {
-          PetscReal   *cx, *cy, *sc;
-          PetscSFNode *rem;
-          PetscCall(PetscMalloc3(D->nslot, &cx, D->nslot, &cy, D->nslot, &sc));
-          PetscCall(PetscArraycpy(cx, D->cx, D->nown));
-          PetscCall(PetscArraycpy(cy, D->cy, D->nown));
-          PetscCall(PetscArraycpy(sc, D->scale, D->nown));
-          PetscCall(PetscFree3(D->cx, D->cy, D->scale));
-          PetscCall(PetscMalloc1(nhal, &rem));
-          for (PetscInt h = 0, l = l0 + 1; h < nhal; h++) {
-            PetscInt          loc, s;
-            PetscMPIInt       q;
-            const PetscReal  *g;
-            while (hal[h] >= FMMLevelStart(l + 1)) l++;
-            s = hal[h] - FMMLevelStart(l);
-            PetscCall(PetscFindInt(s, nrid[l], rid[l], &loc));
-            g                 = rgeo[l] + NGEO * loc;
+        PetscCall(PetscMalloc1(PetscMax(nhal, 1), &hal));
+        PetscCall(PetscMalloc3(D->nslot, &cx, D->nslot, &cy, D->nslot, &sc));
+        PetscCall(PetscArraycpy(cx, D->cx, D->nown));
+        PetscCall(PetscArraycpy(cy, D->cy, D->nown));
+        PetscCall(PetscArraycpy(sc, D->scale, D->nown));
+        PetscCall(PetscFree3(D->cx, D->cy, D->scale));
+        PetscCall(PetscMalloc1(nhal, &rem));
+        for (PetscInt l = 0; l <= L; l++)
+          for (PetscInt j = 0; j < nrid[l]; j++) {
+            const PetscInt    h = hidx[roff[l] + j], s = rid[l][j];
+            const PetscReal  *g = rgeo[l] + NGEO * j;
+            const PetscMPIInt q = OwnerOf(s >> (2 * (l - l0)), size, n0);
+            if (h < 0) continue;
+            hal[h]            = FMMLevelStart(l) + s;
             cx[D->nown + h]   = g[0];
             cy[D->nown + h]   = g[1];
             sc[D->nown + h]   = g[2];
-            q                 = OwnerOf(s >> (2 * (l - l0)), size, n0);
             rem[h].rank       = q;
             rem[h].index      = OwnIndex(l, s, l0, q, size, n0) - (FirstBox(q + 1, size, n0) - FirstBox(q, size, n0));
           }
-          D->cx    = cx;
-          D->cy    = cy;
-          D->scale = sc;
-          PetscCall(MakeSF(comm, nob - nb0, nhal, NULL, rem, &D->sfmp));
-        }
+        D->cx    = cx;
+        D->cy    = cy;
+        D->scale = sc;
+        PetscCall(MakeSF(comm, nob - nb0, nhal, NULL, rem, &D->sfmp));
+        PetscCall(PetscFree(hidx));
         D->halbox = hal; /* global numbers of the halo boxes */
       }
-      /* near lists: the strong lists of the leaves; remote leaves become halo leaves */
+      /* near lists: the strong lists of the leaves; the remote leaves they name become halo leaves
+         (ascending), found among the leaves fetched for the lists of level L */
       {
-        PetscInt    *hl, nhl = 0, nent = stroff[nl];
-        PetscReal   *hg;
-        PetscSFNode *rem;
-        PetscInt     nh = 0;
+        PetscInt      *hl, *hj, *hidx, nhl = 0, nent = stroff[nl], nh = 0, missing = 0;
+        char          *inl;
+        PetscSFNode   *rem;
         const PetscInt lbase = B0 << (2 * (L - l0));
-        PetscCall(PetscMalloc1(PetscMax(nent, 1), &hl));
-        for (PetscInt k = 0; k < nent; k++)
-          if (OwnerOf(str[k] >> (2 * (L - l0)), size, n0) != rank) hl[nhl++] = str[k];
-        PetscCall(PetscSortRemoveDupsInt(&nhl, hl));
-        PetscCall(PetscMalloc1(NGEO * PetscMax(nhl, 1), &hg));
-        PetscCall(FetchBoxes(comm, L, l0, n0, nob, T, NGEO, nhl, hl, hg));
-        D->nhl = nhl;
+        if (L == l0) { /* (no level below the top's: its remote leaves fetched here) */
+          IntList want = {0};
+          for (PetscInt k = 0; k < nent; k++)
+            if (OwnerOf(str[k], size, n0) != rank) PetscCall(IntListPush(&want, str[k]));
+          PetscCall(PetscSortRemoveDupsInt(&want.n, want.v));
+          rid[L]  = want.v;
+          nrid[L] = want.n;
+          PetscCall(PetscMalloc1(NGEO * PetscMax(want.n, 1), &rgeo[L]));
+          PetscCall(FetchBoxes(comm, L, l0, n0, nob, T, NGEO, want.n, want.v, rgeo[L]));
+        }
+        PetscCall(PetscCalloc1(PetscMax(nrid[L], 1), &inl));
         PetscCall(PetscMalloc1(nl + 1, &D->nearoff));
         PetscCall(PetscMalloc1(PetscMax(nent, 1), &D->near));
         PetscCall(PetscArraycpy(D->nearoff, stroff, nl + 1));
 #pragma omp parallel for schedule(static) if (nent >= FMM_OMP_MIN_POINTS)
-        for (PetscInt k = 0; k < nent; k++) {
+        for (PetscInt k = 0; k < nent; k++) { /* (a remote one: -1 - its place among the fetched, for now) */
           const PetscInt s = str[k];
-          D->near[k]       = OwnerOf(s >> (2 * (L - l0)), size, n0) == rank ? s - lbase : nl + FindSorted(s, nhl, hl);
+          if (OwnerOf(s >> (2 * (L - l0)), size, n0) == rank) D->near[k] = s - lbase;
+          else {
+            const PetscInt loc = FindSorted(s, nrid[L], rid[L]);
+            if (loc < 0) missing = 1;
+            else {
+#pragma omp atomic write
+              inl[loc] = 1;
+            }
+            D->near[k] = -1 - loc;
+          }
         }
+        PetscCheck(!missing, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM: a remote leaf of a near list was not fetched");
+        PetscCall(PetscMalloc1(PetscMax(nrid[L], 1), &hidx));
+        for (PetscInt j = 0; j < nrid[L]; j++) hidx[j] = inl[j] ? nhl++ : -1;
+        PetscCall(PetscMalloc1(PetscMax(nhl, 1), &hl));
+        PetscCall(PetscMalloc1(PetscMax(nhl, 1), &hj));
+        for (PetscInt j = 0; j < nrid[L]; j++)
+          if (hidx[j] >= 0) {
+            hl[hidx[j]] = rid[L][j];
+            hj[hidx[j]] = j;
+          }
+#pragma omp parallel for schedule(static) if (nent >= FMM_OMP_MIN_POINTS)
+        for (PetscInt k = 0; k < nent; k++)
+          if (D->near[k] < 0) D->near[k] = nl + hidx[-1 - D->near[k]];
+        D->nhl = nhl;
         /* leaf ranges of the halo's sources after this rank's, and the SF that fills them */
         {
           PetscInt *sl;
           PetscCall(PetscMalloc1(nl + nhl + 1, &sl));
           PetscCall(PetscArraycpy(sl, D->sleaf, nl + 1));
-          for (PetscInt h = 0; h < nhl; h++) sl[nl + h + 1] = sl[nl + h] + (PetscInt)hg[NGEO * h + 3];
+          for (PetscInt h = 0; h < nhl; h++) sl[nl + h + 1] = sl[nl + h] + (PetscInt)rgeo[L][NGEO * hj[h] + 3];
           PetscCall(PetscFree(D->sleaf));
           D->sleaf = sl;
           nh       = sl[nl + nhl] - nr;
@@ -1386,10 +1421,13 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
         PetscCall(PetscMalloc1(nh, &rem));
         for (PetscInt h = 0, k = 0; h < nhl; h++) {
           const PetscMPIInt q = OwnerOf(hl[h] >> (2 * (L - l0)), size, n0);
-          for (PetscInt i = 0; i < (PetscInt)hg[NGEO * h + 3]; i++, k++) rem[k] = (PetscSFNode){q, (PetscInt)hg[NGEO * h + 4] + i};
+          const PetscReal  *g = rgeo[L] + NGEO * hj[h];
+          for (PetscInt i = 0; i < (PetscInt)g[3]; i++, k++) rem[k] = (PetscSFNode){q, (PetscInt)g[4] + i};
         }
         PetscCall(MakeSF(comm, nr, nh, NULL, rem, &D->sfhalo));
-        PetscCall(PetscFree(hg));
+        PetscCall(PetscFree(inl));
+        PetscCall(PetscFree(hidx));
+        PetscCall(PetscFree(hj));
         D->halleaf = hl; /* global numbers of the halo leaves */
       }
       /* statistics */
@@ -1413,8 +1451,10 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
       for (PetscInt l = 0; l <= L; l++) {
         PetscCall(PetscFree(rid[l]));
         PetscCall(PetscFree(rgeo[l]));
+        PetscCall(PetscFree(used[l]));
       }
       PetscCall(PetscFree3(rid, nrid, rgeo));
+      PetscCall(PetscFree2(roff, used));
       PetscCall(PetscFree(farcnt));
     }
     PetscCall(PetscFree2(tsrc, ttgt));
@@ -1584,9 +1624,12 @@ static PetscInt SlotBox(const FMMDist *D, PetscInt t)
   (reordered in place, so the rank's points are not copied) and its
   product numbers (cin, cout): once, after FMMDistBuild().  Where the rank's
   own points stay in the backend's memory (D->devpart), the plan's source
-  arrays are the halo's only (FMMHostPlan devb, devn).
+  arrays are the halo's only (FMMHostPlan devb, devn).  global: the boxes'
+  geometry and far lists in the one-rank numbering too (the CPU backend's
+  check path); else the backend takes them in the rank's slot numbering
+  (FMMContext nslot ..., D's arrays) and the plan has none.
 */
-PetscErrorCode FMMDistHostPlan(FMMDist *D, PetscBool halotgt, FMMPlan *P, FMMHostPlan **hp)
+PetscErrorCode FMMDistHostPlan(FMMDist *D, PetscBool halotgt, PetscBool global, FMMPlan *P, FMMHostPlan **hp)
 {
   const PetscInt L = D->L, l0 = D->l0, nleaves = (PetscInt)1 << (2 * L), nboxes = FMMLevelStart(L + 1), N = D->n + D->nh;
   const PetscInt lbase = D->B0 << (2 * (L - l0)), M = halotgt ? N : D->m;
@@ -1599,7 +1642,6 @@ PetscErrorCode FMMDistHostPlan(FMMDist *D, PetscBool halotgt, FMMPlan *P, FMMHos
   PetscCall(PetscNew(&H));
   *hp = H;
   PetscCall(FMMHostPlanPoints(H, N, M, nleaves, PETSC_FALSE));
-  PetscCall(PetscMalloc3(nboxes, &H->cx, nboxes, &H->cy, nboxes, &H->scale));
   /* sources in the global order of the leaves: the halo's leaves before this rank's (hb sources, the first
      of D's halo), this rank's, then the rest of the halo's; D's arrays (this rank's, then the halo's) are
      turned into that order in place and handed to the plan */
@@ -1680,33 +1722,35 @@ PetscErrorCode FMMDistHostPlan(FMMDist *D, PetscBool halotgt, FMMPlan *P, FMMHos
   if (!D->same) PetscCall(PetscFree(D->cout));
   PetscCall(PetscFree(D->cin));
   D->cout = NULL;
-  /* geometry */
-  for (PetscInt b = 0; b < nboxes; b++) {
-    H->cx[b]    = D->cx[0];
-    H->cy[b]    = D->cy[0];
-    H->scale[b] = D->scale[0];
+  nfar = D->faroff[D->nown];
+  if (global) { /* geometry, far lists by global box (slots below nown are in global order) */
+    PetscCall(PetscMalloc3(nboxes, &H->cx, nboxes, &H->cy, nboxes, &H->scale));
+    for (PetscInt b = 0; b < nboxes; b++) {
+      H->cx[b]    = D->cx[0];
+      H->cy[b]    = D->cy[0];
+      H->scale[b] = D->scale[0];
+    }
+    for (PetscInt t = 0; t < D->nslot; t++) {
+      const PetscInt b = SlotBox(D, t);
+      H->cx[b]         = D->cx[t];
+      H->cy[b]         = D->cy[t];
+      H->scale[b]      = D->scale[t];
+    }
+    PetscCall(PetscMalloc1(nboxes + 1, &H->faroff));
+    PetscCall(PetscMalloc1(PetscMax(nfar, 1), &H->far));
+    H->faroff[0] = 0;
+#pragma omp parallel for schedule(static) if (nfar >= FMM_OMP_MIN_POINTS)
+    for (PetscInt j = 0; j < nfar; j++) H->far[j] = SlotBox(D, D->far[j]); /* (in the slots' order) */
+    for (PetscInt t = 0, b = 0; t < D->nown; t++) {
+      const PetscInt g = SlotBox(D, t);
+      for (; b < g; b++) H->faroff[b + 1] = D->faroff[t];
+      H->faroff[g + 1] = D->faroff[t + 1];
+      b                = g + 1;
+      if (t == D->nown - 1)
+        for (; b < nboxes; b++) H->faroff[b + 1] = nfar;
+    }
   }
-  for (PetscInt t = 0; t < D->nslot; t++) {
-    const PetscInt b = SlotBox(D, t);
-    H->cx[b]         = D->cx[t];
-    H->cy[b]         = D->cy[t];
-    H->scale[b]      = D->scale[t];
-  }
-  /* far lists by global box (slots below nown are in global order), near lists by global leaf */
-  PetscCall(PetscMalloc1(nboxes + 1, &H->faroff));
-  PetscCall(PetscMalloc1(PetscMax(D->faroff[D->nown], 1), &H->far));
-  H->faroff[0] = 0;
-#pragma omp parallel for schedule(static) if (D->faroff[D->nown] >= FMM_OMP_MIN_POINTS)
-  for (PetscInt j = 0; j < D->faroff[D->nown]; j++) H->far[j] = SlotBox(D, D->far[j]); /* (in the slots' order) */
-  for (PetscInt t = 0, b = 0; t < D->nown; t++) {
-    const PetscInt g = SlotBox(D, t);
-    for (; b < g; b++) H->faroff[b + 1] = nfar;
-    nfar             = D->faroff[t + 1];
-    H->faroff[g + 1] = nfar;
-    b                = g + 1;
-    if (t == D->nown - 1)
-      for (; b < nboxes; b++) H->faroff[b + 1] = nfar;
-  }
+  /* near lists by global leaf */
   if (halotgt) { /* each halo leaf's list: this rank's leaves that name it, ascending */
     PetscCall(PetscCalloc1(D->nhl + 1, &hoff));
     for (PetscInt j = 0; j < D->nearoff[D->nl]; j++)

@@ -443,11 +443,13 @@ struct _FMMBackendOps {
      box, each box's in the caller's order); the slots no point of this rank fills are the received ones */
   PetscErrorCode (*partowners)(FMMContext *, PetscBool tgt, PetscInt n0, const PetscInt *cnt, const PetscInt *first, PetscInt nslot, PetscInt nrem, PetscInt *il);
   /* the part's points to this rank's slots (partowners()): the sources' (tgt false; where hasnrm, haswts
-     also the caller's nc normals nrm and weights wts, host memory) or the targets' (tgt true: their points
-     only); slot croot[c] takes the received point c (rxy, rnrm, rw: ncr of each, host) */
+     also the caller's nc normals nrm and weights wts, host memory, NULL: zero normals, unit weights; they
+     must stay until partgather() or the setup, which may read them late) or the targets' (tgt true: their
+     points only); slot croot[c] takes the received point c (rxy, rnrm, rw: ncr of each, host) */
   PetscErrorCode (*partslots)(FMMContext *, PetscBool tgt, PetscInt nc, PetscBool hasnrm, const PetscReal *nrm, PetscBool haswts, const PetscReal *wts, PetscInt nslot, PetscInt ncr, const PetscInt *croot, const PetscReal *rxy, const PetscReal *rnrm, const PetscReal *rw);
   /* the part's sources in tree order (the subtrees' order kept, whose nl leaves start at loff[b]) with
-     their coefficients by FMMSourceCoefficients() from the slots' normals and weights, and its targets;
+     their coefficients by FMMSourceCoefficients() from the slots' normals and weights (made by the time
+     partgather() or the setup reads them), and its targets;
      scnt, tcnt (nl + 1): the sources and the targets before each leaf */
   PetscErrorCode (*partorder)(FMMContext *, PetscInt nl, const PetscInt *loff, PetscInt *scnt, PetscInt *tcnt);
   /* the product's numbers of the part's sources (tgt false) or targets in tree order (SplitMoves(): the
@@ -605,7 +607,7 @@ PETSC_INTERN PetscErrorCode FMMDistBuild(Mat, FMMDist **);
 PETSC_INTERN PetscErrorCode FMMDistDestroy(FMMDist **);
 PETSC_INTERN PetscErrorCode FMMDistUnit(FMMDist *, PetscInt);
 PETSC_INTERN PetscErrorCode FMMDistPartition(FMMContext *, FMMBackend, FMMDist *, PetscInt, PetscInt, IS *, IS *);
-PETSC_INTERN PetscErrorCode FMMDistHostPlan(FMMDist *, PetscBool, FMMPlan *, FMMHostPlan **);
+PETSC_INTERN PetscErrorCode FMMDistHostPlan(FMMDist *, PetscBool, PetscBool, FMMPlan *, FMMHostPlan **);
 PETSC_INTERN PetscErrorCode FMMDistExchangeSetup(FMMDist *, PetscInt);
 PETSC_INTERN PetscErrorCode FMMDistDeviceIO(FMMDist *, const FMMDeviceMemory *);
 PETSC_INTERN PetscErrorCode FMMDistExchange(void *, const PetscReal *, PetscReal *);

@@ -207,7 +207,9 @@ static PetscErrorCode SetupDistributed(Mat A)
     FMMContext *ctx = &fmm->ctx;
     const PetscBool anynrm = D->dipoles;
     PetscCall(PetscLogEventBegin(MATFMM_Tree, A, 0, 0, 0));
-    PetscCall(FMMDistHostPlan(D, D->same && !anynrm ? PETSC_TRUE : PETSC_FALSE, P, &ctx->host)); /* single layer: the halo's sources as targets, for the symmetric P2P */
+    /* single layer: the halo's sources as targets, for the symmetric P2P; the geometry and far lists
+       in the one-rank numbering for the CPU backend, the CUDA backend takes the rank's (ctx->nslot ...) */
+    PetscCall(FMMDistHostPlan(D, D->same && !anynrm ? PETSC_TRUE : PETSC_FALSE, fmm->device_used == MATFMM_DEVICE_CPU ? PETSC_TRUE : PETSC_FALSE, P, &ctx->host));
     PetscCall(FMMDistExchangeSetup(D, fmm->par.p));
 #if defined(PETSC_HAVE_CUDA) /* PetscSF moves device memory: the product's moves stay on the GPUs */
     if (fmm->device_used == MATFMM_DEVICE_CUDA) PetscCall(FMMDistDeviceIO(D, fmm->ops->mem));
