@@ -411,9 +411,10 @@ static PetscErrorCode OwnerMoves(FMMContext *ctx, FMMBackend ops, PetscBool tgt,
   }
   for (PetscInt B = B0; B < B1; B++) ncr += c[B] - cl[B];
   PetscCall(PetscMalloc1(ncr, croot));
-  for (PetscInt B = B0, j = 0; B < B1; B++)
-    for (PetscInt s = next[B]; s < next[B] + c[B]; s++)
-      if (s < next[B] + e[B] || s >= next[B] + e[B] + cl[B]) (*croot)[j++] = s;
+  for (PetscInt B = B0, j = 0; B < B1; B++) { /* the box's slots around this rank's own: the received ones */
+    for (PetscInt s = next[B]; s < next[B] + e[B]; s++) (*croot)[j++] = s;
+    for (PetscInt s = next[B] + e[B] + cl[B]; s < next[B] + c[B]; s++) (*croot)[j++] = s;
+  }
   for (PetscInt B = 0; B < n0; B++) next[B] += e[B];
   PetscCall(PetscMalloc1(nrem, &il));
   PetscCall(PetscMalloc1(nrem, &rr));
