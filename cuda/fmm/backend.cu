@@ -375,9 +375,10 @@ static PetscErrorCode UploadLate(FMM_CUDA *c, void *ctx, cudaEvent_t after, cuda
 
 /* the points [a, b) of the U = N + Mg of the plan (the sources, then the
    targets of all ranks) to xy on stream s: FMMCUDATreeBuild uploads them in
-   two parts from 2^21 points on, each sorted while the next goes up */
+   two parts from 2^21 points on, each sorted while the next goes up; so do
+   the distributed tree's top cuts (a rank's sources, then its targets) */
 typedef struct {
-  const FMMContext *ctx;
+  const double     *tgt; /* the targets (after the N sources) */
   double           *xy;
   PetscInt          N;
   const double  *src;    /* the sources: the caller's (one rank), the gathered ones, or the block's GPU copy */
@@ -396,7 +397,7 @@ static PetscErrorCode UploadPoints(FMM_CUDA *c, void *ctx, PetscInt a, PetscInt 
   }
   if (b > u->N) {
     const PetscInt t = PetscMax(a, u->N);
-    PetscCall(CopyIn(s, u->xy + 2 * t, u->ctx->tgt + 2 * (t - u->N), 2 * (b - t), u->mtgt));
+    PetscCall(CopyIn(s, u->xy + 2 * t, u->tgt + 2 * (t - u->N), 2 * (b - t), u->mtgt));
   }
   PetscFunctionReturn(0);
 }
@@ -425,7 +426,7 @@ static PetscErrorCode FMMCUDAPlan(FMMContext *ctx)
   PetscCall(FMMCUDAPinSources(ctx));
   PetscCall(PetscTime(&t0b));
   late.mirror = mir ? m->mirror : NULL;
-  up          = PointUpload{ctx, NULL, N, mir ? mir : ctx->src, late.mirror, mir ? FMM_MEM_HERE : MemOf(c, ctx->src), same ? FMM_MEM_PAGEABLE : MemOf(c, ctx->tgt)};
+  up          = PointUpload{ctx->tgt, NULL, N, mir ? mir : ctx->src, late.mirror, mir ? FMM_MEM_HERE : MemOf(c, ctx->src), same ? FMM_MEM_PAGEABLE : MemOf(c, ctx->tgt)};
   /* the sources given in this GPU's memory (one rank: the matrix's copy of
      them, made by MatFMMSetSources(), whose block also holds the normals
      and weights) and no other targets: the tree reads them where they are,
@@ -1026,10 +1027,12 @@ static PetscErrorCode FMMCUDATopCutsOp(FMMContext *ctx, MPI_Comm comm, PetscInt 
   p->ns     = ns;
   p->mt     = mt;
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&p->xy, sizeof(double) * 2 * PetscMax(ns + mt, 1), "the points of the rank's part"));
-  PetscCall(CopyIn(c->stream, p->xy, sxy, 2 * ns, MemOf(c, sxy)));
-  if (mt) PetscCall(CopyIn(c->stream, p->xy + 2 * ns, txy, 2 * mt, MemOf(c, txy)));
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&box, sizeof(PetscInt) * PetscMax(ns + mt, 1), "the part's boxes"));
-  PetscCall(FMMCUDATopCuts(c, comm, ns + mt, U, p->xy, ns, s0, tg0, l0, box));
+  {
+    PointUpload    up  = {txy, p->xy, ns, sxy, NULL, MemOf(c, sxy), mt ? MemOf(c, txy) : FMM_MEM_PAGEABLE};
+    FMMCUDAUploads ups = {UploadPoints, &up, NULL, NULL};
+    PetscCall(FMMCUDATopCuts(c, comm, ns + mt, U, p->xy, ns, s0, tg0, l0, box, &ups)); /* (the points go up in its sort) */
+  }
   PetscCall(FMMCUDAPartBoxes(c->stream, p, (PetscInt)1 << (2 * l0), box, cnt));
   PetscCall(FMMCUDAFree(c->stream, box));
   PetscCall(ResetData(ctx));

@@ -515,10 +515,12 @@ PetscErrorCode FMMCUDASubtrees(FMM_CUDA *c, PetscInt U, const double *xy, PetscI
   FMMCUDATopCuts - the top l0 levels of the distributed tree on the GPUs
   (src/fmm/dist.c's TopLevels(), the same cuts; tree/top.cuh): this rank's u
   points xy (device; its ns sources, global indices s0 + i, then its
-  targets, tg0 + i - ns), U points on all ranks.  Gives boxof (device, u):
-  the box of level l0 of each point.  Collective on comm.
+  targets, tg0 + i - ns), U points on all ranks; up->points (up may be NULL)
+  puts them there, in two parts from SORT_PARTS_MIN on, each sorted while
+  the next goes up, as the one-GPU build does.  Gives boxof (device, u): the
+  box of level l0 of each point.  Collective on comm.
 */
-PetscErrorCode FMMCUDATopCuts(FMM_CUDA *c, MPI_Comm comm, PetscInt u, PetscInt U, const double *xy, PetscInt ns, PetscInt64 s0, PetscInt64 tg0, PetscInt l0, PetscInt *boxof)
+PetscErrorCode FMMCUDATopCuts(FMM_CUDA *c, MPI_Comm comm, PetscInt u, PetscInt U, const double *xy, PetscInt ns, PetscInt64 s0, PetscInt64 tg0, PetscInt l0, PetscInt *boxof, const FMMCUDAUploads *up)
 {
   const PetscInt   n0 = (PetscInt)1 << (2 * l0), nch = (u + SEG_CHUNK - 1) / SEG_CHUNK;
   FMMCUDATreeInput in{};
@@ -529,12 +531,12 @@ PetscErrorCode FMMCUDATopCuts(FMM_CUDA *c, MPI_Comm comm, PetscInt u, PetscInt U
   PetscMPIInt      size;
   SplitLists       lists;
   SplitTiles       tiles;
-  PetscInt        *hoff, *hnoff, *need, *act, *hcnt, *gcnt, *ncnt, *dcnt, rounds = 0;
+  PetscInt        *hoff, *hnoff, *need, *act, *hcnt, *gcnt, *ncnt, *dcnt, rounds = 0, M, *mc;
   PetscInt64      *lt;
   double          *hbb, *dbb;
   char            *hdir;
   TopWin          *hwin, *dwin;
-  TopKey          *hprop, *allp, *dprop, *cand;
+  TopKey          *hprop, *allp, *dprop, *cand, *dcand;
 
   PetscFunctionBegin;
   PetscCallMPI(MPI_Comm_size(comm, &size));
@@ -548,18 +550,21 @@ PetscErrorCode FMMCUDATopCuts(FMM_CUDA *c, MPI_Comm comm, PetscInt u, PetscInt U
   w->L       = l0;
   w->nleaves = n0;
   w->nboxes  = FMMLevelStart(l0 + 1);
-  w->K       = 1;
-  w->h       = u;
+  if (up) in.up = *up;
+  w->K = (up && up->points && u >= SORT_PARTS_MIN) ? 2 : 1; /* (the sort's scratch below is sized for all u) */
+  w->h = u / w->K;
   if (u) FMMCallCUDA(cub::DeviceRadixSort::SortPairs(NULL, scr, (unsigned long long *)NULL, (unsigned long long *)NULL, (PetscInt *)NULL, (PetscInt *)NULL, (int)u, 0, 64, c->stream));
   PetscCall(TreeWorkAlloc(w, scr, &work));
   PetscCall(TreeSort(w));
-  PetscCall(PetscMalloc6(n0 + 1, &hoff, 2 * n0 + 1, &hnoff, n0, &need, n0, &act, 2 * n0, &hcnt, n0, &gcnt));
-  PetscCall(PetscMalloc6(n0, &ncnt, 2 * n0, &lt, 4 * n0, &hbb, n0, &hdir, n0, &hwin, n0, &hprop));
-  PetscCall(PetscMalloc2((size_t)size * n0, &allp, size, &cand));
+  PetscCall(PetscMalloc5(n0 + 1, &hoff, 2 * n0 + 1, &hnoff, n0, &need, n0, &act, n0, &gcnt));
+  M = (PetscInt)size * TOP_PROPOSALS; /* the candidates of a cut */
+  PetscCall(PetscMalloc6(n0, &ncnt, (size_t)2 * n0 * M, &lt, 4 * n0, &hbb, n0, &hdir, n0, &hwin, (size_t)n0 * TOP_PROPOSALS, &hprop));
+  PetscCall(PetscMalloc4((size_t)size * n0 * TOP_PROPOSALS, &allp, (size_t)n0 * M, &cand, n0, &mc, (size_t)2 * n0 * M, &hcnt));
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&dbb, sizeof(double) * 4 * n0, "the top cuts' boxes"));
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&dwin, sizeof(TopWin) * n0, "the top cuts' windows"));
-  PetscCall(FMMCUDAMalloc(c->stream, (void **)&dprop, sizeof(TopKey) * n0, "the top cuts' proposals"));
-  PetscCall(FMMCUDAMalloc(c->stream, (void **)&dcnt, sizeof(PetscInt) * 2 * n0, "the top cuts' counts"));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&dprop, sizeof(TopKey) * n0 * TOP_PROPOSALS, "the top cuts' proposals"));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&dcand, sizeof(TopKey) * n0 * M, "the top cuts' candidates"));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&dcnt, sizeof(PetscInt) * 2 * n0 * M, "the top cuts' counts"));
   {
     PetscInt h[2] = {0, u};
     FMMCallCUDA(cudaMemcpyAsync(w->off, h, sizeof(h), cudaMemcpyHostToDevice, c->stream));
@@ -581,60 +586,56 @@ PetscErrorCode FMMCUDATopCuts(FMM_CUDA *c, MPI_Comm comm, PetscInt u, PetscInt U
       hdir[s]         = (-q[3] - q[1] > -q[2] - q[0]) ? 1 : 0; /* y where the box is taller */
       need[s]         = gcnt[s] / 2;
       act[s]          = gcnt[s];
-      hwin[s]         = TopWin{hoff[s], hoff[s + 1], TopKey{0.0, 0, 0}};
+      hwin[s]         = TopWin{hoff[s], hoff[s + 1]};
     }
     FMMCallCUDA(cudaMemcpyAsync(w->dir, hdir, nseg, cudaMemcpyHostToDevice, c->stream));
     /* the selection of each segment's cut */
     while (busy) {
       PetscCheck(++rounds < 100000, comm, PETSC_ERR_PLIB, "MATFMM CUDA: the top cuts' selection did not converge");
       FMMCallCUDA(cudaMemcpyAsync(dwin, hwin, sizeof(TopWin) * nseg, cudaMemcpyHostToDevice, c->stream));
-      FMMLaunch(TopProposeKernel, LAUNCH_N(nseg), nseg, lists, w->dir, dwin, xy, ns, s0, tg0, dprop);
+      FMMLaunch(TopProposeKernel, LAUNCH_N(nseg * TOP_PROPOSALS), nseg, lists, w->dir, dwin, xy, ns, s0, tg0, dprop);
       FMMCheckLaunch();
-      PetscCall(FMMCUDAReadback(c->stream, hprop, dprop, sizeof(TopKey) * nseg));
+      PetscCall(FMMCUDAReadback(c->stream, hprop, dprop, sizeof(TopKey) * nseg * TOP_PROPOSALS));
       for (PetscInt s = 0; s < nseg; s++)
-        if (need[s] == 0 || need[s] == act[s]) hprop[s].w = 0; /* done */
-      PetscCallMPI(MPI_Allgather(hprop, (PetscMPIInt)(sizeof(TopKey) * nseg), MPI_BYTE, allp, (PetscMPIInt)(sizeof(TopKey) * nseg), MPI_BYTE, comm));
-      for (PetscInt s = 0; s < nseg; s++) { /* the pivot: the weighted median of the proposals */
-        PetscInt nc = 0, W = 0, cum = 0;
-        if (need[s] == 0 || need[s] == act[s]) continue;
-        for (PetscMPIInt q = 0; q < size; q++) {
-          const TopKey x = allp[(size_t)q * nseg + s];
-          PetscInt     j = nc++;
-          if (!x.w) {
-            nc--;
-            continue;
+        if (need[s] == 0 || need[s] == act[s])
+          for (int i = 0; i < TOP_PROPOSALS; i++) hprop[s * TOP_PROPOSALS + i].w = 0; /* done */
+      PetscCallMPI(MPI_Allgather(hprop, (PetscMPIInt)(sizeof(TopKey) * nseg * TOP_PROPOSALS), MPI_BYTE, allp, (PetscMPIInt)(sizeof(TopKey) * nseg * TOP_PROPOSALS), MPI_BYTE, comm));
+      for (PetscInt s = 0; s < nseg; s++) { /* the candidates: every rank's proposals, ascending (the same on every rank) */
+        TopKey *cs = cand + (size_t)s * M;
+        mc[s]      = 0;
+        for (PetscMPIInt q = 0; q < size; q++)
+          for (int i = 0; i < TOP_PROPOSALS; i++) {
+            const TopKey x = allp[((size_t)q * nseg + s) * TOP_PROPOSALS + i];
+            PetscInt     j = mc[s];
+            if (!x.w) continue;
+            for (; j > 0 && (x.c < cs[j - 1].c || (x.c == cs[j - 1].c && x.g < cs[j - 1].g)); j--) cs[j] = cs[j - 1];
+            cs[j] = x;
+            mc[s]++;
           }
-          for (; j > 0 && (x.c < cand[j - 1].c || (x.c == cand[j - 1].c && x.g < cand[j - 1].g)); j--) cand[j] = cand[j - 1];
-          cand[j] = x;
-          W += x.w;
-        }
-        PetscCheck(nc > 0, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CUDA: no proposal for an active cut");
-        hwin[s].piv = cand[0];
-        for (PetscInt j = 0; j < nc; j++) {
-          cum += cand[j].w;
-          if (2 * cum >= W) {
-            hwin[s].piv = cand[j];
-            break;
-          }
-        }
+        PetscCheck(mc[s] > 0 || need[s] == 0 || need[s] == act[s], PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CUDA: no proposal for an active cut");
+        for (PetscInt j = mc[s]; j < M; j++) cs[j].w = 0;
       }
-      FMMCallCUDA(cudaMemcpyAsync(dwin, hwin, sizeof(TopWin) * nseg, cudaMemcpyHostToDevice, c->stream));
-      FMMLaunch(TopCountKernel, LAUNCH_N(nseg), nseg, lists, w->dir, dwin, xy, ns, s0, tg0, dcnt);
+      FMMCallCUDA(cudaMemcpyAsync(dcand, cand, sizeof(TopKey) * nseg * M, cudaMemcpyHostToDevice, c->stream));
+      FMMLaunch(TopCountKernel, LAUNCH_N(nseg * M), nseg, M, lists, w->dir, dwin, dcand, xy, ns, s0, tg0, dcnt);
       FMMCheckLaunch();
-      PetscCall(FMMCUDAReadback(c->stream, hcnt, dcnt, sizeof(PetscInt) * 2 * nseg));
-      for (PetscInt s = 0; s < 2 * nseg; s++) lt[s] = (need[s / 2] == 0 || need[s / 2] == act[s / 2]) ? 0 : hcnt[s];
-      PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, lt, (PetscMPIInt)(2 * nseg), MPIU_INT64, MPI_SUM, comm));
+      PetscCall(FMMCUDAReadback(c->stream, hcnt, dcnt, sizeof(PetscInt) * 2 * nseg * M));
+      for (PetscInt k = 0; k < 2 * nseg * M; k++) lt[k] = hcnt[k];
+      PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, lt, (PetscMPIInt)(2 * nseg * M), MPIU_INT64, MPI_SUM, comm));
       busy = PETSC_FALSE;
-      for (PetscInt s = 0; s < nseg; s++) {
-        const PetscInt LT = (PetscInt)lt[2 * s], EQ = (PetscInt)lt[2 * s + 1];
+      for (PetscInt s = 0; s < nseg; s++) { /* the window: the keys from the last candidate with at most need below to the next */
+        const PetscInt64 *LT = lt + (size_t)2 * s * M;
+        const PetscInt   *lc = hcnt + (size_t)2 * s * M, lo = hwin[s].lo;
+        PetscInt          j  = -1;
         if (need[s] == 0 || need[s] == act[s]) continue;
-        if (LT >= need[s]) { /* the pivot and all above it go right */
-          hwin[s].hi = hwin[s].lo + hcnt[2 * s];
-          act[s]     = LT;
-        } else { /* all below it and the pivot go left */
-          hwin[s].lo += hcnt[2 * s] + hcnt[2 * s + 1];
-          need[s] -= LT + EQ;
-          act[s] -= LT + EQ;
+        while (j + 1 < mc[s] && LT[2 * (j + 1)] <= need[s]) j++;
+        if (j >= 0) { /* the keys below candidate j go left */
+          hwin[s].lo = lo + lc[2 * j];
+          need[s] -= (PetscInt)LT[2 * j];
+          act[s] -= (PetscInt)LT[2 * j];
+        }
+        if (j + 1 < mc[s]) { /* candidate j + 1 and the keys above it go right */
+          hwin[s].hi = lo + lc[2 * (j + 1)];
+          act[s]     = (PetscInt)(LT[2 * (j + 1)] - (j >= 0 ? LT[2 * j] : 0));
         }
         if (need[s] != 0 && need[s] != act[s]) busy = PETSC_TRUE;
       }
@@ -663,10 +664,11 @@ PetscErrorCode FMMCUDATopCuts(FMM_CUDA *c, MPI_Comm comm, PetscInt u, PetscInt U
   PetscCall(FMMCUDAFree(c->stream, dbb));
   PetscCall(FMMCUDAFree(c->stream, dwin));
   PetscCall(FMMCUDAFree(c->stream, dprop));
+  PetscCall(FMMCUDAFree(c->stream, dcand));
   PetscCall(FMMCUDAFree(c->stream, dcnt));
   PetscCall(FMMCUDAFree(c->stream, work.base));
-  PetscCall(PetscFree6(hoff, hnoff, need, act, hcnt, gcnt));
+  PetscCall(PetscFree5(hoff, hnoff, need, act, gcnt));
   PetscCall(PetscFree6(ncnt, lt, hbb, hdir, hwin, hprop));
-  PetscCall(PetscFree2(allp, cand));
+  PetscCall(PetscFree4(allp, cand, mc, hcnt));
   PetscFunctionReturn(0);
 }

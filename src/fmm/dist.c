@@ -1588,6 +1588,17 @@ PetscErrorCode FMMDistPartition(FMMContext *ctx, FMMBackend ops, FMMDist *D, Pet
   PetscFunctionReturn(0);
 }
 
+/* v[0..n) ascending, by insertion: the short lists of a leaf, in threads (no PETSc call there) */
+static inline void SortShortList(PetscInt n, PetscInt *v)
+{
+  for (PetscInt i = 1; i < n; i++) {
+    const PetscInt x = v[i];
+    PetscInt       j = i;
+    for (; j > 0 && v[j - 1] > x; j--) v[j] = v[j - 1];
+    v[j] = x;
+  }
+}
+
 /* the global number of slot t */
 static PetscInt SlotBox(const FMMDist *D, PetscInt t)
 {
@@ -1753,33 +1764,56 @@ PetscErrorCode FMMDistHostPlan(FMMDist *D, PetscBool halotgt, PetscBool global, 
   }
   /* near lists by global leaf */
   if (halotgt) { /* each halo leaf's list: this rank's leaves that name it, ascending */
+    const PetscInt nent = D->nearoff[D->nl];
+    PetscInt      *hfill;
     PetscCall(PetscCalloc1(D->nhl + 1, &hoff));
-    for (PetscInt j = 0; j < D->nearoff[D->nl]; j++)
-      if (D->near[j] >= D->nl) hoff[D->near[j] - D->nl + 1]++;
+#pragma omp parallel for schedule(static) if (nent >= FMM_OMP_MIN_POINTS)
+    for (PetscInt j = 0; j < nent; j++)
+      if (D->near[j] >= D->nl) {
+#pragma omp atomic update
+        hoff[D->near[j] - D->nl + 1]++;
+      }
     for (PetscInt h = 0; h < D->nhl; h++) hoff[h + 1] += hoff[h];
     PetscCall(PetscMalloc1(PetscMax(hoff[D->nhl], 1), &hnear));
+    PetscCall(PetscCalloc1(PetscMax(D->nhl, 1), &hfill));
+#pragma omp parallel for schedule(static) if (nent >= FMM_OMP_MIN_POINTS)
     for (PetscInt a = 0; a < D->nl; a++)
       for (PetscInt j = D->nearoff[a]; j < D->nearoff[a + 1]; j++)
-        if (D->near[j] >= D->nl) hnear[hoff[D->near[j] - D->nl]++] = lbase + a;
-    for (PetscInt h = D->nhl; h > 0; h--) hoff[h] = hoff[h - 1]; /* back to the starts */
-    hoff[0] = 0;
+        if (D->near[j] >= D->nl) {
+          const PetscInt h = D->near[j] - D->nl;
+          PetscInt       k;
+#pragma omp atomic capture
+          k = hfill[h]++;
+          hnear[hoff[h] + k] = lbase + a;
+        }
+#pragma omp parallel for schedule(dynamic, 256) if (D->nhl >= 4096)
+    for (PetscInt h = 0; h < D->nhl; h++) SortShortList(hoff[h + 1] - hoff[h], hnear + hoff[h]);
+    PetscCall(PetscFree(hfill));
   }
+  /* the near lists' offsets (the own leaves' and the halo leaves'), then each list, leaf by leaf at once */
   PetscCall(PetscMalloc1(nleaves + 1, &H->nearoff));
-  PetscCall(PetscMalloc1(PetscMax(D->nearoff[D->nl] + (hoff ? hoff[D->nhl] : 0), 1), &H->near));
   H->nearoff[0] = 0;
   for (PetscInt g = 0, h = 0; g < nleaves; g++) {
-    if (g >= lbase && g < lbase + D->nl) {
-      for (PetscInt j = D->nearoff[g - lbase]; j < D->nearoff[g - lbase + 1]; j++) {
-        const PetscInt v = D->near[j];
-        H->near[nnear++] = v < D->nl ? lbase + v : D->halleaf[v - D->nl];
-      }
-      if (halotgt) PetscCall(PetscSortInt(nnear - H->nearoff[g], H->near + H->nearoff[g]));
-    } else if (hoff && h < D->nhl && D->halleaf[h] == g) {
-      for (PetscInt j = hoff[h]; j < hoff[h + 1]; j++) H->near[nnear++] = hnear[j];
+    if (g >= lbase && g < lbase + D->nl) nnear += D->nearoff[g - lbase + 1] - D->nearoff[g - lbase];
+    else if (h < D->nhl && D->halleaf[h] == g) {
+      if (hoff) nnear += hoff[h + 1] - hoff[h];
       h++;
     }
     H->nearoff[g + 1] = nnear;
   }
+  PetscCall(PetscMalloc1(PetscMax(nnear, 1), &H->near));
+#pragma omp parallel for schedule(static) if (D->nl >= 4096)
+  for (PetscInt a = 0; a < D->nl; a++) {
+    PetscInt *o = H->near + H->nearoff[lbase + a];
+    for (PetscInt j = D->nearoff[a]; j < D->nearoff[a + 1]; j++) {
+      const PetscInt v = D->near[j];
+      *o++             = v < D->nl ? lbase + v : D->halleaf[v - D->nl];
+    }
+    if (halotgt) SortShortList(D->nearoff[a + 1] - D->nearoff[a], H->near + H->nearoff[lbase + a]);
+  }
+  if (hoff)
+#pragma omp parallel for schedule(static) if (D->nhl >= 4096)
+    for (PetscInt h = 0; h < D->nhl; h++) memcpy(H->near + H->nearoff[D->halleaf[h]], hnear + hoff[h], sizeof(PetscInt) * (hoff[h + 1] - hoff[h])); /* (no PETSc call in threads) */
   PetscCall(PetscFree(hoff));
   PetscCall(PetscFree(hnear));
   /* sizes and statistics */

@@ -409,17 +409,20 @@ PetscErrorCode FMMPlanBuild(FMMContext *ctx)
 /* the leaf and near-field statistics of P from the plan's arrays (P->nleaves set) */
 void FMMPlanStatistics(FMMPlan *P, const FMMHostPlan *H)
 {
-  P->maxleafsrc = P->maxleaftgt = 0;
-  P->nearsrc                    = 0;
-  P->p2ppairs                   = 0;
+  PetscInt   mls = 0, mlt = 0;
+  PetscInt64 nsrc = 0, pairs = 0;
+#pragma omp parallel for schedule(static) reduction(max : mls, mlt) reduction(+ : nsrc, pairs) if (P->nleaves >= 4096)
   for (PetscInt b = 0; b < P->nleaves; b++) {
     const PetscInt ns = FMMNearSources(H, b);
-    P->maxleafsrc     = PetscMax(P->maxleafsrc, H->sleaf[b + 1] - H->sleaf[b]);
-    P->maxleaftgt     = PetscMax(P->maxleaftgt, H->tleaf[b + 1] - H->tleaf[b]);
-    P->nearsrc += ns;
-    P->p2ppairs += (PetscCount)ns * (H->tleaf[b + 1] - H->tleaf[b]);
+    mls               = PetscMax(mls, H->sleaf[b + 1] - H->sleaf[b]);
+    mlt               = PetscMax(mlt, H->tleaf[b + 1] - H->tleaf[b]);
+    nsrc += ns;
+    pairs += (PetscInt64)ns * (H->tleaf[b + 1] - H->tleaf[b]);
   }
-  P->p2ppairs += P->wpairs;
+  P->maxleafsrc = mls;
+  P->maxleaftgt = mlt;
+  P->nearsrc    = (PetscInt)nsrc;
+  P->p2ppairs   = (PetscCount)pairs + P->wpairs;
 }
 
 /* a host plan's arrays of points and leaves, each apart (dist.c hands the plan arrays of its own): the
