@@ -142,9 +142,9 @@ static void LateCopy(int t, LateJob j)
 
   for (int a = 0; a < 2 && e == cudaSuccess; a++)
     for (size_t off = 0; off < j.n[a] && e == cudaSuccess; off += FMM_STAGE_SLOT, k++) {
+      if (k % FMM_LATE_THREADS != (size_t)t) continue; /* (another thread's) */
       const size_t m    = PetscMin((size_t)FMM_STAGE_SLOT, j.n[a] - off);
       const int    slot = t + FMM_LATE_THREADS * (int)((k / FMM_LATE_THREADS) % (FMM_STAGE_CHUNKS / FMM_LATE_THREADS));
-      if (k % FMM_LATE_THREADS != (size_t)t) continue;
       if ((e = cudaEventSynchronize(st->evin[slot])) != cudaSuccess) break;
       memcpy(st->in + (size_t)slot * FMM_STAGE_SLOT, j.h[a] + off, sizeof(double) * m);
       if ((e = cudaMemcpyAsync(j.d[a] + off, st->in + (size_t)slot * FMM_STAGE_SLOT, sizeof(double) * m, cudaMemcpyHostToDevice, j.s)) != cudaSuccess) break;
@@ -166,38 +166,6 @@ cudaError_t FMMCUDALateWait(void)
   Late.on = PETSC_FALSE;
   if (e == cudaSuccess) e = cudaStreamSynchronize(FMMCUDAStaging.side[0]);
   return e;
-}
-
-/* the caller's n0 doubles h0 to d0 and n1 doubles h1 to d1 (pageable host memory; device arrays
-   allocated on c's stream), by the late copy's threads (without a staging ring: now) */
-static PetscErrorCode LateStart(FMM_CUDA *c, const double *h0, double *d0, size_t n0, const double *h1, double *d1, size_t n1)
-{
-  FMMCUDAStage *st = &FMMCUDAStaging;
-  LateJob       j  = {c->dev, st->side[0], {h0, h1}, {d0, d1}, {h0 ? n0 : 0, h1 ? n1 : 0}};
-  cudaEvent_t   ev;
-
-  PetscFunctionBegin;
-  FMMCallCUDA(FMMCUDALateWait());
-  if (!j.n[0] && !j.n[1]) PetscFunctionReturn(0);
-  if (!st->in) {
-    for (int a = 0; a < 2; a++)
-      if (j.n[a]) FMMCallCUDA(cudaMemcpyAsync(j.d[a], j.h[a], sizeof(double) * j.n[a], cudaMemcpyHostToDevice, c->stream));
-    PetscFunctionReturn(0);
-  }
-  FMMCallCUDA(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming)); /* the side stream after the arrays' allocation */
-  FMMCallCUDA(cudaEventRecord(ev, c->stream));
-  FMMCallCUDA(cudaStreamWaitEvent(j.s, ev, 0));
-  FMMCallCUDA(cudaEventDestroy(ev));
-  Late.on = PETSC_TRUE;
-  for (int t = 0; t < FMM_LATE_THREADS; t++) {
-    Late.err[t] = cudaSuccess;
-    try {
-      Late.th[t] = std::thread(LateCopy, t, j);
-    } catch (...) { /* no thread: this one's share now */
-      LateCopy(t, j);
-    }
-  }
-  PetscFunctionReturn(0);
 }
 
 static PetscErrorCode PartCoefficients(FMMContext *, FMM_CUDA *, FMMCUDAPart *);
@@ -226,6 +194,37 @@ static PetscErrorCode CopyIn(cudaStream_t s, double *d, const double *h, PetscIn
     FMMCopyReals(st->in + j * FMM_STAGE_SLOT, h + off, m);
     FMMCallCUDA(cudaMemcpyAsync(d + off, st->in + j * FMM_STAGE_SLOT, sizeof(double) * m, cudaMemcpyHostToDevice, s));
     FMMCallCUDA(cudaEventRecord(st->evin[j], s));
+  }
+  PetscFunctionReturn(0);
+}
+
+/* the caller's n0 doubles h0 to d0 and n1 doubles h1 to d1 (pageable host memory; device arrays
+   allocated on c's stream), by the late copy's threads (without a staging ring: now) */
+static PetscErrorCode LateStart(FMM_CUDA *c, const double *h0, double *d0, size_t n0, const double *h1, double *d1, size_t n1)
+{
+  FMMCUDAStage *st = &FMMCUDAStaging;
+  LateJob       j  = {c->dev, st->side[0], {h0, h1}, {d0, d1}, {h0 ? n0 : 0, h1 ? n1 : 0}};
+  cudaEvent_t   ev;
+
+  PetscFunctionBegin;
+  FMMCallCUDA(FMMCUDALateWait());
+  if (!j.n[0] && !j.n[1]) PetscFunctionReturn(0);
+  if (!st->in) {
+    for (int a = 0; a < 2; a++) PetscCall(CopyIn(c->stream, j.d[a], j.h[a], (PetscInt)j.n[a], FMM_MEM_PAGEABLE));
+    PetscFunctionReturn(0);
+  }
+  FMMCallCUDA(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming)); /* the side stream after the arrays' allocation */
+  FMMCallCUDA(cudaEventRecord(ev, c->stream));
+  FMMCallCUDA(cudaStreamWaitEvent(j.s, ev, 0));
+  FMMCallCUDA(cudaEventDestroy(ev));
+  Late.on = PETSC_TRUE;
+  for (int t = 0; t < FMM_LATE_THREADS; t++) {
+    Late.err[t] = cudaSuccess;
+    try {
+      Late.th[t] = std::thread(LateCopy, t, j);
+    } catch (...) { /* no thread: this one's share now */
+      LateCopy(t, j);
+    }
   }
   PetscFunctionReturn(0);
 }

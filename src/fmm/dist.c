@@ -738,6 +738,19 @@ static PetscErrorCode FetchBoxes(MPI_Comm comm, PetscInt l, PetscInt l0, PetscIn
 
 #define NGEO 5 /* reals of a box in the fetch table: centre x, y, scale, sources, first source (tree order) */
 
+/* the remote boxes want of level l (any order, repeats allowed) made ascending and unique, handed over as
+   *ids (n of them), and their NGEO reals fetched into *geo (FetchBoxes()); collective */
+static PetscErrorCode FetchLevel(MPI_Comm comm, PetscInt l, PetscInt l0, PetscInt n0, PetscInt nown, const PetscReal *T, IntList *want, PetscInt **ids, PetscInt *n, PetscReal **geo)
+{
+  PetscFunctionBegin;
+  PetscCall(PetscSortRemoveDupsInt(&want->n, want->v));
+  *ids = want->v;
+  *n   = want->n;
+  PetscCall(PetscMalloc1(NGEO * PetscMax(want->n, 1), geo));
+  PetscCall(FetchBoxes(comm, l, l0, n0, nown, T, NGEO, want->n, want->v, *geo));
+  PetscFunctionReturn(0);
+}
+
 PetscErrorCode FMMDistDestroy(FMMDist **dp)
 {
   FMMDist *D = *dp;
@@ -1211,12 +1224,8 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
             for (PetscInt j = stroff[tp]; j < stroff[tp + 1]; j++)
               if (OwnerOf(str[j] >> (2 * (l - 1 - l0)), size, n0) != rank)
                 for (int c = 0; c < 4; c++) PetscCall(IntListPush(&want, 4 * str[j] + c));
-          PetscCall(PetscSortRemoveDupsInt(&want.n, want.v));
-          rid[l]  = want.v;
-          nrid[l] = want.n;
-          PetscCall(PetscMalloc1(NGEO * PetscMax(want.n, 1), &rgeo[l]));
-          PetscCall(PetscCalloc1(PetscMax(want.n, 1), &used[l]));
-          PetscCall(FetchBoxes(comm, l, l0, n0, nob, T, NGEO, want.n, want.v, rgeo[l]));
+          PetscCall(FetchLevel(comm, l, l0, n0, nob, T, &want, &rid[l], &nrid[l], &rgeo[l]));
+          PetscCall(PetscCalloc1(PetscMax(nrid[l], 1), &used[l]));
         }
         roff[l + 1] = roff[l] + nrid[l]; /* the fetched boxes numbered level by level */
         /* two passes, as plan.c: counts, then the entries, each target box by one thread */
@@ -1370,11 +1379,7 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
           IntList want = {0};
           for (PetscInt k = 0; k < nent; k++)
             if (OwnerOf(str[k], size, n0) != rank) PetscCall(IntListPush(&want, str[k]));
-          PetscCall(PetscSortRemoveDupsInt(&want.n, want.v));
-          rid[L]  = want.v;
-          nrid[L] = want.n;
-          PetscCall(PetscMalloc1(NGEO * PetscMax(want.n, 1), &rgeo[L]));
-          PetscCall(FetchBoxes(comm, L, l0, n0, nob, T, NGEO, want.n, want.v, rgeo[L]));
+          PetscCall(FetchLevel(comm, L, l0, n0, nob, T, &want, &rid[L], &nrid[L], &rgeo[L]));
         }
         PetscCall(PetscCalloc1(PetscMax(nrid[L], 1), &inl));
         PetscCall(PetscMalloc1(nl + 1, &D->nearoff));
@@ -1765,7 +1770,6 @@ PetscErrorCode FMMDistHostPlan(FMMDist *D, PetscBool halotgt, PetscBool global, 
   /* near lists by global leaf */
   if (halotgt) { /* each halo leaf's list: this rank's leaves that name it, ascending */
     const PetscInt nent = D->nearoff[D->nl];
-    PetscInt      *hfill;
     PetscCall(PetscCalloc1(D->nhl + 1, &hoff));
 #pragma omp parallel for schedule(static) if (nent >= FMM_OMP_MIN_POINTS)
     for (PetscInt j = 0; j < nent; j++)
@@ -1775,20 +1779,19 @@ PetscErrorCode FMMDistHostPlan(FMMDist *D, PetscBool halotgt, PetscBool global, 
       }
     for (PetscInt h = 0; h < D->nhl; h++) hoff[h + 1] += hoff[h];
     PetscCall(PetscMalloc1(PetscMax(hoff[D->nhl], 1), &hnear));
-    PetscCall(PetscCalloc1(PetscMax(D->nhl, 1), &hfill));
 #pragma omp parallel for schedule(static) if (nent >= FMM_OMP_MIN_POINTS)
     for (PetscInt a = 0; a < D->nl; a++)
       for (PetscInt j = D->nearoff[a]; j < D->nearoff[a + 1]; j++)
         if (D->near[j] >= D->nl) {
-          const PetscInt h = D->near[j] - D->nl;
-          PetscInt       k;
+          PetscInt k;
 #pragma omp atomic capture
-          k = hfill[h]++;
-          hnear[hoff[h] + k] = lbase + a;
+          k = hoff[D->near[j] - D->nl]++;
+          hnear[k] = lbase + a;
         }
+    for (PetscInt h = D->nhl; h > 0; h--) hoff[h] = hoff[h - 1]; /* back to the starts */
+    hoff[0] = 0;
 #pragma omp parallel for schedule(dynamic, 256) if (D->nhl >= 4096)
     for (PetscInt h = 0; h < D->nhl; h++) SortShortList(hoff[h + 1] - hoff[h], hnear + hoff[h]);
-    PetscCall(PetscFree(hfill));
   }
   /* the near lists' offsets (the own leaves' and the halo leaves'), then each list, leaf by leaf at once */
   PetscCall(PetscMalloc1(nleaves + 1, &H->nearoff));
