@@ -592,6 +592,12 @@ static PetscErrorCode UploadPlan(FMMContext *ctx, FMM_CUDA *c, const FMMPlan *P,
     PetscCall(SlotBoxes(ctx, c, P, &made));
     cx = ctx->slcx, cy = ctx->slcy, scale = ctx->slscale, faroff = made, far = ctx->slfar;
   }
+  if (ctx->part && ((FMMCUDAPart *)ctx->part)->far) { /* the far lists made on the GPU (lists()) */
+    FMMCUDAPart *p = (FMMCUDAPart *)ctx->part;
+    PetscCheck(P->b1 && p->nfar == P->nfar, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CUDA: the part's %" PetscInt_FMT " M2L pairs are not the plan's %" PetscInt_FMT, p->nfar, P->nfar);
+    c->far = p->far;
+    p->far = NULL;
+  }
   if (ctx->part) PetscCall(PlanFromPart(ctx, c, P, H));
   else {
     PetscCall(UploadStaged(c, &c->sperm, H->sperm, P->N, "the source permutation"));
@@ -612,7 +618,7 @@ static PetscErrorCode UploadPlan(FMMContext *ctx, FMM_CUDA *c, const FMMPlan *P,
   PetscCall(Upload(c, &c->cy, cy, FMMCUDABoxCount(c, P), "the box centres"));
   PetscCall(Upload(c, &c->scale, scale, FMMCUDABoxCount(c, P), "the box scales"));
   PetscCall(Upload(c, &c->faroff, faroff, FMMCUDABoxCount(c, P) + 1, "the M2L offsets"));
-  PetscCall(Upload(c, &c->far, far, P->nfar, "the M2L list"));
+  if (!c->far) PetscCall(Upload(c, &c->far, far, P->nfar, "the M2L list"));
   PetscCall(Upload(c, &c->nearoff, H->nearoff, P->nleaves + 1, "the P2P offsets"));
   PetscCall(Upload(c, &c->near, H->near, H->nearoff[P->nleaves], "the P2P lists"));
   c->nnear = H->nearoff[P->nleaves];
@@ -1253,4 +1259,27 @@ static PetscErrorCode FMMCUDAPlanNumbersOp(FMMContext *ctx, PetscBool tgt, Petsc
   PetscFunctionReturn(0);
 }
 
-struct _FMMBackendOps FMMBackendCUDA = {"cuda", MATFMM_DEVICE_CUDA, 96, DeviceCount, &Memory, FMMCUDAInitializeContext, WarmUp, FMMCUDAMatCreate, FMMCUDAMatDestroy, FMMCUDAMatSetFromOptions, FMMCUDAMatSetSources, FMMCUDAMatBuildsPlan, FMMCUDAPlan, FMMCUDASetup, FMMCUDAMult, FMMCUDADirectMult, FMMCUDACombineOp, FMMCUDAReset, FMMCUDAView, FMMCUDASubtreesOp, FMMCUDATopCutsOp, FMMCUDAPartOwnersOp, FMMCUDAPartSlotsOp, FMMCUDAPartOrderOp, FMMCUDAPartNumbersOp, FMMCUDAPartGatherOp, FMMCUDAPlanNumbersOp};
+/* lists(): the distributed tree's lists below level l0 on the GPU (FMMCUDADistLists, tree.cu), where the
+   top cuts kept the part there */
+static PetscErrorCode FMMCUDADistListsOp(FMMContext *ctx, FMMDistLists *dl)
+{
+  FMMCUDAPart   *p = (FMMCUDAPart *)ctx->part;
+  FMM_CUDA      *c;
+  PetscLogDouble t0, t1;
+
+  PetscFunctionBegin;
+  PetscCheck(p, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CUDA: the distributed lists without the part");
+  PetscCall(PetscTime(&t0));
+  PetscCall(Create(ctx)); /* (the plan's setup makes its own) */
+  c = (FMM_CUDA *)ctx->data;
+  PetscCall(FMMCUDAFree(c->stream, p->far)); /* (an assembly that failed before the setup left) */
+  p->far = NULL;
+  PetscCall(FMMCUDADistLists(c, dl, &p->far));
+  p->nfar = dl->ntopfar + dl->nfarl;
+  PetscCall(ResetData(ctx));
+  PetscCall(PetscTime(&t1));
+  PetscCall(PetscInfo(ctx->obj, "GPU lists: levels %" PetscInt_FMT " to %" PetscInt_FMT ", %" PetscInt_FMT " far entries (kept on the GPU), %" PetscInt_FMT " near entries, %.2f ms\n", dl->l0 + 1, dl->L, p->nfar, dl->nstrL, 1e3 * (t1 - t0)));
+  PetscFunctionReturn(0);
+}
+
+struct _FMMBackendOps FMMBackendCUDA = {"cuda", MATFMM_DEVICE_CUDA, 96, DeviceCount, &Memory, FMMCUDAInitializeContext, WarmUp, FMMCUDAMatCreate, FMMCUDAMatDestroy, FMMCUDAMatSetFromOptions, FMMCUDAMatSetSources, FMMCUDAMatBuildsPlan, FMMCUDAPlan, FMMCUDASetup, FMMCUDAMult, FMMCUDADirectMult, FMMCUDACombineOp, FMMCUDAReset, FMMCUDAView, FMMCUDASubtreesOp, FMMCUDATopCutsOp, FMMCUDAPartOwnersOp, FMMCUDAPartSlotsOp, FMMCUDAPartOrderOp, FMMCUDAPartNumbersOp, FMMCUDAPartGatherOp, FMMCUDAPlanNumbersOp, FMMCUDADistListsOp};

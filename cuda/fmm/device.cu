@@ -160,6 +160,38 @@ PetscErrorCode FMMCUDAReadback(cudaStream_t s, void *h, const void *d, size_t by
   PetscFunctionReturn(0);
 }
 
+/* h = d (bytes, to pageable host memory) once the work queued on s is done,
+   through the pinned output ring where there is one (a copy into pageable
+   memory runs at a fraction of the bus): the arrays an assembly reads back */
+PetscErrorCode FMMCUDAReadbackStaged(cudaStream_t s, void *h, const void *d, size_t bytes)
+{
+  FMMCUDAStage *st   = &FMMCUDAStaging;
+  const size_t  slot = sizeof(double) * FMM_STAGE_SLOT, nch = (bytes + slot - 1) / slot;
+  char         *o    = (char *)st->out;
+
+  PetscFunctionBegin;
+  if (!bytes) PetscFunctionReturn(0);
+  if (!o) {
+    FMMCallCUDA(cudaMemcpyAsync(h, d, bytes, cudaMemcpyDeviceToHost, s));
+    FMMCallCUDA(cudaStreamSynchronize(s));
+    PetscFunctionReturn(0);
+  }
+  for (size_t k = 0; k < PetscMin(nch, (size_t)FMM_STAGE_CHUNKS); k++) { /* fill the ring */
+    FMMCallCUDA(cudaMemcpyAsync(o + k * slot, (const char *)d + k * slot, PetscMin(slot, bytes - k * slot), cudaMemcpyDeviceToHost, s));
+    FMMCallCUDA(cudaEventRecord(st->evout[k], s));
+  }
+  for (size_t k = 0; k < nch; k++) { /* empty slot k % CHUNKS, then refill it with chunk k + CHUNKS */
+    const size_t j = k % FMM_STAGE_CHUNKS, kn = k + FMM_STAGE_CHUNKS;
+    FMMCallCUDA(cudaEventSynchronize(st->evout[j]));
+    PetscCall(PetscMemcpy((char *)h + k * slot, o + j * slot, PetscMin(slot, bytes - k * slot)));
+    if (kn < nch) {
+      FMMCallCUDA(cudaMemcpyAsync(o + j * slot, (const char *)d + kn * slot, PetscMin(slot, bytes - kn * slot), cudaMemcpyDeviceToHost, s));
+      FMMCallCUDA(cudaEventRecord(st->evout[j], s));
+    }
+  }
+  PetscFunctionReturn(0);
+}
+
 /* where kernels may write the bytes of sizes the host reads back next
    (FMMCUDAReadback): the pinned buffer, which they write directly (memory
    of cudaMallocHost is mapped into the GPU's address space under unified

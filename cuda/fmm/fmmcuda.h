@@ -289,6 +289,7 @@ PETSC_INTERN void           FMMCUDAPoolUsage(size_t *, size_t *);
 PETSC_INTERN const double  *FMMCUDAMirrorData(FMMCUDAMirror);
 PETSC_INTERN PetscErrorCode FMMCUDAMirrorWait(FMMCUDAMirror, cudaStream_t, int);
 PETSC_INTERN PetscErrorCode FMMCUDAReadback(cudaStream_t, void *, const void *, size_t);
+PETSC_INTERN PetscErrorCode FMMCUDAReadbackStaged(cudaStream_t, void *, const void *, size_t);
 PETSC_INTERN void          *FMMCUDAReadbackTarget(size_t);
 PETSC_INTERN void          *FMMCUDATableFind(int, const char *, PetscInt);
 PETSC_INTERN PetscErrorCode FMMCUDATableKeep(int, const char *, PetscInt, const void *, size_t, void **);
@@ -335,6 +336,8 @@ typedef struct {
   PetscInt *sperm, *tperm;   /* [n], [m]: tree order -> slot */
   PetscInt *cin, *cout;      /* [n], [m]: tree order -> the product's numbering (FMMDistIOSetup(); cout NULL: cin) */
   double   *sx, *sy, *cq, *cdx, *cdy, *tx, *ty;
+  PetscInt  nfar, *far;      /* the rank's far lists (FMMCUDADistLists), in slot order, the halo's boxes numbered
+                                from the own slots' count on; the plan's upload takes them */
 } FMMCUDAPart;
 
 /* what FMMCUDATreeBuild (tree.cu) builds the plan from */
@@ -368,6 +371,7 @@ typedef struct {
 PETSC_INTERN PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *, FMMPlan *, const FMMCUDATreeInput *);
 PETSC_INTERN PetscErrorCode FMMCUDATopCuts(FMM_CUDA *, MPI_Comm, PetscInt, PetscInt, const double *, PetscInt, PetscInt64, PetscInt64, PetscInt, PetscInt *, const FMMCUDAUploads *);
 PETSC_INTERN PetscErrorCode FMMCUDASubtrees(FMM_CUDA *, PetscInt, const double *, PetscInt, const PetscInt *, PetscInt, PetscBool, PetscBool, PetscInt *, PetscBool, PetscInt *, double *);
+PETSC_INTERN PetscErrorCode FMMCUDADistLists(FMM_CUDA *, FMMDistLists *, PetscInt **);
 PETSC_INTERN PetscErrorCode FMMCUDAM2LPlan(FMM_CUDA *, const FMMPlan *);
 PETSC_INTERN PetscErrorCode FMMCUDAP2PPlanBegin(FMM_CUDA *, const FMMPlan *, PetscBool);
 PETSC_INTERN PetscErrorCode FMMCUDAP2PPlanEnd(FMM_CUDA *, FMMPlan *, PetscBool);

@@ -373,7 +373,7 @@ PetscErrorCode FMMCUDAPartDestroy(FMMCUDAPart **pp, cudaStream_t s)
   PetscFunctionBegin;
   if (!p) PetscFunctionReturn(0);
   (void)FMMCUDALateWait(); /* (the late copy writes cnrm, cwts) */
-  void **a[] = {(void **)&p->xy, (void **)&p->rxy, (void **)&p->rnrm, (void **)&p->rw, (void **)&p->cnrm, (void **)&p->cwts, (void **)&p->txy, (void **)&p->sx, (void **)&p->sy, (void **)&p->cq, (void **)&p->cdx, (void **)&p->cdy, (void **)&p->tx, (void **)&p->ty, (void **)&p->bsort, (void **)&p->lsrc, (void **)&p->ltgt, (void **)&p->ord, (void **)&p->pj, (void **)&p->sperm, (void **)&p->tperm, (void **)&p->cin, (void **)&p->cout};
+  void **a[] = {(void **)&p->xy, (void **)&p->rxy, (void **)&p->rnrm, (void **)&p->rw, (void **)&p->cnrm, (void **)&p->cwts, (void **)&p->txy, (void **)&p->sx, (void **)&p->sy, (void **)&p->cq, (void **)&p->cdx, (void **)&p->cdy, (void **)&p->tx, (void **)&p->ty, (void **)&p->bsort, (void **)&p->lsrc, (void **)&p->ltgt, (void **)&p->ord, (void **)&p->pj, (void **)&p->sperm, (void **)&p->tperm, (void **)&p->cin, (void **)&p->cout, (void **)&p->far};
   if (!s) {
     (void)cudaDeviceSynchronize();
     s = FMMCUDAStaging.side[0];

@@ -42,8 +42,8 @@
   global memory), compact.cuh (the compact split rule), splitlocal.cuh (the
   rounds in shared memory), lists.cuh, workplan.cuh (the product's work from
   the lists), symplan.cuh (the symmetric P2P's), walks.cuh (the walks of
-  spread leaves next to dense ones) and top.cuh (the distributed tree's top
-  cuts, FMMCUDATopCuts).  Why one unit: CUB's
+  spread leaves next to dense ones), top.cuh (the distributed tree's top
+  cuts, FMMCUDATopCuts) and distlists.cuh (its lists below them).  Why one unit: CUB's
   kernels that several parts use (scans, radix sorts of the same types) are
   then instantiated once, so CUDA loads each once per process on first use
   (lazy loading) rather than once per file, and FMMCUDAWarmUpSorts() loads the
@@ -71,6 +71,7 @@
 #include "tree/symplan.cuh"
 #include "tree/walks.cuh"
 #include "tree/top.cuh"
+#include "tree/distlists.cuh"
 
 /* ------------------------------------------------ points in tree order */
 

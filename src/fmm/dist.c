@@ -736,18 +736,36 @@ static PetscErrorCode FetchBoxes(MPI_Comm comm, PetscInt l, PetscInt l0, PetscIn
   PetscFunctionReturn(0);
 }
 
-#define NGEO 5 /* reals of a box in the fetch table: centre x, y, scale, sources, first source (tree order) */
-
 /* the remote boxes want of level l (any order, repeats allowed) made ascending and unique, handed over as
-   *ids (n of them), and their NGEO reals fetched into *geo (FetchBoxes()); collective */
+   *ids (n of them), and their FMM_NGEO reals fetched into *geo (FetchBoxes()); collective */
 static PetscErrorCode FetchLevel(MPI_Comm comm, PetscInt l, PetscInt l0, PetscInt n0, PetscInt nown, const PetscReal *T, IntList *want, PetscInt **ids, PetscInt *n, PetscReal **geo)
 {
   PetscFunctionBegin;
   PetscCall(PetscSortRemoveDupsInt(&want->n, want->v));
   *ids = want->v;
   *n   = want->n;
-  PetscCall(PetscMalloc1(NGEO * PetscMax(want->n, 1), geo));
-  PetscCall(FetchBoxes(comm, l, l0, n0, nown, T, NGEO, want->n, want->v, *geo));
+  PetscCall(PetscMalloc1(FMM_NGEO * PetscMax(want->n, 1), geo));
+  PetscCall(FetchBoxes(comm, l, l0, n0, nown, T, FMM_NGEO, want->n, want->v, *geo));
+  PetscFunctionReturn(0);
+}
+
+/* FMMDistLists' fetch: the children of the remote boxes par of level l - 1 (FetchLevel()); collective */
+typedef struct {
+  MPI_Comm         comm;
+  PetscInt         l0, n0, nown;
+  const PetscReal *T;
+} FetchCtx;
+
+static PetscErrorCode FetchParents(void *ctx, PetscInt l, PetscInt n, const PetscInt *par, PetscInt **rid, PetscInt *nrid, PetscReal **rgeo)
+{
+  FetchCtx *f    = (FetchCtx *)ctx;
+  IntList   want = {NULL, 0, PetscMax(4 * n, 1)};
+
+  PetscFunctionBegin;
+  PetscCall(PetscMalloc1(want.cap, &want.v));
+  for (PetscInt j = 0; j < n; j++)
+    for (int c = 0; c < 4; c++) want.v[want.n++] = 4 * par[j] + c;
+  PetscCall(FetchLevel(f->comm, l, f->l0, f->n0, f->nown, f->T, &want, rid, nrid, rgeo));
   PetscFunctionReturn(0);
 }
 
@@ -765,7 +783,8 @@ PetscErrorCode FMMDistDestroy(FMMDist **dp)
   PetscCall(PetscFree2(D->xtop, D->xbinom));
   if (D->hasunit) PetscCallMPI(MPI_Type_free(&D->unit));
   PetscCall(PetscSFDestroy(&D->sfmpc));
-  PetscCall(PetscFree2(D->faroff, D->far));
+  PetscCall(PetscFree(D->faroff));
+  PetscCall(PetscFree(D->far));
   PetscCall(PetscFree(D->sx));
   PetscCall(PetscFree(D->sy));
   PetscCall(PetscFree(D->cq));
@@ -1172,16 +1191,16 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
       D->ntb[sl] = sl < ntop ? ttgt[sl] : otgt[sl - ntop + nb0];
     }
 
-    /* the table the other ranks fetch from: NGEO reals a box of levels l0..L */
-    PetscCall(PetscMalloc1(NGEO * nob, &T));
+    /* the table the other ranks fetch from: FMM_NGEO reals a box of levels l0..L */
+    PetscCall(PetscMalloc1(FMM_NGEO * nob, &T));
 #pragma omp parallel for schedule(static) if (nob >= FMM_OMP_MIN_POINTS)
     for (PetscInt o = 0; o < nob; o++) {
       const PetscInt s = o < nb0 ? FMMLevelStart(l0) + B0 + o : ntop + o - nb0;
-      T[NGEO * o]      = D->cx[s];
-      T[NGEO * o + 1]  = D->cy[s];
-      T[NGEO * o + 2]  = D->scale[s];
-      T[NGEO * o + 3]  = (PetscReal)osrc[o];
-      T[NGEO * o + 4]  = (PetscReal)osst[o];
+      T[FMM_NGEO * o]     = D->cx[s];
+      T[FMM_NGEO * o + 1] = D->cy[s];
+      T[FMM_NGEO * o + 2] = D->scale[s];
+      T[FMM_NGEO * o + 3] = (PetscReal)osrc[o];
+      T[FMM_NGEO * o + 4] = (PetscReal)osst[o];
     }
 
     PetscCall(FMMStageMark(&tm[4], &rm[4]));
@@ -1196,6 +1215,7 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
       PetscReal **rgeo;
       char      **used; /* used[l][j]: a far list names the fetched remote box rid[l][j] */
       PetscInt   nfarown = 0, nfartop = 0;
+      PetscBool  devfar = PETSC_FALSE; /* the far lists below l0 made by the backend, which keeps them all */
       PetscCall(PetscCalloc1(D->nown, &farcnt));
       PetscCall(PetscCalloc3(L + 1, &rid, L + 1, &nrid, L + 1, &rgeo));
       PetscCall(PetscCalloc2(L + 2, &roff, L + 1, &used));
@@ -1211,6 +1231,19 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
       }
       npar = 1;
       for (PetscInt l = 1; l <= L; l++) {
+        if (l == l0 + 1 && D->devpart && fmm->ops->lists) { /* the levels below l0 on the GPU, from the strong lists of level l0 */
+          FetchCtx     fc = {comm, l0, n0, nob, T};
+          FMMDistLists dl = {L, l0, B0, nb0, ntop, D->nown, par->theta, D->cx, D->cy, D->scale, D->sleaf, D->tleaf, stroff, str, FetchParents, &fc, rid, nrid, roff, rgeo, used, farcnt, farl.v, farl.n, 0, NULL, NULL, 0};
+          PetscCall((*fmm->ops->lists)(&fmm->ctx, &dl));
+          nfarown += dl.nfarl;
+          devfar = PETSC_TRUE;
+          PetscCall(PetscFree(stroff));
+          PetscCall(PetscFree(str));
+          stroff = dl.stroffL;
+          str    = dl.strL;
+          npar   = nl;
+          break;
+        }
         const PetscBool owned = l >= l0 ? PETSC_TRUE : PETSC_FALSE;
         const PetscInt  nbt = owned ? nb0 << (2 * (l - l0)) : (PetscInt)1 << (2 * l), base = owned ? B0 << (2 * (l - l0)) : 0;
         const PetscInt  pbase = (l - 1 >= l0) ? B0 << (2 * (l - 1 - l0)) : 0, cl = FMMLevelStart(l);
@@ -1264,10 +1297,10 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
                         missing = 1;
                         continue;
                       }
-                      sx   = rgeo[l][NGEO * loc];
-                      sy   = rgeo[l][NGEO * loc + 1];
-                      ss   = rgeo[l][NGEO * loc + 2];
-                      nsrc = (PetscInt)rgeo[l][NGEO * loc + 3];
+                      sx   = rgeo[l][FMM_NGEO * loc];
+                      sy   = rgeo[l][FMM_NGEO * loc + 1];
+                      ss   = rgeo[l][FMM_NGEO * loc + 2];
+                      nsrc = (PetscInt)rgeo[l][FMM_NGEO * loc + 3];
                     }
                     if (!nsrc) continue;
                     d = PetscSqrtReal(PetscSqr(D->cx[tslot] - sx) + PetscSqr(D->cy[tslot] - sy));
@@ -1329,13 +1362,16 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
           for (PetscInt j = 0; j < nrid[l]; j++) hidx[roff[l] + j] = used[l][j] ? nhal++ : -1;
         D->nslot = D->nown + nhal;
         D->nhb   = nhal;
-        PetscCall(PetscMalloc2(D->nown + 1, &D->faroff, PetscMax(farl.n, 1), &D->far));
+        PetscCall(PetscMalloc1(D->nown + 1, &D->faroff));
         D->faroff[0] = 0;
         for (PetscInt s = 0; s < D->nown; s++) D->faroff[s + 1] = D->faroff[s] + farcnt[s];
+        if (!devfar) {
+          PetscCall(PetscMalloc1(PetscMax(farl.n, 1), &D->far));
 #pragma omp parallel for schedule(static) if (farl.n >= FMM_OMP_MIN_POINTS)
-        for (PetscInt k = 0; k < farl.n; k++) {
-          const PetscInt v = farl.v[k];
-          D->far[k]        = v < 0 ? D->nown + hidx[-1 - v] : v;
+          for (PetscInt k = 0; k < farl.n; k++) {
+            const PetscInt v = farl.v[k];
+            D->far[k]        = v < 0 ? D->nown + hidx[-1 - v] : v;
+          }
         }
         D->nfar    = nfarown + (rank == 0 ? nfartop : 0);
         D->nfartop = nfartop;
@@ -1351,7 +1387,7 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
         for (PetscInt l = 0; l <= L; l++)
           for (PetscInt j = 0; j < nrid[l]; j++) {
             const PetscInt    h = hidx[roff[l] + j], s = rid[l][j];
-            const PetscReal  *g = rgeo[l] + NGEO * j;
+            const PetscReal  *g = rgeo[l] + FMM_NGEO * j;
             const PetscMPIInt q = OwnerOf(s >> (2 * (l - l0)), size, n0);
             if (h < 0) continue;
             hal[h]            = FMMLevelStart(l) + s;
@@ -1418,7 +1454,7 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
           PetscInt *sl;
           PetscCall(PetscMalloc1(nl + nhl + 1, &sl));
           PetscCall(PetscArraycpy(sl, D->sleaf, nl + 1));
-          for (PetscInt h = 0; h < nhl; h++) sl[nl + h + 1] = sl[nl + h] + (PetscInt)rgeo[L][NGEO * hj[h] + 3];
+          for (PetscInt h = 0; h < nhl; h++) sl[nl + h + 1] = sl[nl + h] + (PetscInt)rgeo[L][FMM_NGEO * hj[h] + 3];
           PetscCall(PetscFree(D->sleaf));
           D->sleaf = sl;
           nh       = sl[nl + nhl] - nr;
@@ -1427,7 +1463,7 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
         PetscCall(PetscMalloc1(nh, &rem));
         for (PetscInt h = 0, k = 0; h < nhl; h++) {
           const PetscMPIInt q = OwnerOf(hl[h] >> (2 * (L - l0)), size, n0);
-          const PetscReal  *g = rgeo[L] + NGEO * hj[h];
+          const PetscReal  *g = rgeo[L] + FMM_NGEO * hj[h];
           for (PetscInt i = 0; i < (PetscInt)g[3]; i++, k++) rem[k] = (PetscSFNode){q, (PetscInt)g[4] + i};
         }
         PetscCall(MakeSF(comm, nr, nh, NULL, rem, &D->sfhalo));

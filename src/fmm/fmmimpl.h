@@ -351,8 +351,8 @@ typedef struct {
   void             *xctx;
   /* and its boxes in the rank's numbering (FMMDist's slots: levels 0..l0, its own below level by level,
      then the halo's nslot - nown, of global numbers box[], ascending): geometry [nslot] and far lists
-     (faroff [nown + 1], far [faroff[nown]], in slots), which a backend's copy of the plan takes as they
-     are (nslot 0: none; read during setup only) */
+     (faroff [nown + 1], far [faroff[nown]], in slots; far NULL where the backend keeps them from lists()),
+     which a backend's copy of the plan takes as they are (nslot 0: none; read during setup only) */
   PetscInt          nslot, nsown;
   const PetscReal  *slcx, *slcy, *slscale;
   const PetscInt   *slfaroff, *slfar, *slbox;
@@ -391,6 +391,37 @@ typedef struct {
      and the range of array 0's points (range: xmin, xmax, ymin, ymax; n[0] = 0: +inf, -inf) */
   PetscErrorCode (*copychecked)(PetscInt, PetscReal *const[], const PetscReal *const[], const PetscInt[], PetscInt[], PetscReal[], PetscInt *, PetscReal[4]);
 } FMMDeviceMemory;
+
+#define FMM_NGEO 5 /* reals of a box in the distributed tree's fetch table: centre x, y, scale, sources, first source (tree order) */
+
+/* The distributed tree's interaction lists of the levels below l0 (src/fmm/dist.c), where the backend
+   makes them (FMMBackendOps lists): what the host's list pass reads, and where its results go.  Level l
+   of the rank's boxes holds nb0 4^(l - l0) of them, global numbers from B0 4^(l - l0) on, slots from
+   FMMDistSlot(D, l, B0 4^(l - l0)) on */
+typedef struct {
+  PetscInt         L, l0, B0, nb0, ntop, nown; /* levels, the rank's boxes of level l0, the slots of the top and the own */
+  PetscReal        theta;
+  const PetscReal *cx, *cy, *scale;            /* [nown]: the slots' circles (host) */
+  const PetscInt  *sleaf, *tleaf;              /* [nb0 4^(L - l0) + 1]: the sources and targets before each own leaf */
+  const PetscInt  *stroff, *str;               /* the strong lists of the rank's boxes of level l0: offsets (nb0 + 1),
+                                                  global numbers of level l0 */
+  /* the remote boxes of level l whose parents are the n boxes par of level l - 1 (global numbers, repeats
+     allowed): *rid (ascending, unique), *nrid, *rgeo (FMM_NGEO reals each), PetscMalloc'ed; collective */
+  PetscErrorCode (*fetch)(void *, PetscInt l, PetscInt n, const PetscInt *par, PetscInt **rid, PetscInt *nrid, PetscReal **rgeo);
+  void            *fctx;
+  /* results, level by level for l0 < l <= L, as the host's pass makes them: */
+  PetscInt        **rid, *nrid, *roff; /* [L + 1], [L + 1], [L + 2]: the fetched boxes; roff[l + 1] = roff[l] + nrid[l] */
+  PetscReal       **rgeo;              /* [L + 1] */
+  char            **used;              /* [L + 1]: used[l][j] where a far list names rid[l][j] (PetscCalloc'ed) */
+  PetscInt         *farcnt;            /* [nown]: the far entries of each own slot below level l0 */
+  const PetscInt   *topfar;            /* [ntopfar]: the far entries of the top's slots (host) */
+  PetscInt          ntopfar, nfarl;    /* nfarl: the far entries of the levels below l0 */
+  PetscInt         *stroffL, *strL, nstrL; /* the strong lists of the own leaves (nb0 4^(L - l0) + 1 offsets,
+                                              entries: global leaf numbers; PetscMalloc'ed) */
+  /* the far lists themselves, the top's then the levels', in slot order with the halo's boxes numbered from
+     nown on (the fetched boxes that used marks, level by level, ascending in each), stay with the backend,
+     whose setup takes them (the host gets none: FMMDist far stays NULL) */
+} FMMDistLists;
 
 /* A backend evaluates the plan.  mult() gets the N densities in global source
    order and writes the M potentials in local target order, without the
@@ -461,6 +492,9 @@ struct _FMMBackendOps {
   /* after a setup from the part: the product's numbers of this rank's n own sources (tgt false) or targets
      in tree order, from the plan (partnumbers()) */
   PetscErrorCode (*plannumbers)(FMMContext *, PetscBool tgt, PetscInt n, PetscInt *out);
+  /* the distributed tree's lists of the levels below l0 (FMMDistLists), after topcuts() kept the part;
+     collective */
+  PetscErrorCode (*lists)(FMMContext *, FMMDistLists *);
 };
 
 PETSC_INTERN struct _FMMBackendOps FMMBackendCPU;
@@ -497,7 +531,8 @@ typedef struct {
   PetscInt   ntop, nown, nslot, nhb; /* nhb = nslot - nown */
   PetscReal *cx, *cy, *scale;      /* [nslot] */
   PetscInt  *nsb, *ntb;            /* [nown] sources and targets in each box (the top's: of all ranks) */
-  PetscInt  *faroff, *far;         /* [nown+1]: M2L source slots of each slot */
+  PetscInt  *faroff, *far;         /* [nown+1]: M2L source slots of each slot (far NULL where the backend made and
+                                      keeps them: FMMDistLists) */
   PetscInt   n, m, nh, nl, nhl;    /* sources, targets, halo sources, leaves, halo leaves */
   PetscReal *sx, *sy, *cq, *cdx, *cdy; /* [n + nh], tree order, then the halo (devpart: the halo's only) */
   PetscBool  devpart;              /* this rank's own points are in the backend's memory (FMMContext part), not in sx .. cdy, tx, ty */
