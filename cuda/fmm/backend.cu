@@ -1274,7 +1274,15 @@ static PetscErrorCode FMMCUDADistListsOp(FMMContext *ctx, FMMDistLists *dl)
   c = (FMM_CUDA *)ctx->data;
   PetscCall(FMMCUDAFree(c->stream, p->far)); /* (an assembly that failed before the setup left) */
   p->far = NULL;
-  PetscCall(FMMCUDADistLists(c, dl, &p->far));
+  { /* the slots' circles up through the staging ring (the late copy's, done by now: CopyIn waits for it) */
+    double *d;
+    PetscCall(FMMCUDAMalloc(c->stream, (void **)&d, sizeof(double) * 3 * PetscMax(dl->nown, 1), "the slots' circles"));
+    PetscCall(CopyIn(c->stream, d, dl->cx, dl->nown, FMM_MEM_PAGEABLE));
+    PetscCall(CopyIn(c->stream, d + dl->nown, dl->cy, dl->nown, FMM_MEM_PAGEABLE));
+    PetscCall(CopyIn(c->stream, d + 2 * dl->nown, dl->scale, dl->nown, FMM_MEM_PAGEABLE));
+    PetscCall(FMMCUDADistLists(c, dl, d, &p->far));
+    PetscCall(FMMCUDAFree(c->stream, d));
+  }
   p->nfar = dl->ntopfar + dl->nfarl;
   PetscCall(ResetData(ctx));
   PetscCall(PetscTime(&t1));

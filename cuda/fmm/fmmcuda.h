@@ -371,7 +371,7 @@ typedef struct {
 PETSC_INTERN PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *, FMMPlan *, const FMMCUDATreeInput *);
 PETSC_INTERN PetscErrorCode FMMCUDATopCuts(FMM_CUDA *, MPI_Comm, PetscInt, PetscInt, const double *, PetscInt, PetscInt64, PetscInt64, PetscInt, PetscInt *, const FMMCUDAUploads *);
 PETSC_INTERN PetscErrorCode FMMCUDASubtrees(FMM_CUDA *, PetscInt, const double *, PetscInt, const PetscInt *, PetscInt, PetscBool, PetscBool, PetscInt *, PetscBool, PetscInt *, double *);
-PETSC_INTERN PetscErrorCode FMMCUDADistLists(FMM_CUDA *, FMMDistLists *, PetscInt **);
+PETSC_INTERN PetscErrorCode FMMCUDADistLists(FMM_CUDA *, FMMDistLists *, const double *, PetscInt **);
 PETSC_INTERN PetscErrorCode FMMCUDAM2LPlan(FMM_CUDA *, const FMMPlan *);
 PETSC_INTERN PetscErrorCode FMMCUDAP2PPlanBegin(FMM_CUDA *, const FMMPlan *, PetscBool);
 PETSC_INTERN PetscErrorCode FMMCUDAP2PPlanEnd(FMM_CUDA *, FMMPlan *, PetscBool);

@@ -505,8 +505,8 @@ PetscErrorCode FMMCUDASubtrees(FMM_CUDA *c, PetscInt U, const double *xy, PetscI
   }
   PetscCall(TreeSplit(w));
   if (U) FMMCallCUDA(cudaMemcpyAsync(order, w->X, sizeof(PetscInt) * U, dorder ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost, c->stream));
-  FMMCallCUDA(cudaMemcpyAsync(loff, w->off, sizeof(PetscInt) * (w->nleaves + 1), cudaMemcpyDeviceToHost, c->stream));
-  FMMCallCUDA(cudaMemcpyAsync(hbb, w->bb, sizeof(double) * 4 * w->nboxes, cudaMemcpyDeviceToHost, c->stream));
+  PetscCall(FMMCUDAReadbackStaged(c->stream, loff, w->off, sizeof(PetscInt) * (w->nleaves + 1))); /* (through the pinned ring) */
+  PetscCall(FMMCUDAReadbackStaged(c->stream, hbb, w->bb, sizeof(double) * 4 * w->nboxes));
   FMMCallCUDA(cudaStreamSynchronize(c->stream));
   PetscCall(FMMCUDAFree(c->stream, work.base));
   PetscFunctionReturn(0);

@@ -128,7 +128,8 @@ __global__ void DistOwnerKernel(PetscInt nb, const PetscInt *off, PetscInt *owne
 
 /*
   FMMCUDADistLists - the lists of levels l0 + 1 .. L of this rank's boxes
-  (FMMDistLists: inputs on the host; the far entries' counts, the used marks
+  (FMMDistLists: inputs on the host, but for the slots' circles dcx, the
+  cx, cy and scale of the nown slots on the GPU; the far entries' counts, the used marks
   and the leaves' strong lists back on the host, as src/fmm/dist.c's pass
   makes them).  Each level: the fetch of the remote boxes its candidates may
   name (the host's collective), their upload, the scan of its candidates, a
@@ -137,24 +138,18 @@ __global__ void DistOwnerKernel(PetscInt nb, const PetscInt *off, PetscInt *owne
   (ntopfar + nfarl entries, the top's first), the fetched boxes numbered as
   the halo's slots.  Collective (the fetches).
 */
-PetscErrorCode FMMCUDADistLists(FMM_CUDA *c, FMMDistLists *dl, PetscInt **dfar)
+PetscErrorCode FMMCUDADistLists(FMM_CUDA *c, FMMDistLists *dl, const double *dcx, PetscInt **dfar)
 {
   const PetscInt L = dl->L, l0 = dl->l0, nb0 = dl->nb0, nown = dl->nown, nl = nb0 << (2 * (L - l0));
   Scratch        scr = {NULL, 0, PETSC_FALSE};
-  double        *dcx, *dcy, *dsc;
+  const double  *dcy = dcx + nown, *dsc = dcy + nown;
   PetscInt      *dsleaf, *dtleaf, *stroff, *str, *owner, np, nrem = 0, *par = NULL, *hoff, **lfar, *nlfar;
   int           *dmiss;
 
   PetscFunctionBegin;
-  PetscCall(FMMCUDAMalloc(c->stream, (void **)&dcx, sizeof(double) * 3 * PetscMax(nown, 1), "the slots' circles"));
-  dcy = dcx + nown;
-  dsc = dcy + nown;
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&dsleaf, sizeof(PetscInt) * 2 * (nl + 1), "the own leaves' counts"));
   dtleaf = dsleaf + nl + 1;
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&dmiss, sizeof(int), "the lists' check"));
-  FMMCallCUDA(cudaMemcpyAsync(dcx, dl->cx, sizeof(double) * nown, cudaMemcpyHostToDevice, c->stream));
-  FMMCallCUDA(cudaMemcpyAsync(dcy, dl->cy, sizeof(double) * nown, cudaMemcpyHostToDevice, c->stream));
-  FMMCallCUDA(cudaMemcpyAsync(dsc, dl->scale, sizeof(double) * nown, cudaMemcpyHostToDevice, c->stream));
   FMMCallCUDA(cudaMemcpyAsync(dsleaf, dl->sleaf, sizeof(PetscInt) * (nl + 1), cudaMemcpyHostToDevice, c->stream));
   FMMCallCUDA(cudaMemcpyAsync(dtleaf, dl->tleaf, sizeof(PetscInt) * (nl + 1), cudaMemcpyHostToDevice, c->stream));
   FMMCallCUDA(cudaMemsetAsync(dmiss, 0, sizeof(int), c->stream));
@@ -273,7 +268,6 @@ PetscErrorCode FMMCUDADistLists(FMM_CUDA *c, FMMDistLists *dl, PetscInt **dfar)
   }
   PetscCall(FMMCUDAFree(c->stream, stroff));
   PetscCall(FMMCUDAFree(c->stream, str));
-  PetscCall(FMMCUDAFree(c->stream, dcx));
   PetscCall(FMMCUDAFree(c->stream, dsleaf));
   PetscCall(FMMCUDAFree(c->stream, dmiss));
   if (scr.tmp) PetscCall(FMMCUDAFree(c->stream, scr.tmp));
