@@ -1215,7 +1215,9 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
       PetscReal **rgeo;
       char      **used; /* used[l][j]: a far list names the fetched remote box rid[l][j] */
       PetscInt   nfarown = 0, nfartop = 0;
-      PetscBool  devfar = PETSC_FALSE; /* the far lists below l0 made by the backend, which keeps them all */
+      /* gpulists: the backend makes the lists below l0 and keeps the far lists */
+      const PetscBool gpulists = D->devpart && fmm->ops->lists && L > l0 ? PETSC_TRUE : PETSC_FALSE;
+      FetchCtx        fc       = {comm, l0, n0, nob, T};
       PetscCall(PetscCalloc1(D->nown, &farcnt));
       PetscCall(PetscCalloc3(L + 1, &rid, L + 1, &nrid, L + 1, &rgeo));
       PetscCall(PetscCalloc2(L + 2, &roff, L + 1, &used));
@@ -1230,34 +1232,22 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
         stroff[1] = 1;
       }
       npar = 1;
-      for (PetscInt l = 1; l <= L; l++) {
-        if (l == l0 + 1 && D->devpart && fmm->ops->lists) { /* the levels below l0 on the GPU, from the strong lists of level l0 */
-          FetchCtx     fc = {comm, l0, n0, nob, T};
-          FMMDistLists dl = {L, l0, B0, nb0, ntop, D->nown, par->theta, D->cx, D->cy, D->scale, D->sleaf, D->tleaf, stroff, str, FetchParents, &fc, rid, nrid, roff, rgeo, used, farcnt, farl.v, farl.n, 0, NULL, NULL, 0};
-          PetscCall((*fmm->ops->lists)(&fmm->ctx, &dl));
-          nfarown += dl.nfarl;
-          devfar = PETSC_TRUE;
-          PetscCall(PetscFree(stroff));
-          PetscCall(PetscFree(str));
-          stroff = dl.stroffL;
-          str    = dl.strL;
-          npar   = nl;
-          break;
-        }
+      /* on the host down to level l0, or to L where the backend does not make the levels below l0 */
+      for (PetscInt l = 1; l <= (gpulists ? l0 : L); l++) {
         const PetscBool owned = l >= l0 ? PETSC_TRUE : PETSC_FALSE;
         const PetscInt  nbt = owned ? nb0 << (2 * (l - l0)) : (PetscInt)1 << (2 * l), base = owned ? B0 << (2 * (l - l0)) : 0;
         const PetscInt  pbase = (l - 1 >= l0) ? B0 << (2 * (l - 1 - l0)) : 0, cl = FMMLevelStart(l);
         const PetscInt  o = owned ? nb0 * ((((PetscInt)1 << (2 * (l - l0))) - 1) / 3) : 0;
         PetscInt       *nso;
         IntList         nstr = {0};
-        /* the geometry of the remote boxes the lists may reach */
+        /* the geometry of the remote boxes the lists may reach: the children of the remote strong entries */
         if (l > l0) {
-          IntList want = {0};
-          for (PetscInt tp = 0; tp < npar; tp++)
-            for (PetscInt j = stroff[tp]; j < stroff[tp + 1]; j++)
-              if (OwnerOf(str[j] >> (2 * (l - 1 - l0)), size, n0) != rank)
-                for (int c = 0; c < 4; c++) PetscCall(IntListPush(&want, 4 * str[j] + c));
-          PetscCall(FetchLevel(comm, l, l0, n0, nob, T, &want, &rid[l], &nrid[l], &rgeo[l]));
+          PetscInt *rp, nrp = 0;
+          PetscCall(PetscMalloc1(PetscMax(stroff[npar], 1), &rp));
+          for (PetscInt j = 0; j < stroff[npar]; j++)
+            if (OwnerOf(str[j] >> (2 * (l - 1 - l0)), size, n0) != rank) rp[nrp++] = str[j];
+          PetscCall(FetchParents(&fc, l, nrp, rp, &rid[l], &nrid[l], &rgeo[l]));
+          PetscCall(PetscFree(rp));
           PetscCall(PetscCalloc1(PetscMax(nrid[l], 1), &used[l]));
         }
         roff[l + 1] = roff[l] + nrid[l]; /* the fetched boxes numbered level by level */
@@ -1351,6 +1341,15 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
         str    = nstr.v;
         npar   = nbt;
       }
+      if (gpulists) { /* the levels below l0 on the GPU, from the strong lists of level l0 */
+        FMMDistLists dl = {L, l0, B0, nb0, ntop, D->nown, par->theta, D->cx, D->cy, D->scale, D->sleaf, D->tleaf, stroff, str, FetchParents, &fc, rid, nrid, roff, rgeo, used, farcnt, farl.v, farl.n, 0, NULL, NULL, 0};
+        PetscCall((*fmm->ops->lists)(&fmm->ctx, &dl));
+        nfarown += dl.nfarl;
+        PetscCall(PetscFree(stroff));
+        PetscCall(PetscFree(str));
+        stroff = dl.stroffL;
+        str    = dl.strL;
+      }
       /* far lists: CSR over the slots (built in slot order), remote boxes numbered as the halo: the
          fetched ones a far list names, level by level, ascending in each (their global order) */
       {
@@ -1365,7 +1364,7 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
         PetscCall(PetscMalloc1(D->nown + 1, &D->faroff));
         D->faroff[0] = 0;
         for (PetscInt s = 0; s < D->nown; s++) D->faroff[s + 1] = D->faroff[s] + farcnt[s];
-        if (!devfar) {
+        if (!gpulists) {
           PetscCall(PetscMalloc1(PetscMax(farl.n, 1), &D->far));
 #pragma omp parallel for schedule(static) if (farl.n >= FMM_OMP_MIN_POINTS)
           for (PetscInt k = 0; k < farl.n; k++) {
