@@ -175,8 +175,8 @@ static PetscErrorCode PartCoefficients(FMMContext *, FMM_CUDA *, FMMCUDAPart *);
    (cudaMemcpyDefault); pageable host memory goes through the process's
    pinned staging rings in slots of FMM_STAGE_SLOT doubles, the host-side
    copies (all OpenMP threads) overlapping the DMA of the other slots
-   (FMMCopyReals).  CopyIn: h to device d, in stream s; returns when h may
-   be changed */
+   (FMMCopyReals; CopyOut's by FMMCUDAReadbackStaged).  CopyIn: h to device
+   d, in stream s; returns when h may be changed */
 static PetscErrorCode CopyIn(cudaStream_t s, double *d, const double *h, PetscInt n, FMMMem m)
 {
   FMMCUDAStage *st = &FMMCUDAStaging;
@@ -232,25 +232,9 @@ static PetscErrorCode LateStart(FMM_CUDA *c, const double *h0, double *d0, size_
 /* device d (n doubles) to h; returns when h holds the data */
 static PetscErrorCode CopyOut(FMM_CUDA *c, double *h, const double *d, PetscInt n, FMMMem m)
 {
-  FMMCUDAStage *st = &FMMCUDAStaging;
-
   PetscFunctionBegin;
-  if (n && st->out && m == FMM_MEM_PAGEABLE) {
-    const PetscInt nch = (n + FMM_STAGE_SLOT - 1) / FMM_STAGE_SLOT;
-    for (PetscInt k = 0; k < PetscMin(nch, FMM_STAGE_CHUNKS); k++) { /* fill the ring */
-      FMMCallCUDA(cudaMemcpyAsync(st->out + k * FMM_STAGE_SLOT, d + k * FMM_STAGE_SLOT, sizeof(double) * PetscMin(FMM_STAGE_SLOT, n - k * FMM_STAGE_SLOT), cudaMemcpyDeviceToHost, c->stream));
-      FMMCallCUDA(cudaEventRecord(st->evout[k], c->stream));
-    }
-    for (PetscInt k = 0; k < nch; k++) { /* empty slot k % CHUNKS, then refill it with chunk k + CHUNKS */
-      const PetscInt j = k % FMM_STAGE_CHUNKS, kn = k + FMM_STAGE_CHUNKS;
-      FMMCallCUDA(cudaEventSynchronize(st->evout[j]));
-      FMMCopyReals(h + k * FMM_STAGE_SLOT, st->out + j * FMM_STAGE_SLOT, PetscMin(FMM_STAGE_SLOT, n - k * FMM_STAGE_SLOT));
-      if (kn < nch) {
-        FMMCallCUDA(cudaMemcpyAsync(st->out + j * FMM_STAGE_SLOT, d + kn * FMM_STAGE_SLOT, sizeof(double) * PetscMin(FMM_STAGE_SLOT, n - kn * FMM_STAGE_SLOT), cudaMemcpyDeviceToHost, c->stream));
-        FMMCallCUDA(cudaEventRecord(st->evout[j], c->stream));
-      }
-    }
-  } else if (n) FMMCallCUDA(cudaMemcpyAsync(h, d, sizeof(double) * n, cudaMemcpyDefault, c->stream));
+  if (n && FMMCUDAStaging.out && m == FMM_MEM_PAGEABLE) PetscCall(FMMCUDAReadbackStaged(c->stream, h, d, sizeof(double) * n));
+  else if (n) FMMCallCUDA(cudaMemcpyAsync(h, d, sizeof(double) * n, cudaMemcpyDefault, c->stream));
   FMMCallCUDA(cudaStreamSynchronize(c->stream));
   PetscFunctionReturn(0);
 }
@@ -592,12 +576,17 @@ static PetscErrorCode UploadPlan(FMMContext *ctx, FMM_CUDA *c, const FMMPlan *P,
     PetscCall(SlotBoxes(ctx, c, P, &made));
     cx = ctx->slcx, cy = ctx->slcy, scale = ctx->slscale, faroff = made, far = ctx->slfar;
   }
-  if (ctx->part && ((FMMCUDAPart *)ctx->part)->far) { /* the far lists made on the GPU (lists()) */
+  if (ctx->part && ((FMMCUDAPart *)ctx->part)->far) { /* the far lists and the slots' circles made on the GPU (lists()) */
     FMMCUDAPart *p = (FMMCUDAPart *)ctx->part;
-    PetscCheck(P->b1 && p->nfar == P->nfar, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CUDA: the part's %" PetscInt_FMT " M2L pairs are not the plan's %" PetscInt_FMT, p->nfar, P->nfar);
-    c->far = p->far;
-    p->far = NULL;
+    PetscCheck(P->b1 && p->nfar == P->nfar && p->nslot == FMMCUDABoxCount(c, P) && p->slot[0], PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CUDA: the part's %" PetscInt_FMT " M2L pairs and %" PetscInt_FMT " slots are not the plan's %" PetscInt_FMT " and %" PetscInt_FMT, p->nfar, p->nslot, P->nfar, FMMCUDABoxCount(c, P));
+    c->far   = p->far;
+    c->cx    = p->slot[0];
+    c->cy    = p->slot[1];
+    c->scale = p->slot[2];
+    p->far     = NULL;
+    p->slot[0] = p->slot[1] = p->slot[2] = NULL;
   }
+  PetscCheck(c->cx || cx, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CUDA: no geometry of the plan's boxes");
   if (ctx->part) PetscCall(PlanFromPart(ctx, c, P, H));
   else {
     PetscCall(UploadStaged(c, &c->sperm, H->sperm, P->N, "the source permutation"));
@@ -614,9 +603,11 @@ static PetscErrorCode UploadPlan(FMMContext *ctx, FMM_CUDA *c, const FMMPlan *P,
   PetscCall(Upload(c, &c->tleaf, H->tleaf, P->nleaves + 1, "the leaf target ranges"));
   PetscCall(Upload(c, &c->tleafof, (PetscInt *)NULL, P->M, "the target leaves"));
   PetscCall(FMMCUDALeafOf(c->stream, P->M, P->nleaves, c->tleaf, c->tleafof));
-  PetscCall(Upload(c, &c->cx, cx, FMMCUDABoxCount(c, P), "the box centres"));
-  PetscCall(Upload(c, &c->cy, cy, FMMCUDABoxCount(c, P), "the box centres"));
-  PetscCall(Upload(c, &c->scale, scale, FMMCUDABoxCount(c, P), "the box scales"));
+  if (!c->cx) {
+    PetscCall(Upload(c, &c->cx, cx, FMMCUDABoxCount(c, P), "the box centres"));
+    PetscCall(Upload(c, &c->cy, cy, FMMCUDABoxCount(c, P), "the box centres"));
+    PetscCall(Upload(c, &c->scale, scale, FMMCUDABoxCount(c, P), "the box scales"));
+  }
   PetscCall(Upload(c, &c->faroff, faroff, FMMCUDABoxCount(c, P) + 1, "the M2L offsets"));
   if (!c->far) PetscCall(Upload(c, &c->far, far, P->nfar, "the M2L list"));
   PetscCall(Upload(c, &c->nearoff, H->nearoff, P->nleaves + 1, "the P2P offsets"));
@@ -970,6 +961,7 @@ static PetscErrorCode FMMCUDASubtreesOp(FMMContext *ctx, PetscInt n, const Petsc
   FMMCUDAPart      *p = (FMMCUDAPart *)ctx->part;
   FMM_CUDA         *c;
   double           *dxy;
+  PetscInt         *sorted;
   PetscLogDouble    t0, t1;
 
   PetscFunctionBegin;
@@ -990,7 +982,19 @@ static PetscErrorCode FMMCUDASubtreesOp(FMMContext *ctx, PetscInt n, const Petsc
     }
   }
   if (!order) PetscCall(FMMCUDAMalloc(c->stream, (void **)&p->ord, sizeof(PetscInt) * PetscMax(n, 1), "the part's order"));
-  PetscCall(FMMCUDASubtrees(c, n, dxy, nroot, off, levels, ctx->par->split_median, m->split_local, order ? order : p->ord, order ? PETSC_FALSE : PETSC_TRUE, loff, bb));
+  sorted = p && p->keep && p->stay && !xy && !pj && n == p->ns ? p->keep : NULL;
+  if (sorted) { /* no point moved: the top cuts' lists are the sorted input, in slots (slot q holds the caller's lsrc[q]) */
+    PetscInt *inv;
+    PetscCall(FMMCUDAMalloc(c->stream, (void **)&inv, sizeof(PetscInt) * n, "the slots of the caller's points"));
+    PetscCall(FMMCUDAInverse(c->stream, n, p->lsrc, inv));
+    PetscCall(FMMCUDAGatherInts(c->stream, 2 * n, sorted, inv, sorted)); /* (in place: each element reads its own) */
+    PetscCall(FMMCUDAFree(c->stream, inv));
+  }
+  PetscCall(FMMCUDASubtrees(c, n, dxy, sorted, nroot, off, levels, ctx->par->split_median, m->split_local, order ? order : p->ord, order ? PETSC_FALSE : PETSC_TRUE, loff, bb));
+  if (p) {
+    PetscCall(FMMCUDAFree(c->stream, p->keep));
+    p->keep = NULL;
+  }
   if (!order) {
     p->nord = n;
     if (p->pj) PetscCall(FMMCUDAGatherInts(c->stream, n, p->ord, p->pj, p->ord)); /* places -> points (in place: each element reads its own) */
@@ -1002,7 +1006,7 @@ static PetscErrorCode FMMCUDASubtreesOp(FMMContext *ctx, PetscInt n, const Petsc
   if (!p || dxy != p->rxy) PetscCall(FMMCUDAFree(c->stream, dxy));
   PetscCall(ResetData(ctx));
   PetscCall(PetscTime(&t1));
-  PetscCall(PetscInfo(ctx->obj, "GPU subtrees: %" PetscInt_FMT " points in %" PetscInt_FMT " boxes split %" PetscInt_FMT " levels deep, %.2f ms with the %s and the order %s\n", n, nroot, levels, 1e3 * (t1 - t0), xy ? "points up" : "points on the GPU", order ? "back" : "kept there"));
+  PetscCall(PetscInfo(ctx->obj, "GPU subtrees: %" PetscInt_FMT " points in %" PetscInt_FMT " boxes split %" PetscInt_FMT " levels deep, %.2f ms with the %s, %s and the order %s\n", n, nroot, levels, 1e3 * (t1 - t0), xy ? "points up" : "points on the GPU", sorted ? "the top cuts' sorted lists" : "sorted", order ? "back" : "kept there"));
   *done = PETSC_TRUE;
   PetscFunctionReturn(0);
 }
@@ -1033,10 +1037,11 @@ static PetscErrorCode FMMCUDATopCutsOp(FMMContext *ctx, MPI_Comm comm, PetscInt 
   p->mt     = mt;
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&p->xy, sizeof(double) * 2 * PetscMax(ns + mt, 1), "the points of the rank's part"));
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&box, sizeof(PetscInt) * PetscMax(ns + mt, 1), "the part's boxes"));
+  if (ns && !mt) PetscCall(FMMCUDAMalloc(c->stream, (void **)&p->keep, sizeof(PetscInt) * 2 * ns, "the top cuts' lists")); /* (the subtrees' sorted input where no point moves) */
   {
     PointUpload    up  = {txy, p->xy, ns, sxy, NULL, MemOf(c, sxy), mt ? MemOf(c, txy) : FMM_MEM_PAGEABLE};
     FMMCUDAUploads ups = {UploadPoints, &up, NULL, NULL};
-    PetscCall(FMMCUDATopCuts(c, comm, ns + mt, U, p->xy, ns, s0, tg0, l0, box, &ups)); /* (the points go up in its sort) */
+    PetscCall(FMMCUDATopCuts(c, comm, ns + mt, U, p->xy, ns, s0, tg0, l0, box, p->keep, &ups)); /* (the points go up in its sort) */
   }
   PetscCall(FMMCUDAPartBoxes(c->stream, p, (PetscInt)1 << (2 * l0), box, cnt));
   PetscCall(FMMCUDAFree(c->stream, box));
@@ -1081,7 +1086,10 @@ static PetscErrorCode FMMCUDAPartOwnersOp(FMMContext *ctx, PetscBool tgt, PetscI
   PetscCall(FMMCUDAFree(c->stream, rem));
   PetscCall(PetscFree(h));
   if (tgt) p->mr = nslot;
-  else p->nr = nslot;
+  else {
+    p->nr   = nslot;
+    p->stay = nrem == 0 && nslot == p->ns ? PETSC_TRUE : PETSC_FALSE;
+  }
   PetscCall(ResetData(ctx));
   PetscFunctionReturn(0);
 }
@@ -1280,7 +1288,8 @@ static PetscErrorCode FMMCUDADistListsOp(FMMContext *ctx, FMMDistLists *dl)
     PetscCall(CopyIn(c->stream, d, dl->cx, dl->nown, FMM_MEM_PAGEABLE));
     PetscCall(CopyIn(c->stream, d + dl->nown, dl->cy, dl->nown, FMM_MEM_PAGEABLE));
     PetscCall(CopyIn(c->stream, d + 2 * dl->nown, dl->scale, dl->nown, FMM_MEM_PAGEABLE));
-    PetscCall(FMMCUDADistLists(c, dl, d, &p->far));
+    for (int a = 0; a < 3; a++) PetscCall(FMMCUDAFree(c->stream, p->slot[a]));
+    PetscCall(FMMCUDADistLists(c, dl, d, &p->far, p->slot, &p->nslot));
     PetscCall(FMMCUDAFree(c->stream, d));
   }
   p->nfar = dl->ntopfar + dl->nfarl;

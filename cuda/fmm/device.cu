@@ -162,7 +162,9 @@ PetscErrorCode FMMCUDAReadback(cudaStream_t s, void *h, const void *d, size_t by
 
 /* h = d (bytes, to pageable host memory) once the work queued on s is done,
    through the pinned output ring where there is one (a copy into pageable
-   memory runs at a fraction of the bus): the arrays an assembly reads back */
+   memory runs at a fraction of the bus), each slot's host-side copy on all
+   OpenMP threads (FMMCopyBytes: the first touch of fresh memory, its page
+   faults, is most of that copy) while the DMA of the next slots runs */
 PetscErrorCode FMMCUDAReadbackStaged(cudaStream_t s, void *h, const void *d, size_t bytes)
 {
   FMMCUDAStage *st   = &FMMCUDAStaging;
@@ -183,7 +185,7 @@ PetscErrorCode FMMCUDAReadbackStaged(cudaStream_t s, void *h, const void *d, siz
   for (size_t k = 0; k < nch; k++) { /* empty slot k % CHUNKS, then refill it with chunk k + CHUNKS */
     const size_t j = k % FMM_STAGE_CHUNKS, kn = k + FMM_STAGE_CHUNKS;
     FMMCallCUDA(cudaEventSynchronize(st->evout[j]));
-    PetscCall(PetscMemcpy((char *)h + k * slot, o + j * slot, PetscMin(slot, bytes - k * slot)));
+    FMMCopyBytes((char *)h + k * slot, o + j * slot, PetscMin(slot, bytes - k * slot));
     if (kn < nch) {
       FMMCallCUDA(cudaMemcpyAsync(o + j * slot, (const char *)d + kn * slot, PetscMin(slot, bytes - kn * slot), cudaMemcpyDeviceToHost, s));
       FMMCallCUDA(cudaEventRecord(st->evout[j], s));

@@ -321,6 +321,9 @@ typedef struct {
   PetscInt  ns, mt;          /* the caller's sources and targets on this rank */
   double   *xy;              /* [2 (ns + mt)]: their points (sources, then targets), until partorder() */
   PetscInt  n0;              /* the boxes of level l0 */
+  PetscInt *keep;            /* [2 ns] or NULL: the top cuts' x and y lists of the caller's sources (targets = sources),
+                                box after box, each sorted by (coordinate, index) in its box, until the subtrees */
+  PetscBool stay;            /* no source left the rank and none came to it (partowners()) */
   PetscInt *bsort;           /* [ns + mt]: the caller's sources by box, then its targets by box, each box's in
                                 the caller's order (the top cuts' boxes, FMMCUDAPartBoxes()) */
   PetscInt  nr, mr;          /* this rank's source and target slots */
@@ -338,6 +341,8 @@ typedef struct {
   double   *sx, *sy, *cq, *cdx, *cdy, *tx, *ty;
   PetscInt  nfar, *far;      /* the rank's far lists (FMMCUDADistLists), in slot order, the halo's boxes numbered
                                 from the own slots' count on; the plan's upload takes them */
+  PetscInt  nslot;           /* and its slots' circles, the own ones then the halo's: cx, cy, scale [nslot] */
+  double   *slot[3];
 } FMMCUDAPart;
 
 /* what FMMCUDATreeBuild (tree.cu) builds the plan from */
@@ -369,9 +374,9 @@ typedef struct {
 
 /* tree.cu */
 PETSC_INTERN PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *, FMMPlan *, const FMMCUDATreeInput *);
-PETSC_INTERN PetscErrorCode FMMCUDATopCuts(FMM_CUDA *, MPI_Comm, PetscInt, PetscInt, const double *, PetscInt, PetscInt64, PetscInt64, PetscInt, PetscInt *, const FMMCUDAUploads *);
-PETSC_INTERN PetscErrorCode FMMCUDASubtrees(FMM_CUDA *, PetscInt, const double *, PetscInt, const PetscInt *, PetscInt, PetscBool, PetscBool, PetscInt *, PetscBool, PetscInt *, double *);
-PETSC_INTERN PetscErrorCode FMMCUDADistLists(FMM_CUDA *, FMMDistLists *, const double *, PetscInt **);
+PETSC_INTERN PetscErrorCode FMMCUDATopCuts(FMM_CUDA *, MPI_Comm, PetscInt, PetscInt, const double *, PetscInt, PetscInt64, PetscInt64, PetscInt, PetscInt *, PetscInt *, const FMMCUDAUploads *);
+PETSC_INTERN PetscErrorCode FMMCUDASubtrees(FMM_CUDA *, PetscInt, const double *, const PetscInt *, PetscInt, const PetscInt *, PetscInt, PetscBool, PetscBool, PetscInt *, PetscBool, PetscInt *, double *);
+PETSC_INTERN PetscErrorCode FMMCUDADistLists(FMM_CUDA *, FMMDistLists *, const double *, PetscInt **, double *[3], PetscInt *);
 PETSC_INTERN PetscErrorCode FMMCUDAM2LPlan(FMM_CUDA *, const FMMPlan *);
 PETSC_INTERN PetscErrorCode FMMCUDAP2PPlanBegin(FMM_CUDA *, const FMMPlan *, PetscBool);
 PETSC_INTERN PetscErrorCode FMMCUDAP2PPlanEnd(FMM_CUDA *, FMMPlan *, PetscBool);
@@ -393,6 +398,7 @@ PETSC_INTERN cudaError_t    FMMCUDALateWait(void);
 PETSC_INTERN PetscErrorCode FMMCUDAPartNumbers(cudaStream_t, PetscInt, const PetscInt *, const PetscInt *, PetscInt, PetscInt, const PetscInt *, PetscInt *, PetscInt *);
 PETSC_INTERN PetscErrorCode FMMCUDAPartGather(cudaStream_t, const FMMCUDAPart *, PetscInt, const PetscInt *, double *);
 PETSC_INTERN PetscErrorCode FMMCUDAGatherInts(cudaStream_t, PetscInt, const PetscInt *, const PetscInt *, PetscInt *);
+PETSC_INTERN PetscErrorCode FMMCUDAInverse(cudaStream_t, PetscInt, const PetscInt *, PetscInt *);
 PETSC_INTERN PetscErrorCode FMMCUDALeafOf(cudaStream_t, PetscInt, PetscInt, const PetscInt *, PetscInt *);
 /* upward.cu */
 PETSC_INTERN PetscErrorCode FMMCUDAStrengths(FMM_CUDA *, const FMMPlan *, const double *);

@@ -130,6 +130,14 @@ __global__ static void GatherIntsKernel(PetscInt n, const PetscInt *idx, const P
   if (k < n) out[k] = a[idx[k]];
 }
 
+/* inv[map[k]] = k (map a permutation of [0, n)) */
+__global__ static void InverseKernel(PetscInt n, const PetscInt *map, PetscInt *inv)
+{
+  FMMWaitPrior();
+  const PetscInt k = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
+  if (k < n) inv[map[k]] = k;
+}
+
 struct IsSource {
   PetscInt                     nr;
   __host__ __device__ PetscInt operator()(PetscInt j) const { return j < nr ? 1 : 0; }
@@ -266,6 +274,15 @@ PetscErrorCode FMMCUDAGatherInts(cudaStream_t s, PetscInt n, const PetscInt *idx
   PetscFunctionReturn(0);
 }
 
+PetscErrorCode FMMCUDAInverse(cudaStream_t s, PetscInt n, const PetscInt *map, PetscInt *inv)
+{
+  PetscFunctionBegin;
+  if (!n) PetscFunctionReturn(0);
+  FMMLaunch(InverseKernel, FMMCUDABlocks(n, PART_BS), PART_BS, 0, s, n, map, inv);
+  FMMCheckLaunch();
+  PetscFunctionReturn(0);
+}
+
 /* p's subtrees' order (p->ord, p->nord places; its nl leaves from loff[b], host) split into the sources'
    (p->sperm, p->nr of them) and the targets' (p->tperm); scnt (host, nl + 1): the sources before each leaf */
 PetscErrorCode FMMCUDAPartSplitOrder(cudaStream_t s, FMMCUDAPart *p, PetscInt nl, const PetscInt *loff, PetscInt *scnt)
@@ -373,7 +390,7 @@ PetscErrorCode FMMCUDAPartDestroy(FMMCUDAPart **pp, cudaStream_t s)
   PetscFunctionBegin;
   if (!p) PetscFunctionReturn(0);
   (void)FMMCUDALateWait(); /* (the late copy writes cnrm, cwts) */
-  void **a[] = {(void **)&p->xy, (void **)&p->rxy, (void **)&p->rnrm, (void **)&p->rw, (void **)&p->cnrm, (void **)&p->cwts, (void **)&p->txy, (void **)&p->sx, (void **)&p->sy, (void **)&p->cq, (void **)&p->cdx, (void **)&p->cdy, (void **)&p->tx, (void **)&p->ty, (void **)&p->bsort, (void **)&p->lsrc, (void **)&p->ltgt, (void **)&p->ord, (void **)&p->pj, (void **)&p->sperm, (void **)&p->tperm, (void **)&p->cin, (void **)&p->cout, (void **)&p->far};
+  void **a[] = {(void **)&p->xy, (void **)&p->keep, (void **)&p->rxy, (void **)&p->rnrm, (void **)&p->rw, (void **)&p->cnrm, (void **)&p->cwts, (void **)&p->txy, (void **)&p->sx, (void **)&p->sy, (void **)&p->cq, (void **)&p->cdx, (void **)&p->cdy, (void **)&p->tx, (void **)&p->ty, (void **)&p->bsort, (void **)&p->lsrc, (void **)&p->ltgt, (void **)&p->ord, (void **)&p->pj, (void **)&p->sperm, (void **)&p->tperm, (void **)&p->cin, (void **)&p->cout, (void **)&p->far, (void **)&p->slot[0], (void **)&p->slot[1], (void **)&p->slot[2]};
   if (!s) {
     (void)cudaDeviceSynchronize();
     s = FMMCUDAStaging.side[0];

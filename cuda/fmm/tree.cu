@@ -453,13 +453,15 @@ __global__ void BoxKeyKernel(PetscInt U, PetscInt nroot, const PetscInt *off, co
   host: box b's points from hoff[b] on, in the order of their global
   indices) each split levels deep by the splitting stage of FMMCUDATreeBuild
   (the same rule and keys, so the cuts of FMMTreeSplit()).  The x and y lists
-  start sorted by (box, coordinate, index): a stable sort by coordinate, then
-  a stable sort of that by box.  Gives order (U: the points leaf by leaf; in
+  start sorted by (box, coordinate, index): given in sorted (device, 2U;
+  the top cuts' lists where no point moved, FMMCUDATopCuts() keep), or,
+  where it is NULL, a stable sort by coordinate, then a stable sort of that
+  by box.  Gives order (U: the points leaf by leaf; in
   device memory where dorder, else host), and in host memory loff (nroot
   4^levels + 1: the leaves' offsets) and bb (the bounding boxes of the nroot
   (4^(levels+1) - 1) / 3 boxes, level by level).
 */
-PetscErrorCode FMMCUDASubtrees(FMM_CUDA *c, PetscInt U, const double *xy, PetscInt nroot, const PetscInt *hoff, PetscInt levels, PetscBool median, PetscBool splitlocal, PetscInt *order, PetscBool dorder, PetscInt *loff, double *hbb)
+PetscErrorCode FMMCUDASubtrees(FMM_CUDA *c, PetscInt U, const double *xy, const PetscInt *sorted, PetscInt nroot, const PetscInt *hoff, PetscInt levels, PetscBool median, PetscBool splitlocal, PetscInt *order, PetscBool dorder, PetscInt *loff, double *hbb)
 {
   FMMCUDATreeInput in{};
   FMMTreeWork      tw{};
@@ -480,14 +482,17 @@ PetscErrorCode FMMCUDASubtrees(FMM_CUDA *c, PetscInt U, const double *xy, PetscI
   w->nleaves    = nroot << (2 * levels);
   w->nboxes     = nroot * FMMLevelStart(levels + 1);
   while (((PetscInt)1 << bits) < nroot) bits++;
-  if (U) {
+  if (U && !sorted) {
     FMMCallCUDA(cub::DeviceRadixSort::SortPairs(NULL, scr, (unsigned long long *)NULL, (unsigned long long *)NULL, (PetscInt *)NULL, (PetscInt *)NULL, (int)U, 0, 64, c->stream));
     FMMCallCUDA(cub::DeviceRadixSort::SortPairs(NULL, need, (unsigned int *)NULL, (unsigned int *)NULL, (PetscInt *)NULL, (PetscInt *)NULL, (int)U, 0, bits, c->stream));
     scr = PetscMax(scr, need);
   }
   PetscCall(TreeWorkAlloc(w, scr, &work));
   FMMCallCUDA(cudaMemcpyAsync(w->off, hoff, sizeof(PetscInt) * (nroot + 1), cudaMemcpyHostToDevice, c->stream));
-  if (U) {
+  if (U && sorted) {
+    FMMCallCUDA(cudaMemcpyAsync(w->X, sorted, sizeof(PetscInt) * U, cudaMemcpyDeviceToDevice, c->stream));
+    FMMCallCUDA(cudaMemcpyAsync(w->Y, sorted + U, sizeof(PetscInt) * U, cudaMemcpyDeviceToDevice, c->stream));
+  } else if (U) {
     unsigned int *bk = (unsigned int *)w->kx, *bks = bk + U; /* box keys, in the space of kx once it is sorted */
     PetscInt     *tmp = w->Y + (U + 1);                      /* the second buffer of X */
     FMMLaunch(KeysKernel, LAUNCH_N(U), 0, U, xy, w->kx, w->ky, w->val);
@@ -500,6 +505,8 @@ PetscErrorCode FMMCUDASubtrees(FMM_CUDA *c, PetscInt U, const double *xy, PetscI
       need = scr;
       FMMCallCUDA(cub::DeviceRadixSort::SortPairs(w->s.tmp, need, bk, bks, tmp, d ? w->Y : w->X, (int)U, 0, bits, c->stream));
     }
+  }
+  if (U) {
     FMMLaunch(OtherKernel, LAUNCH_N(U), U, w->X, w->Y, xy, w->XO, w->YO);
     FMMCheckLaunch();
   }
@@ -519,9 +526,11 @@ PetscErrorCode FMMCUDASubtrees(FMM_CUDA *c, PetscInt U, const double *xy, PetscI
   targets, tg0 + i - ns), U points on all ranks; up->points (up may be NULL)
   puts them there, in two parts from SORT_PARTS_MIN on, each sorted while
   the next goes up, as the one-GPU build does.  Gives boxof (device, u): the
-  box of level l0 of each point.  Collective on comm.
+  box of level l0 of each point, and where keep (device, 2u) is not NULL,
+  the x and y lists of the points, box after box, each sorted by
+  (coordinate, index) in its box (TopKeepKernel).  Collective on comm.
 */
-PetscErrorCode FMMCUDATopCuts(FMM_CUDA *c, MPI_Comm comm, PetscInt u, PetscInt U, const double *xy, PetscInt ns, PetscInt64 s0, PetscInt64 tg0, PetscInt l0, PetscInt *boxof, const FMMCUDAUploads *up)
+PetscErrorCode FMMCUDATopCuts(FMM_CUDA *c, MPI_Comm comm, PetscInt u, PetscInt U, const double *xy, PetscInt ns, PetscInt64 s0, PetscInt64 tg0, PetscInt l0, PetscInt *boxof, PetscInt *keep, const FMMCUDAUploads *up)
 {
   const PetscInt   n0 = (PetscInt)1 << (2 * l0), nch = (u + SEG_CHUNK - 1) / SEG_CHUNK;
   FMMCUDATreeInput in{};
@@ -658,6 +667,8 @@ PetscErrorCode FMMCUDATopCuts(FMM_CUDA *c, MPI_Comm comm, PetscInt u, PetscInt U
   }
   if (u) {
     FMMLaunch(TopBoxOfKernel, LAUNCH_N(u), u, n0, w->off, lists, boxof);
+    FMMCheckLaunch();
+    if (keep) FMMLaunch(TopKeepKernel, LAUNCH_N(u), u, n0, w->off, lists, keep);
     FMMCheckLaunch();
   }
   FMMCallCUDA(cudaStreamSynchronize(c->stream));

@@ -775,7 +775,9 @@ PetscErrorCode FMMDistDestroy(FMMDist **dp)
 
   PetscFunctionBegin;
   if (!D) PetscFunctionReturn(0);
-  PetscCall(PetscFree3(D->cx, D->cy, D->scale));
+  PetscCall(PetscFree(D->cx));
+  PetscCall(PetscFree(D->cy));
+  PetscCall(PetscFree(D->scale));
   PetscCall(PetscFree2(D->nsb, D->ntb));
   PetscCall(PetscFree(D->halbox));
   PetscCall(PetscFree(D->halleaf));
@@ -1148,12 +1150,15 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
   {
     const PetscReal floor_s = FMMScaleFloor(top);
     PetscReal *cx, *cy, *sc;
-    PetscCall(PetscMalloc3(D->nown, &cx, D->nown, &cy, D->nown, &sc));
+    PetscCall(PetscMalloc1(D->nown, &cx)); /* (each apart: they grow by the halo's, in place) */
+    PetscCall(PetscMalloc1(D->nown, &cy));
+    PetscCall(PetscMalloc1(D->nown, &sc));
 #pragma omp parallel for schedule(static) if (D->nown >= FMM_OMP_MIN_POINTS)
     for (PetscInt s = 0; s < D->nown; s++) FMMBoxCircle(s < ntop ? top + 4 * s : bb + 4 * (s - ntop + nb0), floor_s, &cx[s], &cy[s], &sc[s]);
     D->cx    = cx;
     D->cy    = cy;
     D->scale = sc;
+    D->ngeo  = D->nown;
   }
   PetscCall(PetscFree(bb));
   PetscCall(PetscFree(top));
@@ -1354,7 +1359,6 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
          fetched ones a far list names, level by level, ascending in each (their global order) */
       {
         PetscInt    *hal = NULL, nhal = 0, *hidx;
-        PetscReal   *cx, *cy, *sc;
         PetscSFNode *rem;
         PetscCall(PetscMalloc1(PetscMax(roff[L + 1], 1), &hidx));
         for (PetscInt l = 0; l <= L; l++)
@@ -1377,11 +1381,12 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
         PetscCall(PetscFree(farl.v));
         /* the halo boxes' geometry (fetched with their level) and the SF of their multipoles */
         PetscCall(PetscMalloc1(PetscMax(nhal, 1), &hal));
-        PetscCall(PetscMalloc3(D->nslot, &cx, D->nslot, &cy, D->nslot, &sc));
-        PetscCall(PetscArraycpy(cx, D->cx, D->nown));
-        PetscCall(PetscArraycpy(cy, D->cy, D->nown));
-        PetscCall(PetscArraycpy(sc, D->scale, D->nown));
-        PetscCall(PetscFree3(D->cx, D->cy, D->scale));
+        D->ngeo = gpulists ? D->nown : D->nslot; /* (gpulists: the backend keeps the halo's) */
+        if (!gpulists) {
+          PetscCall(PetscRealloc(sizeof(PetscReal) * D->nslot, &D->cx));
+          PetscCall(PetscRealloc(sizeof(PetscReal) * D->nslot, &D->cy));
+          PetscCall(PetscRealloc(sizeof(PetscReal) * D->nslot, &D->scale));
+        }
         PetscCall(PetscMalloc1(nhal, &rem));
         for (PetscInt l = 0; l <= L; l++)
           for (PetscInt j = 0; j < nrid[l]; j++) {
@@ -1390,15 +1395,14 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
             const PetscMPIInt q = OwnerOf(s >> (2 * (l - l0)), size, n0);
             if (h < 0) continue;
             hal[h]            = FMMLevelStart(l) + s;
-            cx[D->nown + h]   = g[0];
-            cy[D->nown + h]   = g[1];
-            sc[D->nown + h]   = g[2];
+            if (!gpulists) {
+              D->cx[D->nown + h]    = g[0];
+              D->cy[D->nown + h]    = g[1];
+              D->scale[D->nown + h] = g[2];
+            }
             rem[h].rank       = q;
             rem[h].index      = OwnIndex(l, s, l0, q, size, n0) - (FirstBox(q + 1, size, n0) - FirstBox(q, size, n0));
           }
-        D->cx    = cx;
-        D->cy    = cy;
-        D->scale = sc;
         PetscCall(MakeSF(comm, nob - nb0, nhal, NULL, rem, &D->sfmp));
         PetscCall(PetscFree(hidx));
         D->halbox = hal; /* global numbers of the halo boxes */
@@ -1776,6 +1780,7 @@ PetscErrorCode FMMDistHostPlan(FMMDist *D, PetscBool halotgt, PetscBool global, 
   D->cout = NULL;
   nfar = D->faroff[D->nown];
   if (global) { /* geometry, far lists by global box (slots below nown are in global order) */
+    PetscCheck(D->ngeo == D->nslot && D->far, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM: the plan by global box needs the geometry and far lists of every slot on the host");
     PetscCall(PetscMalloc3(nboxes, &H->cx, nboxes, &H->cy, nboxes, &H->scale));
     for (PetscInt b = 0; b < nboxes; b++) {
       H->cx[b]    = D->cx[0];

@@ -351,8 +351,9 @@ typedef struct {
   void             *xctx;
   /* and its boxes in the rank's numbering (FMMDist's slots: levels 0..l0, its own below level by level,
      then the halo's nslot - nown, of global numbers box[], ascending): geometry [nslot] and far lists
-     (faroff [nown + 1], far [faroff[nown]], in slots; far NULL where the backend keeps them from lists()),
-     which a backend's copy of the plan takes as they are (nslot 0: none; read during setup only) */
+     (faroff [nown + 1], far [faroff[nown]], in slots; far and the geometry NULL where the backend keeps
+     them from lists()), which a backend's copy of the plan takes as they are (nslot 0: none; read during
+     setup only) */
   PetscInt          nslot, nsown;
   const PetscReal  *slcx, *slcy, *slscale;
   const PetscInt   *slfaroff, *slfar, *slbox;
@@ -420,7 +421,8 @@ typedef struct {
                                               entries: global leaf numbers; PetscMalloc'ed) */
   /* the far lists themselves, the top's then the levels', in slot order with the halo's boxes numbered from
      nown on (the fetched boxes that used marks, level by level, ascending in each), stay with the backend,
-     whose setup takes them (the host gets none: FMMDist far stays NULL) */
+     whose setup takes them (the host gets none: FMMDist far stays NULL), and so do the circles of the
+     slots, the own ones (cx ..) then the halo's (FMMDist cx .. keep the own ones only: ngeo = nown) */
 } FMMDistLists;
 
 /* A backend evaluates the plan.  mult() gets the N densities in global source
@@ -529,7 +531,9 @@ typedef struct {
   PetscBool  same;                 /* the targets are the sources */
   PetscBool  dipoles;              /* some rank's sources have normals and alpha != 0 (the coefficients have dipoles) */
   PetscInt   ntop, nown, nslot, nhb; /* nhb = nslot - nown */
-  PetscReal *cx, *cy, *scale;      /* [nslot] */
+  PetscReal *cx, *cy, *scale;      /* [ngeo]: the slots' circles, all (ngeo = nslot) or the own ones where the
+                                      backend keeps the halo's (FMMDistLists: ngeo = nown) */
+  PetscInt   ngeo;
   PetscInt  *nsb, *ntb;            /* [nown] sources and targets in each box (the top's: of all ranks) */
   PetscInt  *faroff, *far;         /* [nown+1]: M2L source slots of each slot (far NULL where the backend made and
                                       keeps them: FMMDistLists) */
@@ -660,6 +664,7 @@ static inline PetscErrorCode FMMStageMark(PetscLogDouble *t, PetscLogDouble *rss
   PetscFunctionReturn(0);
 }
 /* points.c */
+PETSC_INTERN void           FMMCopyBytes(void *, const void *, size_t);
 PETSC_INTERN void           FMMCopyReals(PetscReal *, const PetscReal *, PetscInt);
 PETSC_INTERN PetscErrorCode FMMWaitForPETSc(PetscBool);
 PETSC_INTERN PetscErrorCode FMMArraysOnDevice(PetscInt, const PetscReal *const[], const char *const[], PetscBool *);

@@ -232,9 +232,9 @@ static PetscErrorCode SetupDistributed(Mat A)
     ctx->ximp     = D->ximp;
     ctx->nslot    = D->nslot;
     ctx->nsown    = D->nown;
-    ctx->slcx     = D->cx;
-    ctx->slcy     = D->cy;
-    ctx->slscale  = D->scale;
+    ctx->slcx     = D->ngeo == D->nslot ? D->cx : NULL; /* (NULL: the backend keeps them) */
+    ctx->slcy     = D->ngeo == D->nslot ? D->cy : NULL;
+    ctx->slscale  = D->ngeo == D->nslot ? D->scale : NULL;
     ctx->slfaroff = D->faroff;
     ctx->slfar    = D->far;
     ctx->slbox    = D->halbox;

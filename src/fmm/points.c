@@ -12,13 +12,21 @@
   #include <petscdevice.h>
 #endif
 
-/* d[0..n) = s[0..n), in parallel for large n (pieces of 32 KB): copying into
-   fresh memory is mostly the page faults of its first touch, which then run
-   on all threads; the CUDA backend's staging copies use it too */
+/* n bytes from s to d, in parallel for large n (pieces of 32 KB): copying
+   into fresh memory is mostly the page faults of its first touch, which then
+   run on all threads; the CUDA backend's staging copies use it too */
+void FMMCopyBytes(void *d, const void *s, size_t n)
+{
+  const size_t   P = 32768;
+  const PetscInt np = (PetscInt)((n + P - 1) / P);
+#pragma omp parallel for schedule(static) if (n >= 2 * FMM_OMP_MIN_POINTS * sizeof(PetscReal))
+  for (PetscInt k = 0; k < np; k++) memcpy((char *)d + k * P, (const char *)s + k * P, PetscMin(P, n - k * P));
+}
+
+/* d[0..n) = s[0..n) (FMMCopyBytes) */
 void FMMCopyReals(PetscReal *d, const PetscReal *s, PetscInt n)
 {
-#pragma omp parallel for schedule(static) if (n >= 2 * FMM_OMP_MIN_POINTS)
-  for (PetscInt i0 = 0; i0 < n; i0 += 4096) memcpy(d + i0, s + i0, sizeof(PetscReal) * (size_t)PetscMin(4096, n - i0));
+  FMMCopyBytes(d, s, sizeof(PetscReal) * (size_t)n);
 }
 
 /* FMMCopyReals, returning the index of the first NaN/Inf (-1: none): the

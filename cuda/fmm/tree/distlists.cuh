@@ -136,9 +136,11 @@ __global__ void DistOwnerKernel(PetscInt nb, const PetscInt *off, PetscInt *owne
   readback of its sizes, the writes, and a readback of its remote strong
   entries (the next level's fetch).  The far lists stay on the GPU: *dfar
   (ntopfar + nfarl entries, the top's first), the fetched boxes numbered as
-  the halo's slots.  Collective (the fetches).
+  the halo's slots, and so do the slots' circles: dslot[0..3) the cx, cy
+  and scale of the *nslot slots (the own ones from dcx, then the halo's, as
+  fetched).  Collective (the fetches).
 */
-PetscErrorCode FMMCUDADistLists(FMM_CUDA *c, FMMDistLists *dl, const double *dcx, PetscInt **dfar)
+PetscErrorCode FMMCUDADistLists(FMM_CUDA *c, FMMDistLists *dl, const double *dcx, PetscInt **dfar, double *dslot[3], PetscInt *nslot)
 {
   const PetscInt L = dl->L, l0 = dl->l0, nb0 = dl->nb0, nown = dl->nown, nl = nb0 << (2 * (L - l0));
   Scratch        scr = {NULL, 0, PETSC_FALSE};
@@ -245,12 +247,27 @@ PetscErrorCode FMMCUDADistLists(FMM_CUDA *c, FMMDistLists *dl, const double *dcx
     owner  = nowner;
     np     = tot.s;
   }
-  /* the far lists: the top's, then the levels' in order, the fetched boxes renumbered as the halo's */
+  /* the far lists: the top's, then the levels' in order, the fetched boxes renumbered as the halo's;
+     the slots' circles, the halo's after the own ones */
   {
     PetscInt *hidx, *dhidx, nh = 0, off = dl->ntopfar;
+    double   *hgeo;
     PetscCall(PetscMalloc1(PetscMax(dl->roff[L + 1], 1), &hidx));
     for (PetscInt l = l0 + 1; l <= L; l++)
       for (PetscInt j = 0; j < dl->nrid[l]; j++) hidx[dl->roff[l] + j] = dl->used[l][j] ? dl->nown + nh++ : -1;
+    PetscCall(PetscMalloc1(3 * PetscMax(nh, 1), &hgeo));
+    for (PetscInt l = l0 + 1; l <= L; l++)
+      for (PetscInt j = 0; j < dl->nrid[l]; j++) {
+        const PetscInt h = hidx[dl->roff[l] + j] - dl->nown;
+        if (h < 0) continue;
+        for (int a = 0; a < 3; a++) hgeo[a * nh + h] = dl->rgeo[l][FMM_NGEO * j + a];
+      }
+    *nslot = dl->nown + nh;
+    for (int a = 0; a < 3; a++) {
+      PetscCall(FMMCUDAMalloc(c->stream, (void **)&dslot[a], sizeof(double) * PetscMax(*nslot, 1), "the slots' circles"));
+      if (dl->nown) FMMCallCUDA(cudaMemcpyAsync(dslot[a], dcx + a * dl->nown, sizeof(double) * dl->nown, cudaMemcpyDeviceToDevice, c->stream));
+      if (nh) FMMCallCUDA(cudaMemcpyAsync(dslot[a] + dl->nown, hgeo + a * nh, sizeof(double) * nh, cudaMemcpyHostToDevice, c->stream));
+    }
     PetscCall(FMMCUDAMalloc(c->stream, (void **)dfar, sizeof(PetscInt) * PetscMax(dl->ntopfar + dl->nfarl, 1), "the M2L list"));
     PetscCall(FMMCUDAMalloc(c->stream, (void **)&dhidx, sizeof(PetscInt) * PetscMax(dl->roff[L + 1], 1), "the halo's numbers"));
     if (dl->ntopfar) FMMCallCUDA(cudaMemcpyAsync(*dfar, dl->topfar, sizeof(PetscInt) * dl->ntopfar, cudaMemcpyHostToDevice, c->stream));
@@ -265,6 +282,7 @@ PetscErrorCode FMMCUDADistLists(FMM_CUDA *c, FMMDistLists *dl, const double *dcx
     FMMCallCUDA(cudaStreamSynchronize(c->stream));
     PetscCall(FMMCUDAFree(c->stream, dhidx));
     PetscCall(PetscFree(hidx));
+    PetscCall(PetscFree(hgeo));
   }
   PetscCall(FMMCUDAFree(c->stream, stroff));
   PetscCall(FMMCUDAFree(c->stream, str));

@@ -89,6 +89,18 @@ __global__ void TopCountKernel(PetscInt nseg, PetscInt m, SplitLists L, const ch
   }
 }
 
+/* keep[k], keep[U + k]: the point at place k of the x and of the y list (the last round's boxes one after
+   the other, each list sorted by (coordinate, index) in each box) */
+__global__ void TopKeepKernel(PetscInt U, PetscInt nseg, const PetscInt *off, SplitLists L, PetscInt *keep)
+{
+  FMMWaitPrior();
+  const PetscInt k = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
+  if (k >= U) return;
+  const PetscInt s = FMMLastLE(off, 0, nseg, k);
+  keep[k]          = ListId(L, 0, ListBuf(L, 0, s))[k];
+  keep[U + k]      = ListId(L, 1, ListBuf(L, 1, s))[k];
+}
+
 /* boxof[i]: the segment (box of the last round) of point i */
 __global__ void TopBoxOfKernel(PetscInt U, PetscInt nseg, const PetscInt *off, SplitLists L, PetscInt *boxof)
 {
