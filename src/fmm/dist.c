@@ -62,6 +62,17 @@ PetscErrorCode FMMDistLevels(PetscInt U, PetscInt ct, PetscMPIInt size, PetscInt
   PetscFunctionReturn(0);
 }
 
+/* the halo's numbers of the fetched remote boxes (box rid[l][j] at roff[l] + j, levels 0..L): base, base + 1,
+   ... for those a far list names (used[l][j]), level by level, ascending in each (their global order), -1
+   for the others; returns how many.  The host's far lists and the backend's (FMMDistLists) number them so */
+PetscInt FMMDistHaloNumbers(PetscInt L, const PetscInt *nrid, const PetscInt *roff, char *const *used, PetscInt base, PetscInt *hidx)
+{
+  PetscInt nh = 0;
+  for (PetscInt l = 0; l <= L; l++)
+    for (PetscInt j = 0; j < nrid[l]; j++) hidx[roff[l] + j] = used[l][j] ? base + nh++ : -1;
+  return nh;
+}
+
 /* the bounding box of n points as (xmin, ymin, -xmax, -ymax); empty: PETSC_MAX_REAL (FMMBoxUnion4()) */
 static void PointsBox(const FMMPoint *pt, PetscInt n, PetscReal q[4])
 {
@@ -1358,11 +1369,10 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
       /* far lists: CSR over the slots (built in slot order), remote boxes numbered as the halo: the
          fetched ones a far list names, level by level, ascending in each (their global order) */
       {
-        PetscInt    *hal = NULL, nhal = 0, *hidx;
+        PetscInt    *hal = NULL, nhal, *hidx;
         PetscSFNode *rem;
         PetscCall(PetscMalloc1(PetscMax(roff[L + 1], 1), &hidx));
-        for (PetscInt l = 0; l <= L; l++)
-          for (PetscInt j = 0; j < nrid[l]; j++) hidx[roff[l] + j] = used[l][j] ? nhal++ : -1;
+        nhal = FMMDistHaloNumbers(L, nrid, roff, used, 0, hidx);
         D->nslot = D->nown + nhal;
         D->nhb   = nhal;
         PetscCall(PetscMalloc1(D->nown + 1, &D->faroff));

@@ -642,6 +642,7 @@ PETSC_INTERN PetscErrorCode FMMChooseOrder(PetscReal, PetscReal, PetscInt *);
 PETSC_INTERN PetscErrorCode FMMRepetitionBudget(const FMMContext *, PetscReal);
 /* dist.c, cpu/dist.c */
 PETSC_INTERN PetscErrorCode FMMDistLevels(PetscInt, PetscInt, PetscMPIInt, PetscInt *, PetscInt *);
+PETSC_INTERN PetscInt       FMMDistHaloNumbers(PetscInt, const PetscInt *, const PetscInt *, char *const *, PetscInt, PetscInt *);
 PETSC_INTERN PetscErrorCode FMMDistBuild(Mat, FMMDist **);
 PETSC_INTERN PetscErrorCode FMMDistDestroy(FMMDist **);
 PETSC_INTERN PetscErrorCode FMMDistUnit(FMMDist *, PetscInt);

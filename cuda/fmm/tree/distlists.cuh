@@ -250,11 +250,10 @@ PetscErrorCode FMMCUDADistLists(FMM_CUDA *c, FMMDistLists *dl, const double *dcx
   /* the far lists: the top's, then the levels' in order, the fetched boxes renumbered as the halo's;
      the slots' circles, the halo's after the own ones */
   {
-    PetscInt *hidx, *dhidx, nh = 0, off = dl->ntopfar;
+    PetscInt *hidx, *dhidx, nh, off = dl->ntopfar;
     double   *hgeo;
     PetscCall(PetscMalloc1(PetscMax(dl->roff[L + 1], 1), &hidx));
-    for (PetscInt l = l0 + 1; l <= L; l++)
-      for (PetscInt j = 0; j < dl->nrid[l]; j++) hidx[dl->roff[l] + j] = dl->used[l][j] ? dl->nown + nh++ : -1;
+    nh = FMMDistHaloNumbers(L, dl->nrid, dl->roff, dl->used, dl->nown, hidx);
     PetscCall(PetscMalloc1(3 * PetscMax(nh, 1), &hgeo));
     for (PetscInt l = l0 + 1; l <= L; l++)
       for (PetscInt j = 0; j < dl->nrid[l]; j++) {
