@@ -24,7 +24,11 @@
 */
 #include "fmmcuda.h"
 #include "fmm/expansions.h"
+#include <chrono>
 #include <cstring>
+#include <omp.h>
+#include <pthread.h>
+#include <sched.h>
 #include <thread>
 
 /* device array of n elements of type T, uploaded from h when h is not NULL */
@@ -117,7 +121,12 @@ static FMMMem MemOf(const FMM_CUDA *c, const void *a)
    sends them while the GPU sorts (UploadLate).  Their first use (the
    coefficients, PartCoefficients()), any other copy through the ring
    (CopyIn()) and the part's end wait for them (FMMCUDALateWait()).  The
-   threads call CUDA and memcpy only, never PETSc. */
+   threads call CUDA and memcpy only, never PETSc.  They sleep while their
+   slot's DMA runs, rather than spin, since the OpenMP team may need every
+   core the rank has (ranks that fill a node).  Where OpenMP binds its
+   threads (OMP_PROC_BIND), a thread the master makes inherits the master's
+   place alone, so the late threads take all the team's places instead of
+   sharing the master's core. */
 #define FMM_LATE_THREADS 4
 typedef struct {
   int           dev;
@@ -125,6 +134,8 @@ typedef struct {
   const double *h[2];
   double       *d[2];
   size_t        n[2];
+  bool          spread; /* cpus: the CPUs of all the OpenMP places (LatePlaces) */
+  cpu_set_t     cpus;
 } LateJob;
 
 static struct {
@@ -133,6 +144,23 @@ static struct {
   PetscBool   on;
 } Late;
 
+/* the CPUs of all the places of a bound OpenMP team to j->cpus (j->spread false where OpenMP does not bind) */
+static void LatePlaces(LateJob *j)
+{
+  const int np = omp_get_proc_bind() == omp_proc_bind_false ? 0 : omp_get_num_places();
+
+  CPU_ZERO(&j->cpus);
+  for (int p = 0; p < np; p++) {
+    int       ids[CPU_SETSIZE];
+    const int n = omp_get_place_num_procs(p);
+    if (n > CPU_SETSIZE) continue; /* (no such place on a CPU_SETSIZE machine) */
+    omp_get_place_proc_ids(p, ids);
+    for (int i = 0; i < n; i++)
+      if (ids[i] >= 0 && ids[i] < CPU_SETSIZE) CPU_SET(ids[i], &j->cpus);
+  }
+  j->spread = CPU_COUNT(&j->cpus) > 0;
+}
+
 /* thread t's chunks of the job: every FMM_LATE_THREADS-th slot of the two arrays, through its slots of the ring */
 static void LateCopy(int t, LateJob j)
 {
@@ -140,12 +168,15 @@ static void LateCopy(int t, LateJob j)
   cudaError_t   e  = cudaSetDevice(j.dev); /* (the current device is the thread's own) */
   size_t        k  = 0;
 
+  if (j.spread) (void)pthread_setaffinity_np(pthread_self(), sizeof(cpu_set_t), &j.cpus); /* (else where it was made) */
+
   for (int a = 0; a < 2 && e == cudaSuccess; a++)
     for (size_t off = 0; off < j.n[a] && e == cudaSuccess; off += FMM_STAGE_SLOT, k++) {
       if (k % FMM_LATE_THREADS != (size_t)t) continue; /* (another thread's) */
       const size_t m    = PetscMin((size_t)FMM_STAGE_SLOT, j.n[a] - off);
       const int    slot = t + FMM_LATE_THREADS * (int)((k / FMM_LATE_THREADS) % (FMM_STAGE_CHUNKS / FMM_LATE_THREADS));
-      if ((e = cudaEventSynchronize(st->evin[slot])) != cudaSuccess) break;
+      while ((e = cudaEventQuery(st->evin[slot])) == cudaErrorNotReady) std::this_thread::sleep_for(std::chrono::microseconds(20)); /* (the ring's other slots keep the DMA busy) */
+      if (e != cudaSuccess) break;
       memcpy(st->in + (size_t)slot * FMM_STAGE_SLOT, j.h[a] + off, sizeof(double) * m);
       if ((e = cudaMemcpyAsync(j.d[a] + off, st->in + (size_t)slot * FMM_STAGE_SLOT, sizeof(double) * m, cudaMemcpyHostToDevice, j.s)) != cudaSuccess) break;
       e = cudaEventRecord(st->evin[slot], j.s);
@@ -203,7 +234,7 @@ static PetscErrorCode CopyIn(cudaStream_t s, double *d, const double *h, PetscIn
 static PetscErrorCode LateStart(FMM_CUDA *c, const double *h0, double *d0, size_t n0, const double *h1, double *d1, size_t n1)
 {
   FMMCUDAStage *st = &FMMCUDAStaging;
-  LateJob       j  = {c->dev, st->side[0], {h0, h1}, {d0, d1}, {h0 ? n0 : 0, h1 ? n1 : 0}};
+  LateJob       j  = {c->dev, st->side[0], {h0, h1}, {d0, d1}, {h0 ? n0 : 0, h1 ? n1 : 0}, false, {}};
   cudaEvent_t   ev;
 
   PetscFunctionBegin;
@@ -217,6 +248,8 @@ static PetscErrorCode LateStart(FMM_CUDA *c, const double *h0, double *d0, size_
   FMMCallCUDA(cudaEventRecord(ev, c->stream));
   FMMCallCUDA(cudaStreamWaitEvent(j.s, ev, 0));
   FMMCallCUDA(cudaEventDestroy(ev));
+  LatePlaces(&j);
+  PetscCall(PetscInfo(NULL, "MATFMM CUDA: the late copy of %.1f MB on %d threads, %s\n", sizeof(double) * (j.n[0] + j.n[1]) / 1048576.0, FMM_LATE_THREADS, j.spread ? "over the CPUs of the OpenMP places" : "where the process runs"));
   Late.on = PETSC_TRUE;
   for (int t = 0; t < FMM_LATE_THREADS; t++) {
     Late.err[t] = cudaSuccess;
