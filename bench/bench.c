@@ -29,10 +29,13 @@ static char help[] = "MATFMM benchmark: setup, MatMult (median of -reps), time p
   cost any first PETSc object on it pays), setsources_s its
   MatFMMSetSources() and assembly_s its MatAssemblyBegin/End;
   cuda_init_s is PetscFMMCUDAInitialize(), the CUDA context, once per process;
-  rss_max_mb is the largest peak resident memory of a rank (rss_sum_mb their sum)
-  when the line is printed, rss_assembly_mb that peak at the end of the first
-  assembly (and rss_layout_mb, with -layout tree, at the end of the assembly
-  that found the tree's parts: the peak over the whole run is the largest);
+  rss_max_mb is the largest peak resident memory of a rank over the whole run
+  (rss_sum_mb their sum), rss_assembly_mb that peak at the end of the first
+  assembly; with -layout tree, rss_layout_mb that peak at the end of the
+  assembly that found the tree's parts, and (Linux) rss_after_layout_mb the
+  largest peak of a rank after it: the peak is reset there to the memory
+  then resident, so this is the run in the tree's layout alone, and
+  rss_assembly_mb is counted from there too;
   with -reassemble k, reassembly_med_s is the median of k assemblies after
   MatFMMSetSources() with the same points (what a time-stepping code pays when
   its points move: the tree is rebuilt), and setsources_med_s the median of
@@ -121,6 +124,34 @@ static PetscReal PeakMB(void)
   return (PetscReal)ru.ru_maxrss / 1024;
 }
 
+/* Linux: the process's peak resident memory reset to what is resident now (clear_refs 5), so that
+   HighWaterMB() gives the peak of what follows; false where the system cannot */
+static PetscBool ResetPeak(void)
+{
+  FILE *f = fopen("/proc/self/clear_refs", "w");
+  int   ok;
+
+  if (!f) return PETSC_FALSE;
+  ok = fputs("5", f) >= 0;
+  ok = fclose(f) == 0 && ok;
+  return ok ? PETSC_TRUE : PETSC_FALSE;
+}
+
+/* VmHWM of /proc/self/status in MB: the peak resident memory since ResetPeak(); -1 where there is none */
+static PetscReal HighWaterMB(void)
+{
+  FILE     *f = fopen("/proc/self/status", "r");
+  char      line[256];
+  long      kb;
+  PetscReal mb = -1;
+
+  if (!f) return -1;
+  while (mb < 0 && fgets(line, sizeof line, f))
+    if (sscanf(line, "VmHWM: %ld kB", &kb) == 1) mb = (PetscReal)kb / 1024;
+  fclose(f);
+  return mb;
+}
+
 /* -layout tree: the curve's points (global numbers) this rank's part of the distributed tree holds, from a
    first assembly on the index order (the options of the run apply) */
 static PetscErrorCode TreeLayout(PetscInt N, PetscInt *n, PetscInt **gidx)
@@ -165,7 +196,7 @@ static int CompareX(const void *a, const void *b)
 int main(int argc, char **argv)
 {
   PetscInt           N = 1000000, reps = 10, nsample = 200, nre = 0, nsu = 0, n, rstart, p, L, m2l, ct;
-  PetscBool          curve = PETSC_TRUE, blob = PETSC_FALSE, hostvecs = PETSC_FALSE, devpts = PETSC_FALSE;
+  PetscBool          curve = PETSC_TRUE, blob = PETSC_FALSE, hostvecs = PETSC_FALSE, devpts = PETSC_FALSE, reset = PETSC_FALSE;
   VecType            vtype;
   char               geom[16] = "curve", lay[16] = "index";
   PetscInt          *order = NULL, *tidx = NULL;
@@ -212,7 +243,8 @@ int main(int argc, char **argv)
   PetscCheck(!strcmp(lay, "index") || (curve && (!strcmp(lay, "x") || !strcmp(lay, "tree"))), PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE, "-layout %s: expected index, or x or tree with the curve", lay);
   if (!strcmp(lay, "tree")) {
     PetscCall(TreeLayout(N, &n, &tidx));
-    rssl = PeakMB();
+    rssl  = PeakMB();
+    reset = ResetPeak();
   }
   PetscCall(PetscMalloc5(2 * n, &xy, 2 * n, &nrm, n, &w, reps, &times, reps, &ltimes));
   PetscCall(PetscRandomCreate(PETSC_COMM_SELF, &rnd));
@@ -381,12 +413,18 @@ int main(int argc, char **argv)
     if (nsu) PetscCall(PetscPrintf(PETSC_COMM_WORLD, " setup_med_s=%.6f setup_min_s=%.6f setup_max_s=%.6f", (double)su[0], (double)su[1], (double)su[2]));
     if (nsu && idle > 0) PetscCall(PetscPrintf(PETSC_COMM_WORLD, " idle_ms=%.1f mult_idle_med_s=%.6f", (double)(1e3 * idle), (double)midle));
     { /* peak resident memory of the processes (host memory) */
-      PetscReal mb[4] = {PeakMB(), rssa, rssl, 0};
+      PetscReal mb[4] = {PetscMax(PeakMB(), PetscMax(rssa, rssl)), rssa, rssl, 0}; /* (the whole run's, where the peak was reset) */
       mb[3] = mb[0];
       PetscCall(MPIU_Allreduce(MPI_IN_PLACE, mb, 3, MPIU_REAL, MPIU_MAX, PETSC_COMM_WORLD));
       PetscCall(MPIU_Allreduce(MPI_IN_PLACE, &mb[3], 1, MPIU_REAL, MPIU_SUM, PETSC_COMM_WORLD));
       PetscCall(PetscPrintf(PETSC_COMM_WORLD, " rss_max_mb=%.1f rss_sum_mb=%.1f rss_assembly_mb=%.1f", (double)mb[0], (double)mb[3], (double)mb[1]));
       if (rssl > 0) PetscCall(PetscPrintf(PETSC_COMM_WORLD, " rss_layout_mb=%.1f", (double)mb[2]));
+      if (rssl > 0) { /* (every rank's peak reset, or none printed) */
+        PetscReal hw[2] = {reset ? HighWaterMB() : -1, 0};
+        hw[1] = -hw[0];
+        PetscCall(MPIU_Allreduce(MPI_IN_PLACE, hw, 2, MPIU_REAL, MPIU_MAX, PETSC_COMM_WORLD));
+        if (hw[1] <= 0) PetscCall(PetscPrintf(PETSC_COMM_WORLD, " rss_after_layout_mb=%.1f", (double)hw[0]));
+      }
     }
     PetscCall(PetscPrintf(PETSC_COMM_WORLD, "\n"));
     PetscCall(PetscPrintf(PETSC_COMM_WORLD, "phases_ms: P2M=%.3f M2M=%.3f M2L=%.3f L2L=%.3f L2P=%.3f P2P=%.3f\n", 1e3 * ph[0], 1e3 * ph[1], 1e3 * ph[2], 1e3 * ph[3], 1e3 * ph[4], 1e3 * ph[5]));
