@@ -413,7 +413,7 @@ int main(int argc, char **argv)
     if (nsu) PetscCall(PetscPrintf(PETSC_COMM_WORLD, " setup_med_s=%.6f setup_min_s=%.6f setup_max_s=%.6f", (double)su[0], (double)su[1], (double)su[2]));
     if (nsu && idle > 0) PetscCall(PetscPrintf(PETSC_COMM_WORLD, " idle_ms=%.1f mult_idle_med_s=%.6f", (double)(1e3 * idle), (double)midle));
     { /* peak resident memory of the processes (host memory) */
-      PetscReal mb[4] = {PetscMax(PeakMB(), PetscMax(rssa, rssl)), rssa, rssl, 0}; /* (the whole run's, where the peak was reset) */
+      PetscReal mb[4] = {PetscMax(PeakMB(), rssl), rssa, rssl, 0}; /* (the whole run's, where the peak was reset after rssl) */
       mb[3] = mb[0];
       PetscCall(MPIU_Allreduce(MPI_IN_PLACE, mb, 3, MPIU_REAL, MPIU_MAX, PETSC_COMM_WORLD));
       PetscCall(MPIU_Allreduce(MPI_IN_PLACE, &mb[3], 1, MPIU_REAL, MPIU_SUM, PETSC_COMM_WORLD));
