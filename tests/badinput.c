@@ -609,6 +609,7 @@ static PetscErrorCode OptionErrorCases(void)
   PetscCall(OptionCase("-mat_fmm_eps 2", "mat_fmm_eps", "2", PETSC_ERR_ARG_OUTOFRANGE));
   PetscCall(OptionCase("-mat_fmm_theta 0", "mat_fmm_theta", "0", PETSC_ERR_ARG_OUTOFRANGE));
   PetscCall(OptionCase("-mat_fmm_repetition_mb -1", "mat_fmm_repetition_mb", "-1", PETSC_ERR_ARG_OUTOFRANGE));
+  PetscCall(OptionCase("-mat_fmm_setup_threads -2", "mat_fmm_setup_threads", "-2", PETSC_ERR_ARG_OUTOFRANGE));
   PetscCall(OptionCase("-mat_fmm_layout bogus", "mat_fmm_layout", "bogus", PETSC_ERR_USER));
   PetscCall(OptionCase("-mat_fmm_method bogus", "mat_fmm_method", "bogus", PETSC_ERR_USER));
   PetscCall(OptionCase("-mat_fmm_device bogus", "mat_fmm_device", "bogus", PETSC_ERR_USER));

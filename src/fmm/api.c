@@ -41,7 +41,14 @@ static PetscErrorCode MatFMMSetSources_FMM(Mat A, PetscInt n, const PetscReal xy
     PetscCall(FMMArraysOnDevice(n ? 3 : 0, a, name, &dev));
   }
   PetscCall(MatFMMInvalidate(A));
-  PetscCall(FMMSourcesSet(fmm, n, xy, nrm, w, dev));
+  {
+    PetscErrorCode ierr;
+    int            saved;
+    PetscCall(FMMSetupTeamBegin(A, &saved)); /* (the copy: the setup's team) */
+    ierr = FMMSourcesSet(fmm, n, xy, nrm, w, dev);
+    FMMSetupTeamEnd(saved);
+    PetscCall(ierr);
+  }
   if (A->cmap->n < 0) A->cmap->n = n;
   if (fmm->tgt.m < 0 && A->rmap->n < 0) A->rmap->n = n;
   PetscFunctionReturn(0);

@@ -1670,6 +1670,34 @@ static PetscInt SlotBox(const FMMDist *D, PetscInt t)
   }
 }
 
+/* off[0..nleaves] of a plan by global leaf, from the rank's counts: the own leaves [lbase, lbase + nl) take
+   own[a + 1] - own[a] entries each, the halo's leaves halleaf[h] (ascending, none among the own)
+   hal[h + 1] - hal[h] (hal NULL: none), every other leaf none; runs of empty leaves filled in threads */
+static void LeafOffsets(PetscInt nleaves, PetscInt lbase, PetscInt nl, const PetscInt own[], PetscInt nhl, const PetscInt halleaf[], const PetscInt hal[], PetscInt off[])
+{
+  PetscInt g = 0, h = 0, cur = 0;
+
+  off[0] = 0;
+  while (g < nleaves) {
+    const PetscInt hs = h < nhl ? halleaf[h] : nleaves, s = (nl && g <= lbase) ? PetscMin(lbase, hs) : hs; /* the next leaf with entries */
+#pragma omp parallel for schedule(static) if (s - g >= 4 * FMM_OMP_MIN_POINTS)
+    for (PetscInt k = g + 1; k <= s; k++) off[k] = cur; /* leaves g .. s - 1: none */
+    if (s == nleaves) break;
+    if (nl && s == lbase) {
+      const PetscInt c0 = cur - own[0];
+#pragma omp parallel for schedule(static) if (nl >= 4 * FMM_OMP_MIN_POINTS)
+      for (PetscInt a = 0; a < nl; a++) off[lbase + a + 1] = c0 + own[a + 1];
+      cur = c0 + own[nl];
+      g   = lbase + nl;
+    } else {
+      cur += hal ? hal[h + 1] - hal[h] : 0;
+      off[s + 1] = cur;
+      h++;
+      g = s + 1;
+    }
+  }
+}
+
 /*
   FMMDistHostPlan - this rank's part of the distributed tree as a plan in the
   one-rank numbering (FMMHostPlan: every box and leaf of the global pyramid),
@@ -1711,19 +1739,8 @@ PetscErrorCode FMMDistHostPlan(FMMDist *D, PetscBool halotgt, PetscBool global, 
   /* sources in the global order of the leaves: the halo's leaves before this rank's (hb sources, the first
      of D's halo), this rank's, then the rest of the halo's; D's arrays (this rank's, then the halo's) are
      turned into that order in place and handed to the plan */
-  H->sleaf[0] = H->tleaf[0] = 0;
-  for (PetscInt g = 0, h = 0; g < nleaves; g++) {
-    PetscInt a = 0, e = 0;
-    if (g >= lbase && g < lbase + D->nl) {
-      a = D->sleaf[g - lbase];
-      e = D->sleaf[g - lbase + 1];
-    } else if (h < D->nhl && D->halleaf[h] == g) {
-      a = D->sleaf[D->nl + h];
-      e = D->sleaf[D->nl + h + 1];
-      h++;
-    }
-    H->sleaf[g + 1] = H->sleaf[g] + (e - a);
-  }
+  H->tleaf[0] = 0;
+  LeafOffsets(nleaves, lbase, D->nl, D->sleaf, D->nhl, D->halleaf, D->sleaf + D->nl, H->sleaf);
   hb = H->sleaf[lbase];
   {
     PetscReal **arr[5] = {&D->sx, &D->sy, &D->cq, &D->cdx, &D->cdy}, *tmp;
@@ -1772,6 +1789,7 @@ PetscErrorCode FMMDistHostPlan(FMMDist *D, PetscBool halotgt, PetscBool global, 
 #pragma omp parallel for schedule(static) if (N >= FMM_OMP_MIN_POINTS)
       for (PetscInt k = 0; k < N; k++) H->tperm[k] = (k >= hb && k < hb + m) ? D->cout[k - hb] : -1;
   } else { /* own leaves only: D's targets from the first own leaf's place on (the sources' own part where same) */
+#pragma omp parallel for schedule(static) if (nleaves >= 4 * FMM_OMP_MIN_POINTS)
     for (PetscInt g = 0; g < nleaves; g++) H->tleaf[g + 1] = (g < lbase) ? 0 : (g < lbase + D->nl ? D->tleaf[g - lbase + 1] : D->m);
     if (H->tperm) PetscCall(PetscArraycpy(H->tperm, D->cout, M));
     if (D->same) {
@@ -1845,15 +1863,8 @@ PetscErrorCode FMMDistHostPlan(FMMDist *D, PetscBool halotgt, PetscBool global, 
   }
   /* the near lists' offsets (the own leaves' and the halo leaves'), then each list, leaf by leaf at once */
   PetscCall(PetscMalloc1(nleaves + 1, &H->nearoff));
-  H->nearoff[0] = 0;
-  for (PetscInt g = 0, h = 0; g < nleaves; g++) {
-    if (g >= lbase && g < lbase + D->nl) nnear += D->nearoff[g - lbase + 1] - D->nearoff[g - lbase];
-    else if (h < D->nhl && D->halleaf[h] == g) {
-      if (hoff) nnear += hoff[h + 1] - hoff[h];
-      h++;
-    }
-    H->nearoff[g + 1] = nnear;
-  }
+  LeafOffsets(nleaves, lbase, D->nl, D->nearoff, D->nhl, D->halleaf, hoff, H->nearoff);
+  nnear = H->nearoff[nleaves];
   PetscCall(PetscMalloc1(PetscMax(nnear, 1), &H->near));
 #pragma omp parallel for schedule(static) if (D->nl >= 4096)
   for (PetscInt a = 0; a < D->nl; a++) {

@@ -609,6 +609,10 @@ typedef struct {
   FMMDist           *dist;
   PetscBool          distplan;   /* CPU: the distributed tree evaluated as the CUDA backend does (-mat_fmm_distribution_global_plan) */
   const char        *whynotdist; /* where the sources are replicated on several ranks: why */
+  /* the OpenMP team of the host's work in a setup on a GPU (FMMSetupTeam()) */
+  PetscMPIInt noderanks;     /* the matrix's ranks on this node */
+  PetscInt    setup_threads; /* -mat_fmm_setup_threads (0: the rule) */
+  int         team, omp, cpus; /* the last setup's team, OpenMP's, this rank's share of the CPUs */
 } Mat_FMM;
 
 /* the slot of box b of level l on this rank of the distributed tree (its own, or the top's) */
@@ -625,6 +629,8 @@ static inline PetscInt FMMDistSlot(const FMMDist *D, PetscInt l, PetscInt b)
 
 /* mat.c, api.c */
 PETSC_INTERN PetscErrorCode MatFMMInvalidate(Mat);
+PETSC_INTERN PetscErrorCode FMMSetupTeamBegin(Mat, int *);
+PETSC_INTERN void           FMMSetupTeamEnd(int);
 PETSC_INTERN PetscErrorCode MatFMMComposeSetters(Mat, PetscBool);
 /* plan.c */
 PETSC_INTERN PetscErrorCode FMMPlanBuild(FMMContext *);

@@ -5,8 +5,18 @@
   plan in plan.c, and the backends (src/fmm/cpu, cuda/fmm) do the work,
   reached only through their ops tables (fmmimpl.h).
 */
+#if !defined(_GNU_SOURCE)
+  #define _GNU_SOURCE /* sched_getaffinity() */
+#endif
 #include "fmmimpl.h"
 #include "expansions.h"
+#include <unistd.h>
+#if defined(__linux__)
+  #include <sched.h>
+#endif
+#if defined(_OPENMP)
+  #include <omp.h>
+#endif
 
 /* this build's backends, the CPU first: the order of Mat_FMM's bmat[] */
 const FMMBackend FMMBackends[FMM_NBACKENDS] = {&FMMBackendCPU,
@@ -14,6 +24,84 @@ const FMMBackend FMMBackends[FMM_NBACKENDS] = {&FMMBackendCPU,
                                                &FMMBackendCUDA
 #endif
 };
+
+/* the device an assembly of A would use now (bc: the CUDA backend's index, -1 where this build has none;
+   ndev: the GPUs it finds, asked only where the request is not the CPU) */
+static PetscErrorCode DeviceChoice(const Mat_FMM *fmm, PetscInt *bc, PetscInt *ndev, MatFMMDevice *used)
+{
+  PetscFunctionBegin;
+  *bc   = FMMBackendIndex(MATFMM_DEVICE_CUDA);
+  *ndev = 0;
+  if (*bc >= 0 && fmm->device != MATFMM_DEVICE_CPU) PetscCall((*FMMBackends[*bc]->devicecount)(ndev));
+  *used = (fmm->device != MATFMM_DEVICE_CPU && *ndev > 0) ? MATFMM_DEVICE_CUDA : MATFMM_DEVICE_CPU;
+  PetscFunctionReturn(0);
+}
+
+/*
+  FMMSetupTeamBegin - the OpenMP team of the host's work in a setup of A
+  (the copy of MatFMMSetSources(), the assembly), made the calling thread's
+  team until FMMSetupTeamEnd() (*saved: OpenMP's team before).  With the
+  CUDA backend it is OpenMP's team, unless that leaves no room on this
+  rank's share of the CPUs (those it may run on; unbound ranks of one node
+  share the node's) for the backend's late copy (FMM_LATE_THREADS host
+  threads that upload while the host builds the tree) and for MPI's and
+  CUDA's own threads: then a quarter of the share, at most 4 CPUs, stays
+  free.  Ranks that fill a node with full teams wait in every short
+  parallel loop for a thread that the scheduler put behind another one
+  (docs/scaling.md, session 59).  On the CPU it is OpenMP's team.
+  -mat_fmm_setup_threads sets it.
+*/
+PetscErrorCode FMMSetupTeamBegin(Mat A, int *saved)
+{
+  Mat_FMM *fmm = (Mat_FMM *)A->data;
+
+  PetscFunctionBegin;
+  *saved = 0;
+#if defined(_OPENMP)
+  {
+    const int    omp  = omp_get_max_threads();
+    int          cpus = omp, online = omp, team = omp;
+    PetscInt     bc, ndev;
+    MatFMMDevice d = MATFMM_DEVICE_CPU;
+    PetscCall(DeviceChoice(fmm, &bc, &ndev, &d));
+  #if defined(_SC_NPROCESSORS_ONLN)
+    online = PetscMax((int)sysconf(_SC_NPROCESSORS_ONLN), 1);
+  #endif
+    cpus = online;
+  #if defined(__linux__)
+    {
+      cpu_set_t set;
+      if (!sched_getaffinity(0, sizeof(set), &set)) cpus = PetscMax(CPU_COUNT(&set), 1);
+    }
+  #endif
+    if (cpus >= online && fmm->noderanks > 1) cpus = PetscMax(online / fmm->noderanks, 1); /* unbound: the node's CPUs are shared */
+    if (fmm->setup_threads > 0) team = (int)fmm->setup_threads;
+    else if (d == MATFMM_DEVICE_CUDA) {
+      const int spare = PetscMin(4, PetscMax(1, cpus / 4));
+      if (team > cpus - spare) team = PetscMax(cpus - spare, 1);
+    }
+    fmm->team = team;
+    fmm->omp  = omp;
+    fmm->cpus = cpus;
+    *saved    = omp;
+    if (team != omp) {
+      PetscCall(PetscInfo(A, "setup on %d OpenMP threads, not OpenMP's %d (%s; this rank's share of the CPUs: %d, %d rank(s) of this matrix on the node)\n", team, omp, fmm->setup_threads > 0 ? "-mat_fmm_setup_threads" : "room for the GPU setup's copy threads", cpus, (int)fmm->noderanks));
+      omp_set_num_threads(team);
+    }
+  }
+#endif
+  PetscFunctionReturn(0);
+}
+
+/* OpenMP's team back (FMMSetupTeamBegin()) */
+void FMMSetupTeamEnd(int saved)
+{
+#if defined(_OPENMP)
+  if (saved > 0 && saved != omp_get_max_threads()) omp_set_num_threads(saved);
+#else
+  (void)saved;
+#endif
+}
 
 /* the plan and everything built from it go: the next assembly builds them
    again.  A matrix assembled before stays marked so for PETSc, so that its
@@ -83,6 +171,11 @@ static PetscErrorCode MatSetFromOptions_FMM(Mat A, FMMOptionItems PetscOptionsOb
   if (set) PetscCall(MatFMMSetMethod(A, (MatFMMMethod)e));
   PetscCall(PetscOptionsEnum("-mat_fmm_device", "Where to compute", "MatFMMSetDevice", MatFMMDevices, (PetscEnum)fmm->device, &e, &set));
   if (set) PetscCall(MatFMMSetDevice(A, (MatFMMDevice)e));
+  PetscCall(PetscOptionsInt("-mat_fmm_setup_threads", "OpenMP threads of the setup's host work (0: OpenMP's, but with a GPU a few CPUs of this rank's share left free where the team would fill it)", "MATFMM", fmm->setup_threads, &ival, &set));
+  if (set) {
+    PetscCheck(ival >= 0, PetscObjectComm((PetscObject)A), PETSC_ERR_ARG_OUTOFRANGE, "MATFMM: -mat_fmm_setup_threads %" PetscInt_FMT " must be >= 0 (0: the default rule)", ival);
+    fmm->setup_threads = ival;
+  }
   PetscCall(PetscOptionsEnum("-mat_fmm_distribution", "Across MPI ranks: the tree shared out among them, or all sources on each", "MatFMMSetDistribution", MatFMMDistributions, (PetscEnum)fmm->distribution, &e, &set));
   if (set) PetscCall(MatFMMSetDistribution(A, (MatFMMDistribution)e));
   {
@@ -273,7 +366,8 @@ static PetscErrorCode SetupDistributed(Mat A)
   PetscFunctionReturn(0);
 }
 
-static PetscErrorCode MatAssemblyEnd_FMM(Mat A, MatAssemblyType type)
+/* the assembly: the checks, the device and backend, the tree and plan (on the setup's team: MatAssemblyEnd_FMM()) */
+static PetscErrorCode Assemble(Mat A)
 {
   Mat_FMM    *fmm  = (Mat_FMM *)A->data;
   FMMContext *ctx  = &fmm->ctx;
@@ -283,16 +377,6 @@ static PetscErrorCode MatAssemblyEnd_FMM(Mat A, MatAssemblyType type)
   PetscMPIInt size;
 
   PetscFunctionBegin;
-  if (type == MAT_FLUSH_ASSEMBLY) PetscFunctionReturn(0);
-  {
-    PetscMPIInt mine = fmm->src.n >= 0 ? 1 : 0, all; /* n = 0 is a valid call: src may be NULL then */
-    PetscCallMPI(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, comm));
-    PetscCheck(all, comm, PETSC_ERR_ARG_WRONGSTATE, "MATFMM: call MatFMMSetSources() on every rank (n = 0 where a rank has no source) before assembly");
-  }
-  if (fmm->setup) { /* geometry and parameters unchanged: keep the plan */
-    A->assembled = PETSC_TRUE;
-    PetscFunctionReturn(0);
-  }
   PetscCall(MatFMMInvalidate(A)); /* what an assembly that failed may have left */
   PetscCall(MatSetUp_FMM(A));
   PetscCallMPI(MPI_Comm_size(comm, &size));
@@ -317,11 +401,9 @@ static PetscErrorCode MatAssemblyEnd_FMM(Mat A, MatAssemblyType type)
   /* order, device, backend */
   PetscCall(MatFMMGetExpansionOrder(A, &fmm->par.p));
   {
-    const PetscInt bc   = FMMBackendIndex(MATFMM_DEVICE_CUDA);
-    PetscInt       ndev = 0;
-    if (bc >= 0) PetscCall((*FMMBackends[bc]->devicecount)(&ndev));
+    PetscInt bc, ndev;
+    PetscCall(DeviceChoice(fmm, &bc, &ndev, &fmm->device_used));
     PetscCheck(fmm->device != MATFMM_DEVICE_CUDA || ndev > 0, comm, PETSC_ERR_SUP, "MATFMM: -mat_fmm_device cuda, but %s; use -mat_fmm_device cpu or auto", bc >= 0 ? "no CUDA GPU was found on this machine" : "petscfmm was built without CUDA (make CUDA=1 with nvcc on the PATH)");
-    fmm->device_used = (fmm->device != MATFMM_DEVICE_CPU && ndev > 0) ? MATFMM_DEVICE_CUDA : MATFMM_DEVICE_CPU;
   }
   b        = FMMBackendIndex(fmm->device_used);
   fmm->ops = FMMBackends[b];
@@ -368,6 +450,30 @@ static PetscErrorCode MatAssemblyEnd_FMM(Mat A, MatAssemblyType type)
   fmm->setup   = PETSC_TRUE;
   A->assembled = PETSC_TRUE;
   PetscCall(PetscLogEventEnd(MATFMM_Setup, A, 0, 0, 0));
+  PetscFunctionReturn(0);
+}
+
+static PetscErrorCode MatAssemblyEnd_FMM(Mat A, MatAssemblyType type)
+{
+  Mat_FMM       *fmm = (Mat_FMM *)A->data;
+  PetscErrorCode ierr;
+  int            saved;
+
+  PetscFunctionBegin;
+  if (type == MAT_FLUSH_ASSEMBLY) PetscFunctionReturn(0);
+  {
+    PetscMPIInt mine = fmm->src.n >= 0 ? 1 : 0, all; /* n = 0 is a valid call: src may be NULL then */
+    PetscCallMPI(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, PetscObjectComm((PetscObject)A)));
+    PetscCheck(all, PetscObjectComm((PetscObject)A), PETSC_ERR_ARG_WRONGSTATE, "MATFMM: call MatFMMSetSources() on every rank (n = 0 where a rank has no source) before assembly");
+  }
+  if (fmm->setup) { /* geometry and parameters unchanged: keep the plan */
+    A->assembled = PETSC_TRUE;
+    PetscFunctionReturn(0);
+  }
+  PetscCall(FMMSetupTeamBegin(A, &saved));
+  ierr = Assemble(A);
+  FMMSetupTeamEnd(saved);
+  PetscCall(ierr);
   PetscFunctionReturn(0);
 }
 
@@ -742,6 +848,7 @@ static PetscErrorCode MatView_FMM(Mat A, PetscViewer viewer)
     PetscCall(PetscViewerASCIIPrintf(viewer, "  interactions per product: %" PetscInt64_FMT " M2L, %" PetscInt64_FMT " P2P pairs (%.1f per target)\n", sum[1], sum[2], sum[0] ? (double)sum[2] / (double)sum[0] : 0.0));
     if (P->wleaves) PetscCall(PetscViewerASCIIPrintf(viewer, "  near field: %" PetscInt_FMT " leaves of spread points next to dense ones walked point by point (W and X lists): %" PetscInt_FMT " targets take %" PetscInt_FMT " M2P, %" PetscInt_FMT " boxes P2L, %" PetscCount_FMT " of the pairs\n", P->wleaves, P->wtargets, P->wm2p, P->wp2l, P->wpairs));
     if (fmm->xexp) PetscCall(PetscViewerASCIIPrintf(viewer, "  coordinates: the sources' extent is outside [2^-%d, 2^%d]; the tree and the kernels use the points times 2^%d (exact), the product adds the logarithm's %" PetscInt_FMT " log 2 on the host\n", FMM_XEXP_MAX, FMM_XEXP_MAX, (int)-fmm->xexp, fmm->xexp));
+    if (fmm->team != fmm->omp) PetscCall(PetscViewerASCIIPrintf(viewer, "  setup's host threads: %d (OpenMP's %d; this rank's share of the CPUs %d, %d rank(s) on its node)\n", fmm->team, fmm->omp, fmm->cpus, (int)fmm->noderanks));
     if (fmm->dist) PetscCall(ViewDistributed(A, viewer));
     else if (size > 1) PetscCall(PetscViewerASCIIPrintf(viewer, "  MPI: all %" PetscInt_FMT " sources replicated on each of %d ranks; each rank evaluates its own targets%s%s%s\n", P->N, (int)size, fmm->whynotdist ? " (not the distributed tree: " : "", fmm->whynotdist ? fmm->whynotdist : "", fmm->whynotdist ? ")" : ""));
     if (fmm->ops && fmm->ops->view) PetscCall((*fmm->ops->view)(&fmm->ctx, viewer));
@@ -804,6 +911,7 @@ static PetscErrorCode MatDestroy_FMM(Mat A)
 .  -mat_fmm_repetition_mb <mb> - memory budget of the repetition layout (default 256)
 .  -mat_fmm_method <fmm,direct> - FMM or exact summation (default fmm)
 .  -mat_fmm_device <auto,cpu,cuda> - where to compute (default auto)
+.  -mat_fmm_setup_threads <n> - OpenMP threads of the host's work in `MatFMMSetSources()` and the assembly (default 0: OpenMP's team, but with CUDA, where that team leaves fewer than a quarter of this rank's share of the CPUs (at most 4) free, that many fewer: the GPU setup's copy threads and MPI's and CUDA's own threads need them; unbound ranks of one node share its CPUs). The products keep OpenMP's team
 .  -mat_fmm_distribution <auto,replicated,tree> - on several ranks: the tree shared out among them (each holds its part and a halo), or all sources on each (default auto: tree where it applies, see `MatFMMSetDistribution()`)
 .  -mat_fmm_distribution_global_plan <bool> - the distributed tree on the CPU evaluated as the CUDA backend evaluates it, a plan of each rank's part in the one-rank numbering (a check of that path; default false)
 .  -mat_fmm_cuda_m2l <tc,fma> - CUDA M2L on the FP64 tensor cores (default) or by unrolled FMAs
@@ -881,6 +989,16 @@ PETSC_EXTERN PetscErrorCode MatCreate_FMM(Mat A)
   fmm->distribution      = MATFMM_DISTRIBUTION_AUTO;
   fmm->scale             = 1.0;
   fmm->shift             = 0.0;
+  fmm->noderanks         = 1;
+#if defined(PETSC_HAVE_MPI_PROCESS_SHARED_MEMORY)
+  { /* (collective, once per communicator: PETSc keeps it) */
+    PetscShmComm shm;
+    MPI_Comm     node;
+    PetscCall(PetscShmCommGet(PetscObjectComm((PetscObject)A), &shm));
+    PetscCall(PetscShmCommGetMpiShmComm(shm, &node));
+    PetscCallMPI(MPI_Comm_size(node, &fmm->noderanks));
+  }
+#endif
   for (PetscInt b = 0; b < FMM_NBACKENDS; b++)
     if (FMMBackends[b]->create) PetscCall((*FMMBackends[b]->create)(&fmm->bmat[b]));
 
