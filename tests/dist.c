@@ -251,9 +251,36 @@ static PetscErrorCode InRange(IS is, PetscInt lo, PetscInt hi, PetscBool *in)
   PetscFunctionReturn(0);
 }
 
+/* rank q's indices of is to rank q - 1 (cyclically): a layout that holds every part of the tree, but each on
+   another rank than the tree's */
+static PetscErrorCode Rotated(IS is, IS *rot)
+{
+  PetscMPIInt     rank, size;
+  PetscInt        n, *cnt, off = 0, q;
+  IS              all;
+  const PetscInt *ix;
+
+  PetscFunctionBeginUser;
+  PetscCallMPI(MPI_Comm_rank(PETSC_COMM_WORLD, &rank));
+  PetscCallMPI(MPI_Comm_size(PETSC_COMM_WORLD, &size));
+  PetscCall(ISGetLocalSize(is, &n));
+  PetscCall(PetscMalloc1(size, &cnt));
+  PetscCallMPI(MPI_Allgather(&n, 1, MPIU_INT, cnt, 1, MPIU_INT, PETSC_COMM_WORLD));
+  PetscCall(ISAllGather(is, &all));
+  q = (rank + 1) % size;
+  for (PetscMPIInt r = 0; r < q; r++) off += cnt[r];
+  PetscCall(ISGetIndices(all, &ix));
+  PetscCall(ISCreateGeneral(PETSC_COMM_WORLD, cnt[q], ix + off, PETSC_COPY_VALUES, rot));
+  PetscCall(ISRestoreIndices(all, &ix));
+  PetscCall(ISDestroy(&all));
+  PetscCall(PetscFree(cnt));
+  PetscFunctionReturn(0);
+}
+
 /* MatFMMGetTreePartition(): each point once; the operator on the points renumbered by it holds its tree's
    parts in its own layout (its partition is its ownership), and gives the same products (the densities
-   renumbered likewise) to the FMM's accuracy */
+   renumbered likewise) to the FMM's accuracy; renumbered with the parts on other ranks (Rotated()), the
+   operator gives each part to the rank that holds its points: none moves either */
 static PetscErrorCode PartitionCase(const char *geom, MatFMMKernel kernel, PetscInt N, PetscInt M)
 {
   Mat             A, B;
@@ -281,6 +308,25 @@ static PetscErrorCode PartitionCase(const char *geom, MatFMMKernel kernel, Petsc
   PetscCall(InRange(ti2, lo, hi, &in[1]));
   PetscCall(PetscSNPrintf(what, sizeof(what), "%s, %s layer, %s: renumbered by the partition, no point moves", geom, MatFMMKernels[kernel], M ? "separate targets" : "targets = sources"));
   PetscCall(TestCheck(what, in[0] && in[1] ? 0.0 : 1.0, 0.0, verbose, &nfail));
+  {
+    Mat C;
+    IS  sr, tr, si3, ti3;
+    PetscCall(Rotated(si, &sr));
+    PetscCall(Rotated(ti, &tr));
+    PetscCall(CreateOn(geom, kernel, N, M, MATFMM_METHOD_FMM, MATFMM_DISTRIBUTION_TREE, PETSC_FALSE, sr, M ? tr : NULL, &C));
+    PetscCall(MatFMMGetTreePartition(C, &si3, &ti3));
+    PetscCall(MatGetOwnershipRangeColumn(C, &lo, &hi));
+    PetscCall(InRange(si3, lo, hi, &in[0]));
+    PetscCall(MatGetOwnershipRange(C, &lo, &hi));
+    PetscCall(InRange(ti3, lo, hi, &in[1]));
+    PetscCall(PetscSNPrintf(what, sizeof(what), "%s, %s layer, %s: the parts renumbered onto other ranks, no point moves", geom, MatFMMKernels[kernel], M ? "separate targets" : "targets = sources"));
+    PetscCall(TestCheck(what, in[0] && in[1] ? 0.0 : 1.0, 0.0, verbose, &nfail));
+    PetscCall(ISDestroy(&sr));
+    PetscCall(ISDestroy(&tr));
+    PetscCall(ISDestroy(&si3));
+    PetscCall(ISDestroy(&ti3));
+    PetscCall(MatDestroy(&C));
+  }
   /* the same product: x2 = x renumbered, y2 against y renumbered */
   PetscCall(MatCreateVecs(A, &x, &y));
   PetscCall(FillX(x));

@@ -518,8 +518,9 @@ PetscErrorCode MatFMMSetMethod(Mat A, MatFMMMethod method)
    tree: the top levels of the tree are cut by all ranks together, at the
    median along the longer side of each box (parallel selection on the key
    (coordinate, global index), so the cuts are those of one rank with
-   -mat_fmm_tree_split median); rank r owns a contiguous run of the 4^l0 >= P
-   boxes of level l0 (about N/P points), receives their sources and targets
+   -mat_fmm_tree_split median); each rank owns a contiguous run of the 4^l0 >= P
+   boxes of level l0 (about N/P points; the run that holds most of its points
+   in the caller's layout), receives their sources and targets
    from the ranks that hold them in the caller's layout, and builds the
    levels below them.  It then stores O(N/P) points plus a halo: the sources
    of the remote leaves its near field reaches and the multipole expansions
@@ -540,10 +541,16 @@ PetscErrorCode MatFMMSetMethod(Mat A, MatFMMMethod method)
    auto picks tree on more than one rank where it applies:
    `MATFMM_METHOD_FMM`, the tiled layout, coordinates within the window of
    `MatFMMSetSources()` (no scaling), at least 4^l0 leaves, for a square
-   matrix rows and columns of the same layout, and the CPU backend (with
-   CUDA auto keeps replicated sources, which measure faster for now: the
-   tree's moves of densities and potentials through the host cost more than
-   the GPUs' work).  -mat_view says which is used and why.
+   matrix rows and columns of the same layout; with CUDA, also only where
+   at least half the points stay on the rank that holds them in the
+   caller's layout once each part of the tree has gone to the rank that
+   holds most of its points (`MatFMMGetTreePartition()`): points along a
+   curve in order, or a mesh partition, move few, while a layout unrelated
+   to space moves most, and then the replicated sources make faster
+   products on the GPUs (each product moves the densities and potentials
+   of the points that change rank through the host).  That choice is made
+   after the top levels are cut, the same on every rank.  -mat_view says
+   which is used and why.
 
    Errors:
 +  `PETSC_ERR_ARG_OUTOFRANGE` - unknown distribution
@@ -761,13 +768,16 @@ PetscErrorCode MatFMMGetTreeLeaves(Mat A, PetscInt *nleaves, const PetscInt *src
    Notes:
    With `-mat_fmm_distribution tree` each product moves every density from
    the rank that holds it in the caller's layout to the rank whose part of
-   the tree holds its source, and the potentials back. A caller free to
-   choose its layout renumbers its unknowns with these sets (each rank then
-   holds `ISGetLocalSize()` of them, in this order) and creates the matrix
-   again with the renumbered points: the same tree (the partition depends
-   on the places of the points, not on their numbering; ties are broken by
-   the global index), and the moves stay on each rank.  The caller destroys
-   the sets.
+   the tree holds its source, and the potentials back. The parts depend on
+   the places of the points, not on their numbering (ties are broken by the
+   global index); each part goes to the rank that holds the most of its
+   points in the caller's layout (greedily, then improved by swaps between
+   pairs of ranks; up to 256 ranks, beyond that rank k holds part k), so a
+   layout that follows space moves few. A caller free to choose its layout
+   renumbers its unknowns with these sets (each rank then holds
+   `ISGetLocalSize()` of them, in this order) and creates the matrix again
+   with the renumbered points: the same tree and parts, and the moves stay
+   on each rank.  The caller destroys the sets.
 
    With the replicated sources (one rank, or `MATFMM_DISTRIBUTION_REPLICATED`)
    every layout moves the same: the sets are this rank's ownership ranges.

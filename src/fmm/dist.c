@@ -30,25 +30,130 @@
 #endif
 #include "expansions.h"
 
-/* rank r owns the boxes [FirstBox(r), FirstBox(r + 1)) of level l0 (n0 = 4^l0) */
-static inline PetscInt FirstBox(PetscMPIInt r, PetscMPIInt size, PetscInt n0)
+/* part k holds the boxes [FirstBox(k), FirstBox(k + 1)) of level l0 (n0 = 4^l0), part PartOf(B) box B */
+static inline PetscInt FirstBox(PetscMPIInt k, PetscMPIInt size, PetscInt n0)
 {
-  return (PetscInt)(((PetscInt64)r * n0) / size);
+  return (PetscInt)(((PetscInt64)k * n0) / size);
 }
 
-static inline PetscMPIInt OwnerOf(PetscInt B, PetscMPIInt size, PetscInt n0)
+static inline PetscMPIInt PartOf(PetscInt B, PetscMPIInt size, PetscInt n0)
 {
-  PetscMPIInt r = (PetscMPIInt)(((PetscInt64)B * size) / n0);
-  while (r + 1 < size && FirstBox(r + 1, size, n0) <= B) r++;
-  while (r > 0 && FirstBox(r, size, n0) > B) r--;
-  return r;
+  PetscMPIInt k = (PetscMPIInt)(((PetscInt64)B * size) / n0);
+  while (k + 1 < size && FirstBox(k + 1, size, n0) <= B) k++;
+  while (k > 0 && FirstBox(k, size, n0) > B) k--;
+  return k;
+}
+
+/* the rank that holds box B of level l0, the first of rank q's boxes, and their number */
+static inline PetscMPIInt OwnerOf(const FMMParts *pa, PetscInt B)
+{
+  return pa->rankof[PartOf(B, pa->size, pa->n0)];
+}
+static inline PetscInt RankFirstBox(const FMMParts *pa, PetscMPIInt q)
+{
+  return FirstBox(pa->partof[q], pa->size, pa->n0);
+}
+static inline PetscInt RankBoxes(const FMMParts *pa, PetscMPIInt q)
+{
+  return FirstBox(pa->partof[q] + 1, pa->size, pa->n0) - FirstBox(pa->partof[q], pa->size, pa->n0);
 }
 
 /* the index of box s of level l >= l0 among the boxes rank q owns (levels l0, l0+1, .. in turn) */
-static inline PetscInt OwnIndex(PetscInt l, PetscInt s, PetscInt l0, PetscMPIInt q, PetscMPIInt size, PetscInt n0)
+static inline PetscInt OwnIndex(PetscInt l, PetscInt s, PetscInt l0, PetscMPIInt q, const FMMParts *pa)
 {
-  const PetscInt b0 = FirstBox(q, size, n0), nb0 = FirstBox(q + 1, size, n0) - b0, span = (PetscInt)1 << (2 * (l - l0));
+  const PetscInt b0 = RankFirstBox(pa, q), nb0 = RankBoxes(pa, q), span = (PetscInt)1 << (2 * (l - l0));
   return nb0 * ((span - 1) / 3) + (s - b0 * span);
+}
+
+/*
+  AssignParts - which rank holds which part of the distributed tree: the
+  parts are the same whatever the caller's layout (the places of the
+  points make them), but any rank may hold any part, and a point whose
+  part is held by another rank than the one the caller gave it to moves
+  at assembly and in every product.  So each part goes to a rank that
+  holds many of its points: greedily, the largest counts first (ties: a
+  rank its own part, then in order), then pairs of ranks swap parts while
+  that keeps more points in place.  A caller whose layout follows space
+  (points along a curve in order, a mesh partition) then moves few points;
+  one who renumbers by MatFMMGetTreePartition() keeps the same assignment,
+  and moves none.  cl: this rank's sources in each box of level l0, then
+  its targets.  Beyond FMM_PARTS_ASSIGN_MAX ranks (the P x P counts on
+  every rank) rank k holds part k.  Collective.
+*/
+#define FMM_PARTS_ASSIGN_MAX 256
+typedef struct {
+  PetscInt64 key; /* twice the points of rank i / size in part i % size, +1 where that is its own part */
+  PetscInt   i;
+} PartPair;
+
+static int PartPairCompare(const void *a, const void *b) /* the largest key first, then by i: the same order on every rank */
+{
+  const PartPair *x = (const PartPair *)a, *y = (const PartPair *)b;
+  if (x->key != y->key) return x->key > y->key ? -1 : 1;
+  return x->i < y->i ? -1 : (x->i > y->i);
+}
+
+static PetscErrorCode AssignParts(MPI_Comm comm, PetscInt n0, const PetscInt cl[], FMMParts *pa, PetscInt64 *stay, PetscInt64 *stayid)
+{
+  PetscMPIInt size, rank;
+  PetscInt64 *w, *row;
+
+  PetscFunctionBegin;
+  PetscCallMPI(MPI_Comm_size(comm, &size));
+  PetscCallMPI(MPI_Comm_rank(comm, &rank));
+  pa->size = size;
+  pa->n0   = n0;
+  PetscCall(PetscMalloc2(size, &pa->rankof, size, &pa->partof));
+  for (PetscMPIInt k = 0; k < size; k++) pa->rankof[k] = pa->partof[k] = k;
+  *stay = *stayid = -1;
+  if (size == 1) PetscFunctionReturn(0);
+  if (size > FMM_PARTS_ASSIGN_MAX) { /* rank k holds part k: the points that stay */
+    PetscInt64 m = 0;
+    for (PetscInt B = FirstBox(rank, size, n0); B < FirstBox(rank + 1, size, n0); B++) m += cl[B] + cl[n0 + B];
+    PetscCallMPI(MPI_Allreduce(&m, stayid, 1, MPIU_INT64, MPI_SUM, comm));
+    *stay = *stayid;
+    PetscFunctionReturn(0);
+  }
+  PetscCall(PetscCalloc2(size, &row, (size_t)size * size, &w));
+  for (PetscInt B = 0; B < n0; B++) row[PartOf(B, size, n0)] += cl[B] + cl[n0 + B];
+  PetscCallMPI(MPI_Allgather(row, size, MPIU_INT64, w, size, MPIU_INT64, comm)); /* w[q size + k]: rank q's points in part k */
+  { /* greedy: the largest counts first */
+    const PetscInt m = (PetscInt)size * size;
+    PartPair      *ord;
+    PetscCall(PetscMalloc1(m, &ord));
+    for (PetscInt i = 0; i < m; i++) ord[i] = (PartPair){2 * w[i] + (i / size == i % size ? 1 : 0), i}; /* a rank's own part first among equals */
+    qsort(ord, (size_t)m, sizeof(PartPair), PartPairCompare);
+    for (PetscMPIInt k = 0; k < size; k++) pa->rankof[k] = pa->partof[k] = -1;
+    for (PetscInt j = 0; j < m; j++) {
+      const PetscMPIInt q = (PetscMPIInt)(ord[j].i / size), k = (PetscMPIInt)(ord[j].i % size);
+      if (pa->partof[q] < 0 && pa->rankof[k] < 0) {
+        pa->partof[q] = k;
+        pa->rankof[k] = q;
+      }
+    }
+    PetscCall(PetscFree(ord));
+  }
+  for (PetscBool better = PETSC_TRUE; better;) { /* pairs of ranks swap parts where more points stay */
+    better = PETSC_FALSE;
+    for (PetscMPIInt a = 0; a < size; a++)
+      for (PetscMPIInt b = a + 1; b < size; b++) {
+        const PetscMPIInt ka = pa->partof[a], kb = pa->partof[b];
+        if (w[(size_t)a * size + kb] + w[(size_t)b * size + ka] > w[(size_t)a * size + ka] + w[(size_t)b * size + kb]) {
+          pa->partof[a] = kb;
+          pa->partof[b] = ka;
+          pa->rankof[kb] = a;
+          pa->rankof[ka] = b;
+          better         = PETSC_TRUE;
+        }
+      }
+  }
+  *stay = *stayid = 0;
+  for (PetscMPIInt q = 0; q < size; q++) {
+    *stay += w[(size_t)q * size + pa->partof[q]];
+    *stayid += w[(size_t)q * size + q];
+  }
+  PetscCall(PetscFree2(row, w));
+  PetscFunctionReturn(0);
 }
 
 PetscErrorCode FMMDistLevels(PetscInt U, PetscInt ct, PetscMPIInt size, PetscInt *L, PetscInt *l0)
@@ -398,23 +503,23 @@ static PetscErrorCode MakeSF(MPI_Comm comm, PetscInt nroots, PetscInt nleaves, P
    pages cost more to touch than the loop).  box NULL: the points and their boxes are the backend's part
    (tgt: its targets), which keeps the slot map (partowners(); *lmap NULL) and lists the points that leave
    box by box.  Collective */
-static PetscErrorCode OwnerMoves(FMMContext *ctx, FMMBackend ops, PetscBool tgt, MPI_Comm comm, PetscInt n0, PetscInt n, const PetscInt box[], const PetscInt cl[], const PetscInt c[], const PetscInt e[], PetscInt nroots, PetscSF *sf, PetscInt **lmap, PetscInt **croot)
+static PetscErrorCode OwnerMoves(FMMContext *ctx, FMMBackend ops, PetscBool tgt, MPI_Comm comm, const FMMParts *pa, PetscInt n, const PetscInt box[], const PetscInt cl[], const PetscInt c[], const PetscInt e[], PetscInt nroots, PetscSF *sf, PetscInt **lmap, PetscInt **croot)
 {
-  PetscMPIInt  rank, size, *owner;
-  PetscInt     B0, B1, ncr = 0, nrem = 0, *next, *own, *before, *il; /* a box's next slot; its owner's own points; the owner's own slots in its boxes before */
+  const PetscInt n0 = pa->n0;
+  PetscMPIInt    rank, *owner;
+  PetscInt       B0, B1, ncr = 0, nrem = 0, *next, *own, *before, *il; /* a box's next slot; its owner's own points; the owner's own slots in its boxes before */
   PetscSFNode *rr;
 
   PetscFunctionBegin;
   PetscCallMPI(MPI_Comm_rank(comm, &rank));
-  PetscCallMPI(MPI_Comm_size(comm, &size));
-  B0 = FirstBox(rank, size, n0);
-  B1 = FirstBox(rank + 1, size, n0);
+  B0 = RankFirstBox(pa, rank);
+  B1 = B0 + RankBoxes(pa, rank);
   PetscCall(PetscCalloc4(n0, &next, n0, &own, n0, &before, n0, &owner));
   for (PetscInt B = B0; B < B1; B++) own[B] = cl[B];
   PetscCall(MPIU_Allreduce(MPI_IN_PLACE, own, n0, MPIU_INT, MPI_SUM, comm));
   for (PetscInt B = 0; B < n0; B++) {
-    owner[B] = OwnerOf(B, size, n0);
-    if (B != FirstBox(owner[B], size, n0)) {
+    owner[B] = OwnerOf(pa, B);
+    if (B != RankFirstBox(pa, owner[B])) {
       next[B]   = next[B - 1] + c[B - 1];
       before[B] = before[B - 1] + own[B - 1];
     }
@@ -723,20 +828,18 @@ PetscErrorCode FMMDistDeviceIO(FMMDist *D, const FMMDeviceMemory *mem)
 }
 
 /* fetch nr reals a box of the remote boxes ids[0..n) of level l from their owners' table T (OwnIndex order) */
-static PetscErrorCode FetchBoxes(MPI_Comm comm, PetscInt l, PetscInt l0, PetscInt n0, PetscInt nown, const PetscReal *T, PetscInt nr, PetscInt n, const PetscInt ids[], PetscReal *out)
+static PetscErrorCode FetchBoxes(MPI_Comm comm, PetscInt l, PetscInt l0, const FMMParts *pa, PetscInt nown, const PetscReal *T, PetscInt nr, PetscInt n, const PetscInt ids[], PetscReal *out)
 {
-  PetscMPIInt  size;
   PetscSFNode *rem;
   PetscSF      sf;
   MPI_Datatype t;
 
   PetscFunctionBegin;
-  PetscCallMPI(MPI_Comm_size(comm, &size));
   PetscCall(PetscMalloc1(n, &rem));
   for (PetscInt j = 0; j < n; j++) {
-    const PetscMPIInt q = OwnerOf(ids[j] >> (2 * (l - l0)), size, n0);
+    const PetscMPIInt q = OwnerOf(pa, ids[j] >> (2 * (l - l0)));
     rem[j].rank         = q;
-    rem[j].index        = OwnIndex(l, ids[j], l0, q, size, n0);
+    rem[j].index        = OwnIndex(l, ids[j], l0, q, pa);
   }
   PetscCall(MakeSF(comm, nown, n, NULL, rem, &sf));
   PetscCall(RealsType(nr, &t));
@@ -749,21 +852,23 @@ static PetscErrorCode FetchBoxes(MPI_Comm comm, PetscInt l, PetscInt l0, PetscIn
 
 /* the remote boxes want of level l (any order, repeats allowed) made ascending and unique, handed over as
    *ids (n of them), and their FMM_NGEO reals fetched into *geo (FetchBoxes()); collective */
-static PetscErrorCode FetchLevel(MPI_Comm comm, PetscInt l, PetscInt l0, PetscInt n0, PetscInt nown, const PetscReal *T, IntList *want, PetscInt **ids, PetscInt *n, PetscReal **geo)
+static PetscErrorCode FetchLevel(MPI_Comm comm, PetscInt l, PetscInt l0, const FMMParts *pa, PetscInt nown, const PetscReal *T, IntList *want, PetscInt **ids, PetscInt *n, PetscReal **geo)
 {
   PetscFunctionBegin;
   PetscCall(PetscSortRemoveDupsInt(&want->n, want->v));
   *ids = want->v;
   *n   = want->n;
   PetscCall(PetscMalloc1(FMM_NGEO * PetscMax(want->n, 1), geo));
-  PetscCall(FetchBoxes(comm, l, l0, n0, nown, T, FMM_NGEO, want->n, want->v, *geo));
+  PetscCall(FetchBoxes(comm, l, l0, pa, nown, T, FMM_NGEO, want->n, want->v, *geo));
   PetscFunctionReturn(0);
 }
 
 /* FMMDistLists' fetch: the children of the remote boxes par of level l - 1 (FetchLevel()); collective */
 typedef struct {
   MPI_Comm         comm;
-  PetscInt         l0, n0, nown;
+  PetscInt         l0;
+  const FMMParts  *pa;
+  PetscInt         nown;
   const PetscReal *T;
 } FetchCtx;
 
@@ -776,7 +881,7 @@ static PetscErrorCode FetchParents(void *ctx, PetscInt l, PetscInt n, const Pets
   PetscCall(PetscMalloc1(want.cap, &want.v));
   for (PetscInt j = 0; j < n; j++)
     for (int c = 0; c < 4; c++) want.v[want.n++] = 4 * par[j] + c;
-  PetscCall(FetchLevel(f->comm, l, f->l0, f->n0, f->nown, f->T, &want, rid, nrid, rgeo));
+  PetscCall(FetchLevel(f->comm, l, f->l0, f->pa, f->nown, f->T, &want, rid, nrid, rgeo));
   PetscFunctionReturn(0);
 }
 
@@ -832,6 +937,7 @@ PetscErrorCode FMMDistDestroy(FMMDist **dp)
   } else PetscCall(PetscFree2(D->din, D->dout));
   PetscCall(PetscSFDestroy(&D->sfmp));
   PetscCall(FMMDistResetCPU(D));
+  PetscCall(PetscFree2(D->parts.rankof, D->parts.partof));
   PetscCall(PetscFree(*dp));
   PetscFunctionReturn(0);
 }
@@ -872,14 +978,9 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
   PetscCall(PetscNew(&D));
   *dp   = D;
   n0    = (PetscInt)1 << (2 * l0);
-  B0    = FirstBox(rank, size, n0);
-  B1    = FirstBox(rank + 1, size, n0);
-  nb0   = B1 - B0;
   ntop  = FMMLevelStart(l0 + 1);
   D->L  = L;
   D->l0 = l0;
-  D->B0 = B0;
-  D->B1 = B1;
   D->same = same;
   D->ntop = ntop;
   {
@@ -908,6 +1009,25 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
     PetscCall(PetscFree2(off, cnt));
     for (PetscInt k = 0; k < u; k++) cl[(k < ns ? 0 : n0) + boxof[k]]++;
   }
+  { /* which rank holds which part: the one that holds most of its points */
+    PetscInt64 stay, stayid;
+    PetscCall(AssignParts(comm, n0, cl, &D->parts, &stay, &stayid));
+    B0    = RankFirstBox(&D->parts, rank);
+    nb0   = RankBoxes(&D->parts, rank);
+    B1    = B0 + nb0;
+    D->B0 = B0;
+    D->B1 = B1;
+    if (stay >= 0) PetscCall(PetscInfo(A, "the parts of the distributed tree on the ranks that hold most of their points: %" PetscInt64_FMT " of the %" PetscInt_FMT " points stay on their rank (%" PetscInt64_FMT " with part k on rank k)\n", stay, U, stayid));
+    if (fmm->distribution == MATFMM_DISTRIBUTION_AUTO && fmm->device_used == MATFMM_DEVICE_CUDA && 2 * stay < (PetscInt64)U) { /* auto with CUDA: the replicated sources instead (same choice on every rank) */
+      PetscCall(PetscSNPrintf(fmm->whybuf, sizeof(fmm->whybuf), "with CUDA, auto shares the tree out where at least half the points stay on their rank; here %.0f%% would, the rest moving in every product", 100.0 * (double)stay / (double)U));
+      fmm->whynotdist = fmm->whybuf;
+      PetscCall(PetscFree(cl));
+      PetscCall(PetscFree(boxof));
+      PetscCall(PetscLogEventEnd(MATFMM_Partition, A, 0, 0, 0));
+      PetscCall(FMMDistDestroy(dp));
+      PetscFunctionReturn(0);
+    }
+  }
 
   PetscCall(FMMStageMark(&tm[1], &rm[1]));
   /* 2. the points to the owners of their boxes: sources and targets each in
@@ -932,8 +1052,8 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
       nr += cs[B];
       mr += ctg[B];
     }
-    PetscCall(OwnerMoves(&fmm->ctx, fmm->ops, PETSC_FALSE, comm, n0, ns, boxof, cl, cs, es, nr, &D->sfsrc, &D->lsrc, &D->csrc));
-    if (!same) PetscCall(OwnerMoves(&fmm->ctx, fmm->ops, PETSC_TRUE, comm, n0, mt, boxof ? boxof + ns : NULL, cl + n0, ctg, et, mr, &D->sftgt, &D->ltgt, &D->ctgt));
+    PetscCall(OwnerMoves(&fmm->ctx, fmm->ops, PETSC_FALSE, comm, &D->parts, ns, boxof, cl, cs, es, nr, &D->sfsrc, &D->lsrc, &D->csrc));
+    if (!same) PetscCall(OwnerMoves(&fmm->ctx, fmm->ops, PETSC_TRUE, comm, &D->parts, mt, boxof ? boxof + ns : NULL, cl + n0, ctg, et, mr, &D->sftgt, &D->ltgt, &D->ctgt));
     PetscCall(PetscFree(cl));
   }
   PetscCall(PetscFree(boxof));
@@ -1233,7 +1353,7 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
       PetscInt   nfarown = 0, nfartop = 0;
       /* gpulists: the backend makes the lists below l0 and keeps the far lists */
       const PetscBool gpulists = D->devpart && fmm->ops->lists && L > l0 ? PETSC_TRUE : PETSC_FALSE;
-      FetchCtx        fc       = {comm, l0, n0, nob, T};
+      FetchCtx        fc       = {comm, l0, &D->parts, nob, T};
       PetscCall(PetscCalloc1(D->nown, &farcnt));
       PetscCall(PetscCalloc3(L + 1, &rid, L + 1, &nrid, L + 1, &rgeo));
       PetscCall(PetscCalloc2(L + 2, &roff, L + 1, &used));
@@ -1261,7 +1381,7 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
           PetscInt *rp, nrp = 0;
           PetscCall(PetscMalloc1(PetscMax(stroff[npar], 1), &rp));
           for (PetscInt j = 0; j < stroff[npar]; j++)
-            if (OwnerOf(str[j] >> (2 * (l - 1 - l0)), size, n0) != rank) rp[nrp++] = str[j];
+            if (OwnerOf(&D->parts, str[j] >> (2 * (l - 1 - l0))) != rank) rp[nrp++] = str[j];
           PetscCall(FetchParents(&fc, l, nrp, rp, &rid[l], &nrid[l], &rgeo[l]));
           PetscCall(PetscFree(rp));
           PetscCall(PetscCalloc1(PetscMax(nrid[l], 1), &used[l]));
@@ -1291,7 +1411,7 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
                       sx    = D->cx[sslot];
                       sy    = D->cy[sslot];
                       ss    = D->scale[sslot];
-                    } else if (OwnerOf(s >> (2 * (l - l0)), size, n0) == rank) {
+                    } else if (OwnerOf(&D->parts, s >> (2 * (l - l0))) == rank) {
                       sslot = FMMDistSlot(D, l, s);
                       nsrc  = osrc[sslot - ntop + nb0];
                       sx                = D->cx[sslot];
@@ -1402,7 +1522,7 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
           for (PetscInt j = 0; j < nrid[l]; j++) {
             const PetscInt    h = hidx[roff[l] + j], s = rid[l][j];
             const PetscReal  *g = rgeo[l] + FMM_NGEO * j;
-            const PetscMPIInt q = OwnerOf(s >> (2 * (l - l0)), size, n0);
+            const PetscMPIInt q = OwnerOf(&D->parts, s >> (2 * (l - l0)));
             if (h < 0) continue;
             hal[h]            = FMMLevelStart(l) + s;
             if (!gpulists) {
@@ -1411,7 +1531,7 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
               D->scale[D->nown + h] = g[2];
             }
             rem[h].rank       = q;
-            rem[h].index      = OwnIndex(l, s, l0, q, size, n0) - (FirstBox(q + 1, size, n0) - FirstBox(q, size, n0));
+            rem[h].index      = OwnIndex(l, s, l0, q, &D->parts) - RankBoxes(&D->parts, q);
           }
         PetscCall(MakeSF(comm, nob - nb0, nhal, NULL, rem, &D->sfmp));
         PetscCall(PetscFree(hidx));
@@ -1427,8 +1547,8 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
         if (L == l0) { /* (no level below the top's: its remote leaves fetched here) */
           IntList want = {0};
           for (PetscInt k = 0; k < nent; k++)
-            if (OwnerOf(str[k], size, n0) != rank) PetscCall(IntListPush(&want, str[k]));
-          PetscCall(FetchLevel(comm, L, l0, n0, nob, T, &want, &rid[L], &nrid[L], &rgeo[L]));
+            if (OwnerOf(&D->parts, str[k]) != rank) PetscCall(IntListPush(&want, str[k]));
+          PetscCall(FetchLevel(comm, L, l0, &D->parts, nob, T, &want, &rid[L], &nrid[L], &rgeo[L]));
         }
         PetscCall(PetscCalloc1(PetscMax(nrid[L], 1), &inl));
         PetscCall(PetscMalloc1(nl + 1, &D->nearoff));
@@ -1437,7 +1557,7 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
 #pragma omp parallel for schedule(static) if (nent >= FMM_OMP_MIN_POINTS)
         for (PetscInt k = 0; k < nent; k++) { /* (a remote one: -1 - its place among the fetched, for now) */
           const PetscInt s = str[k];
-          if (OwnerOf(s >> (2 * (L - l0)), size, n0) == rank) D->near[k] = s - lbase;
+          if (OwnerOf(&D->parts, s >> (2 * (L - l0))) == rank) D->near[k] = s - lbase;
           else {
             const PetscInt loc = FindSorted(s, nrid[L], rid[L]);
             if (loc < 0) missing = 1;
@@ -1475,7 +1595,7 @@ PetscErrorCode FMMDistBuild(Mat A, FMMDist **dp)
         D->nh = nh;
         PetscCall(PetscMalloc1(nh, &rem));
         for (PetscInt h = 0, k = 0; h < nhl; h++) {
-          const PetscMPIInt q = OwnerOf(hl[h] >> (2 * (L - l0)), size, n0);
+          const PetscMPIInt q = OwnerOf(&D->parts, hl[h] >> (2 * (L - l0)));
           const PetscReal  *g = rgeo[L] + FMM_NGEO * hj[h];
           for (PetscInt i = 0; i < (PetscInt)g[3]; i++, k++) rem[k] = (PetscSFNode){q, (PetscInt)g[4] + i};
         }

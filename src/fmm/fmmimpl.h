@@ -526,8 +526,18 @@ static inline PetscInt FMMBackendIndex(MatFMMDevice d)
   this rank's, [nl, nl + nhl) the remote leaves of its near lists, whose
   sources follow its own in the source arrays.
 */
+/* the parts of the distributed tree: part k is the boxes [FirstBox(k), FirstBox(k + 1)) of level
+   l0 (n0 = 4^l0 of them) and rank rankof[k] holds it (partof: the inverse), chosen at assembly so that most
+   points stay on the rank that holds them in the caller's layout (src/fmm/dist.c, AssignParts()) */
+typedef struct {
+  PetscMPIInt  size;
+  PetscInt     n0;
+  PetscMPIInt *rankof, *partof; /* [size] */
+} FMMParts;
+
 typedef struct {
   PetscInt   L, l0, B0, B1;
+  FMMParts   parts;
   PetscBool  same;                 /* the targets are the sources */
   PetscBool  dipoles;              /* some rank's sources have normals and alpha != 0 (the coefficients have dipoles) */
   PetscInt   ntop, nown, nslot, nhb; /* nhb = nslot - nown */
@@ -609,6 +619,7 @@ typedef struct {
   FMMDist           *dist;
   PetscBool          distplan;   /* CPU: the distributed tree evaluated as the CUDA backend does (-mat_fmm_distribution_global_plan) */
   const char        *whynotdist; /* where the sources are replicated on several ranks: why */
+  char               whybuf[192]; /* (whynotdist, where it has numbers) */
   /* the OpenMP team of the host's work in a setup on a GPU (FMMSetupTeam()) */
   PetscMPIInt noderanks;     /* the matrix's ranks on this node */
   PetscInt    setup_threads; /* -mat_fmm_setup_threads (0: the rule) */

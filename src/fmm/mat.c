@@ -260,8 +260,7 @@ static PetscErrorCode ChooseDistribution(Mat A, PetscBool *dist)
   PetscCallMPI(MPI_Comm_size(comm, &size));
   PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, &mixed, 1, MPI_INT, MPI_LOR, comm));
   PetscCall(FMMDistLevels(U, fmm->par.ct, size, &L, &l0));
-  if (fmm->device_used == MATFMM_DEVICE_CUDA && fmm->distribution == MATFMM_DISTRIBUTION_AUTO) why = "with CUDA, auto keeps the replicated sources, faster unless the caller numbers its points by the tree's parts (MatFMMGetTreePartition(), docs/distributed-fmm.md); -mat_fmm_distribution tree shares the tree out";
-  else if (fmm->par.method != MATFMM_METHOD_FMM) why = "-mat_fmm_method direct sums over all sources";
+  if (fmm->par.method != MATFMM_METHOD_FMM) why = "-mat_fmm_method direct sums over all sources";
   else if (fmm->par.layout != MATFMM_LAYOUT_TILED) why = "the distributed tree has the tiled near-field layout only";
   else if (fmm->xexp) why = "the coordinates are scaled (their extent is outside [2^-400, 2^400])";
   else if (l0 > L) why = "too few points: fewer leaves than boxes to share out among the ranks";
@@ -272,8 +271,10 @@ static PetscErrorCode ChooseDistribution(Mat A, PetscBool *dist)
   PetscFunctionReturn(0);
 }
 
-/* assembly with the distributed tree: the CPU backend's pass on this rank's part (src/fmm/dist.c, cpu/dist.c) */
-static PetscErrorCode SetupDistributed(Mat A)
+/* assembly with the distributed tree: the CPU backend's pass on this rank's part (src/fmm/dist.c, cpu/dist.c);
+   *done false: auto found the caller's layout too far from the tree's parts (FMMDistBuild() made no tree), and
+   the assembly goes on with the replicated sources */
+static PetscErrorCode SetupDistributed(Mat A, PetscBool *done)
 {
   Mat_FMM    *fmm  = (Mat_FMM *)A->data;
   MPI_Comm    comm = PetscObjectComm((PetscObject)A);
@@ -293,6 +294,11 @@ static PetscErrorCode SetupDistributed(Mat A)
   PetscCall(FMMStageMark(&tm[1], &rm[1]));
   PetscCall(FMMDistBuild(A, &fmm->dist));
   PetscCall(PetscLogEventEnd(MATFMM_Tree, A, 0, 0, 0));
+  *done = fmm->dist ? PETSC_TRUE : PETSC_FALSE;
+  if (!*done) { /* the backend as at the assembly's start (the top cuts' part freed) */
+    if (fmm->ops->reset) PetscCall((*fmm->ops->reset)(&fmm->ctx));
+    PetscFunctionReturn(0);
+  }
   PetscCall(FMMStageMark(&tm[2], &rm[2]));
   D = fmm->dist;
   PetscCall(PetscMalloc2(0, &fmm->sigma, A->rmap->n, &fmm->pot));
@@ -429,9 +435,12 @@ static PetscErrorCode Assemble(Mat A)
     PetscBool dist = PETSC_FALSE;
     PetscCall(ChooseDistribution(A, &dist));
     if (dist) {
-      PetscCall(SetupDistributed(A));
-      PetscCall(PetscLogEventEnd(MATFMM_Setup, A, 0, 0, 0));
-      PetscFunctionReturn(0);
+      PetscBool done = PETSC_FALSE;
+      PetscCall(SetupDistributed(A, &done));
+      if (done) {
+        PetscCall(PetscLogEventEnd(MATFMM_Setup, A, 0, 0, 0));
+        PetscFunctionReturn(0);
+      }
     }
   }
   if (!(size == 1 && bplan) || fmm->xexp) PetscCall(FMMPointsToHost(fmm)); /* scaled points are made on the host */
