@@ -277,6 +277,32 @@ static PetscErrorCode Rotated(IS is, IS *rot)
   PetscFunctionReturn(0);
 }
 
+/* the operator on the points renumbered by s (sources) and t (targets, where M > 0) moves no point between
+   ranks: its tree's parts are its own layout (how: the check's name); *Bp: the operator (NULL: destroyed) */
+static PetscErrorCode NoMoves(const char *geom, MatFMMKernel kernel, PetscInt N, PetscInt M, IS s, IS t, const char *how, Mat *Bp)
+{
+  Mat       B;
+  IS        s2, t2;
+  PetscInt  lo, hi;
+  PetscBool in[2];
+  char      what[160];
+
+  PetscFunctionBeginUser;
+  PetscCall(CreateOn(geom, kernel, N, M, MATFMM_METHOD_FMM, MATFMM_DISTRIBUTION_TREE, PETSC_FALSE, s, M ? t : NULL, &B));
+  PetscCall(MatFMMGetTreePartition(B, &s2, &t2));
+  PetscCall(MatGetOwnershipRangeColumn(B, &lo, &hi));
+  PetscCall(InRange(s2, lo, hi, &in[0]));
+  PetscCall(MatGetOwnershipRange(B, &lo, &hi));
+  PetscCall(InRange(t2, lo, hi, &in[1]));
+  PetscCall(PetscSNPrintf(what, sizeof(what), "%s, %s layer, %s: %s, no point moves", geom, MatFMMKernels[kernel], M ? "separate targets" : "targets = sources", how));
+  PetscCall(TestCheck(what, in[0] && in[1] ? 0.0 : 1.0, 0.0, verbose, &nfail));
+  PetscCall(ISDestroy(&s2));
+  PetscCall(ISDestroy(&t2));
+  if (Bp) *Bp = B;
+  else PetscCall(MatDestroy(&B));
+  PetscFunctionReturn(0);
+}
+
 /* MatFMMGetTreePartition(): each point once; the operator on the points renumbered by it holds its tree's
    parts in its own layout (its partition is its ownership), and gives the same products (the densities
    renumbered likewise) to the FMM's accuracy; renumbered with the parts on other ranks (Rotated()), the
@@ -284,13 +310,12 @@ static PetscErrorCode Rotated(IS is, IS *rot)
 static PetscErrorCode PartitionCase(const char *geom, MatFMMKernel kernel, PetscInt N, PetscInt M)
 {
   Mat             A, B;
-  IS              si, ti, si2, ti2;
+  IS              si, ti;
   Vec             x, y, x2, y2, yp;
   VecScatter      sc;
-  PetscInt        n, lo, hi;
+  PetscInt        n;
   const PetscInt *ix;
   PetscScalar    *xa;
-  PetscBool       in[2];
   PetscReal       d;
   char            what[160];
 
@@ -300,32 +325,14 @@ static PetscErrorCode PartitionCase(const char *geom, MatFMMKernel kernel, Petsc
   PetscCall(PetscSNPrintf(what, sizeof(what), "%s, %s layer, %s: MatFMMGetTreePartition sources", geom, MatFMMKernels[kernel], M ? "separate targets" : "targets = sources"));
   PetscCall(CheckPermutation(si, N, what));
   PetscCall(CheckPermutation(ti, M ? M : N, what));
-  PetscCall(CreateOn(geom, kernel, N, M, MATFMM_METHOD_FMM, MATFMM_DISTRIBUTION_TREE, PETSC_FALSE, si, M ? ti : NULL, &B));
-  PetscCall(MatFMMGetTreePartition(B, &si2, &ti2));
-  PetscCall(MatGetOwnershipRangeColumn(B, &lo, &hi));
-  PetscCall(InRange(si2, lo, hi, &in[0]));
-  PetscCall(MatGetOwnershipRange(B, &lo, &hi));
-  PetscCall(InRange(ti2, lo, hi, &in[1]));
-  PetscCall(PetscSNPrintf(what, sizeof(what), "%s, %s layer, %s: renumbered by the partition, no point moves", geom, MatFMMKernels[kernel], M ? "separate targets" : "targets = sources"));
-  PetscCall(TestCheck(what, in[0] && in[1] ? 0.0 : 1.0, 0.0, verbose, &nfail));
+  PetscCall(NoMoves(geom, kernel, N, M, si, ti, "renumbered by the partition", &B));
   {
-    Mat C;
-    IS  sr, tr, si3, ti3;
+    IS sr, tr;
     PetscCall(Rotated(si, &sr));
     PetscCall(Rotated(ti, &tr));
-    PetscCall(CreateOn(geom, kernel, N, M, MATFMM_METHOD_FMM, MATFMM_DISTRIBUTION_TREE, PETSC_FALSE, sr, M ? tr : NULL, &C));
-    PetscCall(MatFMMGetTreePartition(C, &si3, &ti3));
-    PetscCall(MatGetOwnershipRangeColumn(C, &lo, &hi));
-    PetscCall(InRange(si3, lo, hi, &in[0]));
-    PetscCall(MatGetOwnershipRange(C, &lo, &hi));
-    PetscCall(InRange(ti3, lo, hi, &in[1]));
-    PetscCall(PetscSNPrintf(what, sizeof(what), "%s, %s layer, %s: the parts renumbered onto other ranks, no point moves", geom, MatFMMKernels[kernel], M ? "separate targets" : "targets = sources"));
-    PetscCall(TestCheck(what, in[0] && in[1] ? 0.0 : 1.0, 0.0, verbose, &nfail));
+    PetscCall(NoMoves(geom, kernel, N, M, sr, tr, "the parts renumbered onto other ranks", NULL));
     PetscCall(ISDestroy(&sr));
     PetscCall(ISDestroy(&tr));
-    PetscCall(ISDestroy(&si3));
-    PetscCall(ISDestroy(&ti3));
-    PetscCall(MatDestroy(&C));
   }
   /* the same product: x2 = x renumbered, y2 against y renumbered */
   PetscCall(MatCreateVecs(A, &x, &y));
@@ -354,8 +361,6 @@ static PetscErrorCode PartitionCase(const char *geom, MatFMMKernel kernel, Petsc
   PetscCall(VecDestroy(&yp));
   PetscCall(ISDestroy(&si));
   PetscCall(ISDestroy(&ti));
-  PetscCall(ISDestroy(&si2));
-  PetscCall(ISDestroy(&ti2));
   PetscCall(MatDestroy(&A));
   PetscCall(MatDestroy(&B));
   PetscFunctionReturn(0);
