@@ -136,6 +136,7 @@ PETSC_EXTERN PetscErrorCode MatFMMGetTreeInfo(Mat, PetscInt *, PetscInt *, Petsc
 PETSC_EXTERN PetscErrorCode MatFMMGetTreeLeaves(Mat, PetscInt *, const PetscInt *[], const PetscInt *[], const PetscInt *[], const PetscInt *[]);
 PETSC_EXTERN PetscErrorCode MatFMMGetTreePartition(Mat, IS *, IS *);
 PETSC_EXTERN PetscErrorCode MatFMMGetDevice(Mat, MatFMMDevice *);
+PETSC_EXTERN PetscErrorCode MatFMMGetDistribution(Mat, MatFMMDistribution *);
 PETSC_EXTERN PetscErrorCode PetscFMMCUDAGetDeviceCount(PetscInt *);
 PETSC_EXTERN PetscErrorCode PetscFMMCUDAInitialize(void);
 

@@ -366,6 +366,74 @@ static PetscErrorCode PartitionCase(const char *geom, MatFMMKernel kernel, Petsc
   PetscFunctionReturn(0);
 }
 
+/* the points of is (global numbers) in [lo, hi) on this rank, summed over the ranks */
+static PetscErrorCode CountInRange(IS is, PetscInt lo, PetscInt hi, PetscInt64 *c)
+{
+  const PetscInt *ix;
+  PetscInt        k;
+  PetscInt64      m = 0;
+
+  PetscFunctionBeginUser;
+  PetscCall(ISGetLocalSize(is, &k));
+  PetscCall(ISGetIndices(is, &ix));
+  for (PetscInt i = 0; i < k; i++) m += ix[i] >= lo && ix[i] < hi;
+  PetscCall(ISRestoreIndices(is, &ix));
+  PetscCallMPI(MPI_Allreduce(&m, c, 1, MPIU_INT64, MPI_SUM, PETSC_COMM_WORLD));
+  PetscFunctionReturn(0);
+}
+
+/* MATFMM_DISTRIBUTION_AUTO (MatFMMGetDistribution()): replicated on one rank; on several the tree on the CPU, and
+   with CUDA where at least half the points stay on the rank that holds them in the caller's layout, counted here
+   from the tree's partition (MatFMMGetTreePartition() of the operator with the tree); and its product against
+   exact summation */
+static PetscErrorCode AutoCase(const char *geom, MatFMMKernel kernel, PetscInt N, PetscInt M)
+{
+  Mat                A, T;
+  IS                 si, ti;
+  PetscInt64         ss, st;
+  PetscInt           lo, hi;
+  MatFMMDistribution got, want;
+  Vec                ya, yd;
+  PetscReal          d;
+  char               what[160];
+
+  PetscFunctionBeginUser;
+  PetscCall(Create(geom, kernel, N, M, MATFMM_METHOD_FMM, MATFMM_DISTRIBUTION_TREE, PETSC_FALSE, &T));
+  PetscCall(MatFMMGetTreePartition(T, &si, &ti));
+  PetscCall(MatGetOwnershipRangeColumn(T, &lo, &hi));
+  PetscCall(CountInRange(si, lo, hi, &ss));
+  PetscCall(MatGetOwnershipRange(T, &lo, &hi));
+  PetscCall(CountInRange(ti, lo, hi, &st));
+  if (!M) st = 0; /* (the targets are the sources) */
+  if (size == 1) want = MATFMM_DISTRIBUTION_REPLICATED;
+  else if (device == MATFMM_DEVICE_CPU) want = MATFMM_DISTRIBUTION_TREE;
+  else want = 2 * (ss + st) >= (PetscInt64)(N + M) ? MATFMM_DISTRIBUTION_TREE : MATFMM_DISTRIBUTION_REPLICATED;
+  PetscCall(Create(geom, kernel, N, M, MATFMM_METHOD_FMM, MATFMM_DISTRIBUTION_AUTO, PETSC_FALSE, &A));
+  PetscCall(MatFMMGetDistribution(A, &got));
+  PetscCall(PetscSNPrintf(what, sizeof(what), "%s, %s layer, %s: auto's distribution as the rule makes it", geom, MatFMMKernels[kernel], M ? "separate targets" : "targets = sources"));
+  PetscCall(TestCheck(what, got == want ? 0.0 : 1.0, 0.0, verbose, &nfail));
+  if (verbose) PetscCall(PetscPrintf(PETSC_COMM_WORLD, "  (%" PetscInt64_FMT " of %" PetscInt_FMT " points stay: %s)\n", ss + st, N + M, MatFMMDistributions[got]));
+  PetscCall(MatCreateVecs(A, NULL, &ya));
+  {
+    Vec x;
+    PetscCall(MatCreateVecs(A, &x, NULL));
+    PetscCall(FillX(x));
+    PetscCall(MatMult(A, x, ya));
+    PetscCall(VecDestroy(&x));
+  }
+  PetscCall(Product(geom, kernel, N, M, MATFMM_METHOD_DIRECT, MATFMM_DISTRIBUTION_AUTO, PETSC_FALSE, &yd));
+  PetscCall(TestRelDiff(ya, yd, yd, &d));
+  PetscCall(PetscSNPrintf(what, sizeof(what), "%s, %s layer, %s: auto vs exact", geom, MatFMMKernels[kernel], M ? "separate targets" : "targets = sources"));
+  PetscCall(TestCheck(what, d, 1e-9, verbose, &nfail));
+  PetscCall(VecDestroy(&ya));
+  PetscCall(VecDestroy(&yd));
+  PetscCall(ISDestroy(&si));
+  PetscCall(ISDestroy(&ti));
+  PetscCall(MatDestroy(&A));
+  PetscCall(MatDestroy(&T));
+  PetscFunctionReturn(0);
+}
+
 /* -device cuda, 2 ranks or more: the tree's top cuts and subtrees made on the GPUs (the CUDA backend's topcuts and
    subtrees) are the host's (-mat_fmm_cuda_tree cpu): each rank holds the same points, and the products
    agree to rounding (the same boxes and lists; only the order within a leaf differs) */
@@ -457,6 +525,8 @@ int main(int argc, char **argv)
   PetscCall(OperatorCase("clusters", MATFMM_KERNEL_COMBINED, N));
   PetscCall(PartitionCase("curve", MATFMM_KERNEL_DOUBLE, N, 0));
   PetscCall(PartitionCase("clusters", MATFMM_KERNEL_COMBINED, N, M));
+  PetscCall(AutoCase("curve", MATFMM_KERNEL_SINGLE, N, 0));
+  PetscCall(AutoCase("square", MATFMM_KERNEL_COMBINED, N, M));
   if (device == MATFMM_DEVICE_CUDA && size > 1) { /* (one rank: tests/gpu.c compares the one-GPU tree with the host's) */
     PetscCall(PetscOptionsSetValue(NULL, "-host_mat_fmm_cuda_tree", "cpu"));
     PetscCall(GPUTreeCase("curve", MATFMM_KERNEL_SINGLE, N, 0));

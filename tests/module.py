@@ -118,6 +118,7 @@ A = petscfmm.createFMM(xy[mine], nrm[mine], w[mine], tgt[t0:t0 + ml], kernel="do
 check("fmm separate targets (%d x %d, ct 16, indexing): relerr <= 1e-9" % (M, N), relerr(A, direct(tgt[t0:t0 + ml], 1, 0)) <= 1e-9)
 check("fmm getDevice, getClusteringThreshold, getExpansionOrder: cpu, 16, 30",
       (fmm.getDevice(A), fmm.getClusteringThreshold(A), fmm.getExpansionOrder(A)) == ("cpu", 16, 30))
+check("fmm getDistribution: replicated (the indexing layout)", fmm.getDistribution(A) == "replicated")
 info = fmm.getTreeInfo(A)
 check("fmm getTreeInfo: %d levels, %d = 4^%d leaves" % (info.levels, info.leaves, info.levels), info.leaves == 4 ** info.levels and info.levels == 3)
 T = fmm.getTreeLeaves(A)

@@ -210,6 +210,7 @@ def _prototypes(L):
         "ISRestoreIndices": [P, ppI],
         "ISDestroy": [pP],
         "MatFMMGetDevice": [P, pE],
+        "MatFMMGetDistribution": [P, pE],
         "PetscFMMCUDAGetDeviceCount": [pI],
         "PetscFMMCUDAInitialize": [],
         "MatSweepSetDM": [P, P],

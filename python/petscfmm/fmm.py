@@ -31,7 +31,7 @@ from . import _lib
 
 __all__ = ["create", "setSources", "setTargets", "setKernel", "setClusteringThreshold", "setExpansionOrder",
            "setTolerance", "setTheta", "setLayout", "setMethod", "setDevice", "setDistribution", "getExpansionOrder",
-           "getClusteringThreshold", "getDevice", "getTreeInfo", "getTreeLeaves", "getTreePartition", "leafBoxes",
+           "getClusteringThreshold", "getDevice", "getDistribution", "getTreeInfo", "getTreeLeaves", "getTreePartition", "leafBoxes",
            "cudaDeviceCount", "cudaInitialize", "KERNELS", "LAYOUTS", "METHODS", "DEVICES", "DISTRIBUTIONS"]
 
 #: names of the kernels, layouts, methods and devices, as the C enums number them
@@ -212,6 +212,14 @@ def getDevice(A):
     v = _lib.Enum()
     _call("MatFMMGetDevice", _mat(A), ctypes.byref(v))
     return DEVICES[v.value]
+
+
+def getDistribution(A):
+    """Across ranks: after assembly the way in use (``'tree'`` or ``'replicated'``, also on one rank), before it the
+    one requested: str (MatFMMGetDistribution())."""
+    v = _lib.Enum()
+    _call("MatFMMGetDistribution", _mat(A), ctypes.byref(v))
+    return DISTRIBUTIONS[v.value]
 
 
 def getTreeInfo(A):

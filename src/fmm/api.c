@@ -558,7 +558,7 @@ PetscErrorCode MatFMMSetMethod(Mat A, MatFMMMethod method)
 
    Level: intermediate
 
-.seealso: `MATFMM`, `MatFMMDistribution`
+.seealso: `MATFMM`, `MatFMMDistribution`, `MatFMMGetDistribution()`, `MatFMMGetTreePartition()`
 @*/
 PetscErrorCode MatFMMSetDistribution(Mat A, MatFMMDistribution dist)
 {
@@ -830,6 +830,41 @@ PetscErrorCode MatFMMGetDevice(Mat A, MatFMMDevice *device)
   PetscCall(FMMGet(A, &fmm));
   PetscAssertPointer(device, 2);
   *device = fmm->setup ? fmm->device_used : fmm->device;
+  PetscFunctionReturn(0);
+}
+
+/*@
+   MatFMMGetDistribution - Gets how a `MATFMM` holds its sources across the
+   ranks: after assembly the way in use, before it the one requested
+   (`MatFMMSetDistribution()`).
+
+   Not collective
+
+   Input Parameter:
+.  A - the `MATFMM`
+
+   Output Parameter:
+.  dist - after assembly `MATFMM_DISTRIBUTION_TREE` (each rank holds its part of the tree and a halo) or
+          `MATFMM_DISTRIBUTION_REPLICATED` (each rank holds all sources; also on one rank); before it the request,
+          which may be `MATFMM_DISTRIBUTION_AUTO`
+
+   Notes:
+   With `MATFMM_DISTRIBUTION_AUTO` the choice depends on the method, the layout, the number of points and, with
+   CUDA, on how many points stay on their rank (`MatFMMSetDistribution()`); `-mat_view` says why the sources
+   are replicated where they are.  The value is the same on every rank.
+
+   Level: intermediate
+
+.seealso: `MATFMM`, `MatFMMSetDistribution()`, `MatFMMGetTreePartition()`
+@*/
+PetscErrorCode MatFMMGetDistribution(Mat A, MatFMMDistribution *dist)
+{
+  Mat_FMM *fmm;
+
+  PetscFunctionBegin;
+  PetscCall(FMMGet(A, &fmm));
+  PetscAssertPointer(dist, 2);
+  *dist = fmm->setup ? (fmm->dist ? MATFMM_DISTRIBUTION_TREE : MATFMM_DISTRIBUTION_REPLICATED) : fmm->distribution;
   PetscFunctionReturn(0);
 }
 
