@@ -853,6 +853,9 @@ PetscErrorCode MatFMMGetDevice(Mat A, MatFMMDevice *device)
    CUDA, on how many points stay on their rank (`MatFMMSetDistribution()`); `-mat_view` says why the sources
    are replicated where they are.  The value is the same on every rank.
 
+   Errors:
+.  `PETSC_ERR_ARG_WRONG` - A is not a `MATFMM`
+
    Level: intermediate
 
 .seealso: `MATFMM`, `MatFMMSetDistribution()`, `MatFMMGetTreePartition()`
