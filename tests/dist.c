@@ -148,17 +148,26 @@ static PetscErrorCode FillX(Vec x)
 }
 
 /* y = K x */
-static PetscErrorCode Product(const char *geom, MatFMMKernel kernel, PetscInt N, PetscInt M, MatFMMMethod method, MatFMMDistribution dist, PetscBool median, Vec *y)
+/* y = A x, x by FillX() */
+static PetscErrorCode MultOf(Mat A, Vec *y)
 {
-  Mat A;
   Vec x;
 
   PetscFunctionBeginUser;
-  PetscCall(Create(geom, kernel, N, M, method, dist, median, &A));
   PetscCall(MatCreateVecs(A, &x, y));
   PetscCall(FillX(x));
   PetscCall(MatMult(A, x, *y));
   PetscCall(VecDestroy(&x));
+  PetscFunctionReturn(0);
+}
+
+static PetscErrorCode Product(const char *geom, MatFMMKernel kernel, PetscInt N, PetscInt M, MatFMMMethod method, MatFMMDistribution dist, PetscBool median, Vec *y)
+{
+  Mat A;
+
+  PetscFunctionBeginUser;
+  PetscCall(Create(geom, kernel, N, M, method, dist, median, &A));
+  PetscCall(MultOf(A, y));
   PetscCall(MatDestroy(&A));
   PetscFunctionReturn(0);
 }
@@ -311,7 +320,7 @@ static PetscErrorCode PartitionCase(const char *geom, MatFMMKernel kernel, Petsc
 {
   Mat             A, B;
   IS              si, ti;
-  Vec             x, y, x2, y2, yp;
+  Vec             y, x2, y2, yp;
   VecScatter      sc;
   PetscInt        n;
   const PetscInt *ix;
@@ -335,9 +344,7 @@ static PetscErrorCode PartitionCase(const char *geom, MatFMMKernel kernel, Petsc
     PetscCall(ISDestroy(&tr));
   }
   /* the same product: x2 = x renumbered, y2 against y renumbered */
-  PetscCall(MatCreateVecs(A, &x, &y));
-  PetscCall(FillX(x));
-  PetscCall(MatMult(A, x, y));
+  PetscCall(MultOf(A, &y));
   PetscCall(MatCreateVecs(B, &x2, &y2));
   PetscCall(ISGetLocalSize(si, &n));
   PetscCall(ISGetIndices(si, &ix));
@@ -354,7 +361,6 @@ static PetscErrorCode PartitionCase(const char *geom, MatFMMKernel kernel, Petsc
   PetscCall(PetscSNPrintf(what, sizeof(what), "%s, %s layer, %s: renumbered by the partition, same product", geom, MatFMMKernels[kernel], M ? "separate targets" : "targets = sources"));
   PetscCall(TestCheck(what, d, 1e-9, verbose, &nfail));
   PetscCall(VecScatterDestroy(&sc));
-  PetscCall(VecDestroy(&x));
   PetscCall(VecDestroy(&y));
   PetscCall(VecDestroy(&x2));
   PetscCall(VecDestroy(&y2));
@@ -413,14 +419,7 @@ static PetscErrorCode AutoCase(const char *geom, MatFMMKernel kernel, PetscInt N
   PetscCall(PetscSNPrintf(what, sizeof(what), "%s, %s layer, %s: auto's distribution as the rule makes it", geom, MatFMMKernels[kernel], M ? "separate targets" : "targets = sources"));
   PetscCall(TestCheck(what, got == want ? 0.0 : 1.0, 0.0, verbose, &nfail));
   if (verbose) PetscCall(PetscPrintf(PETSC_COMM_WORLD, "  (%" PetscInt64_FMT " of %" PetscInt_FMT " points stay: %s)\n", ss + st, N + M, MatFMMDistributions[got]));
-  PetscCall(MatCreateVecs(A, NULL, &ya));
-  {
-    Vec x;
-    PetscCall(MatCreateVecs(A, &x, NULL));
-    PetscCall(FillX(x));
-    PetscCall(MatMult(A, x, ya));
-    PetscCall(VecDestroy(&x));
-  }
+  PetscCall(MultOf(A, &ya));
   PetscCall(Product(geom, kernel, N, M, MATFMM_METHOD_DIRECT, MATFMM_DISTRIBUTION_AUTO, PETSC_FALSE, &yd));
   PetscCall(TestRelDiff(ya, yd, yd, &d));
   PetscCall(PetscSNPrintf(what, sizeof(what), "%s, %s layer, %s: auto vs exact", geom, MatFMMKernels[kernel], M ? "separate targets" : "targets = sources"));
