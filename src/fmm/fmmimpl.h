@@ -620,7 +620,7 @@ typedef struct {
   PetscBool          distplan;   /* CPU: the distributed tree evaluated as the CUDA backend does (-mat_fmm_distribution_global_plan) */
   const char        *whynotdist; /* where the sources are replicated on several ranks: why */
   char               whybuf[192]; /* (whynotdist, where it has numbers) */
-  /* the OpenMP team of the host's work in a setup on a GPU (FMMSetupTeam()) */
+  /* the OpenMP team of the host's work in a setup on a GPU (FMMSetupTeamBegin()) */
   PetscMPIInt noderanks;     /* the matrix's ranks on this node */
   PetscInt    setup_threads; /* -mat_fmm_setup_threads (0: the rule) */
   int         team, omp, cpus; /* the last setup's team, OpenMP's, this rank's share of the CPUs */
