@@ -996,6 +996,7 @@ static PetscErrorCode FMMCUDASubtreesOp(FMMContext *ctx, PetscInt n, const Petsc
   double           *dxy;
   PetscInt         *sorted;
   PetscLogDouble    t0, t1;
+  char              how[96] = "sorted";
 
   PetscFunctionBegin;
   *done = PETSC_FALSE;
@@ -1015,15 +1016,14 @@ static PetscErrorCode FMMCUDASubtreesOp(FMMContext *ctx, PetscInt n, const Petsc
     }
   }
   if (!order) PetscCall(FMMCUDAMalloc(c->stream, (void **)&p->ord, sizeof(PetscInt) * PetscMax(n, 1), "the part's order"));
-  sorted = p && p->keep && p->stay && !xy && !pj && n == p->ns ? p->keep : NULL;
-  if (sorted) { /* no point moved: the top cuts' lists are the sorted input, in slots (slot q holds the caller's lsrc[q]) */
-    PetscInt *inv;
-    PetscCall(FMMCUDAMalloc(c->stream, (void **)&inv, sizeof(PetscInt) * n, "the slots of the caller's points"));
-    PetscCall(FMMCUDAInverse(c->stream, n, p->lsrc, inv));
-    PetscCall(FMMCUDAGatherInts(c->stream, 2 * n, sorted, inv, sorted)); /* (in place: each element reads its own) */
-    PetscCall(FMMCUDAFree(c->stream, inv));
+  sorted = NULL;
+  if (p && p->keep && !xy && !pj && n == p->nr) { /* the top cuts' lists, in slots, are the sorted input */
+    PetscCall(FMMCUDAMalloc(c->stream, (void **)&sorted, sizeof(PetscInt) * 2 * PetscMax(n, 1), "the subtrees' sorted lists"));
+    PetscCall(FMMCUDASubtreesLists(c, n, dxy, nroot, off, p->ns, p->keep, p->lsrc, p->nleft, sorted));
   }
   PetscCall(FMMCUDASubtrees(c, n, dxy, sorted, nroot, off, levels, ctx->par->split_median, m->split_local, order ? order : p->ord, order ? PETSC_FALSE : PETSC_TRUE, loff, bb));
+  PetscCall(FMMCUDAFree(c->stream, sorted));
+  if (sorted) PetscCall(PetscSNPrintf(how, sizeof(how), "the top cuts' lists (%" PetscInt_FMT " received points merged in)", n - (p->ns - p->nleft)));
   if (p) {
     PetscCall(FMMCUDAFree(c->stream, p->keep));
     p->keep = NULL;
@@ -1039,7 +1039,7 @@ static PetscErrorCode FMMCUDASubtreesOp(FMMContext *ctx, PetscInt n, const Petsc
   if (!p || dxy != p->rxy) PetscCall(FMMCUDAFree(c->stream, dxy));
   PetscCall(ResetData(ctx));
   PetscCall(PetscTime(&t1));
-  PetscCall(PetscInfo(ctx->obj, "GPU subtrees: %" PetscInt_FMT " points in %" PetscInt_FMT " boxes split %" PetscInt_FMT " levels deep, %.2f ms with the %s, %s and the order %s\n", n, nroot, levels, 1e3 * (t1 - t0), xy ? "points up" : "points on the GPU", sorted ? "the top cuts' sorted lists" : "sorted", order ? "back" : "kept there"));
+  PetscCall(PetscInfo(ctx->obj, "GPU subtrees: %" PetscInt_FMT " points in %" PetscInt_FMT " boxes split %" PetscInt_FMT " levels deep, %.2f ms with the %s, %s and the order %s\n", n, nroot, levels, 1e3 * (t1 - t0), xy ? "points up" : "points on the GPU", how, order ? "back" : "kept there"));
   *done = PETSC_TRUE;
   PetscFunctionReturn(0);
 }
@@ -1070,7 +1070,7 @@ static PetscErrorCode FMMCUDATopCutsOp(FMMContext *ctx, MPI_Comm comm, PetscInt 
   p->mt     = mt;
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&p->xy, sizeof(double) * 2 * PetscMax(ns + mt, 1), "the points of the rank's part"));
   PetscCall(FMMCUDAMalloc(c->stream, (void **)&box, sizeof(PetscInt) * PetscMax(ns + mt, 1), "the part's boxes"));
-  if (ns && !mt) PetscCall(FMMCUDAMalloc(c->stream, (void **)&p->keep, sizeof(PetscInt) * 2 * ns, "the top cuts' lists")); /* (the subtrees' sorted input where no point moves) */
+  if (ns && !mt) PetscCall(FMMCUDAMalloc(c->stream, (void **)&p->keep, sizeof(PetscInt) * 2 * ns, "the top cuts' lists")); /* (the subtrees' sorted input, FMMCUDASubtreesLists()) */
   {
     PointUpload    up  = {txy, p->xy, ns, sxy, NULL, MemOf(c, sxy), mt ? MemOf(c, txy) : FMM_MEM_PAGEABLE};
     FMMCUDAUploads ups = {UploadPoints, &up, NULL, NULL};
@@ -1120,8 +1120,8 @@ static PetscErrorCode FMMCUDAPartOwnersOp(FMMContext *ctx, PetscBool tgt, PetscI
   PetscCall(PetscFree(h));
   if (tgt) p->mr = nslot;
   else {
-    p->nr   = nslot;
-    p->stay = nrem == 0 && nslot == p->ns ? PETSC_TRUE : PETSC_FALSE;
+    p->nr    = nslot;
+    p->nleft = nrem;
   }
   PetscCall(ResetData(ctx));
   PetscFunctionReturn(0);

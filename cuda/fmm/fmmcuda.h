@@ -323,7 +323,7 @@ typedef struct {
   PetscInt  n0;              /* the boxes of level l0 */
   PetscInt *keep;            /* [2 ns] or NULL: the top cuts' x and y lists of the caller's sources (targets = sources),
                                 box after box, each sorted by (coordinate, index) in its box, until the subtrees */
-  PetscBool stay;            /* no source left the rank and none came to it (partowners()) */
+  PetscInt  nleft;           /* the caller's sources that left the rank (partowners()) */
   PetscInt *bsort;           /* [ns + mt]: the caller's sources by box, then its targets by box, each box's in
                                 the caller's order (the top cuts' boxes, FMMCUDAPartBoxes()) */
   PetscInt  nr, mr;          /* this rank's source and target slots */
@@ -376,6 +376,7 @@ typedef struct {
 PETSC_INTERN PetscErrorCode FMMCUDATreeBuild(FMM_CUDA *, FMMPlan *, const FMMCUDATreeInput *);
 PETSC_INTERN PetscErrorCode FMMCUDATopCuts(FMM_CUDA *, MPI_Comm, PetscInt, PetscInt, const double *, PetscInt, PetscInt64, PetscInt64, PetscInt, PetscInt *, PetscInt *, const FMMCUDAUploads *);
 PETSC_INTERN PetscErrorCode FMMCUDASubtrees(FMM_CUDA *, PetscInt, const double *, const PetscInt *, PetscInt, const PetscInt *, PetscInt, PetscBool, PetscBool, PetscInt *, PetscBool, PetscInt *, double *);
+PETSC_INTERN PetscErrorCode FMMCUDASubtreesLists(FMM_CUDA *, PetscInt, const double *, PetscInt, const PetscInt *, PetscInt, const PetscInt *, const PetscInt *, PetscInt, PetscInt *);
 PETSC_INTERN PetscErrorCode FMMCUDADistLists(FMM_CUDA *, FMMDistLists *, const double *, PetscInt **, double *[3], PetscInt *);
 PETSC_INTERN PetscErrorCode FMMCUDAM2LPlan(FMM_CUDA *, const FMMPlan *);
 PETSC_INTERN PetscErrorCode FMMCUDAP2PPlanBegin(FMM_CUDA *, const FMMPlan *, PetscBool);
@@ -398,7 +399,6 @@ PETSC_INTERN cudaError_t    FMMCUDALateWait(void);
 PETSC_INTERN PetscErrorCode FMMCUDAPartNumbers(cudaStream_t, PetscInt, const PetscInt *, const PetscInt *, PetscInt, PetscInt, const PetscInt *, PetscInt *, PetscInt *);
 PETSC_INTERN PetscErrorCode FMMCUDAPartGather(cudaStream_t, const FMMCUDAPart *, PetscInt, const PetscInt *, double *);
 PETSC_INTERN PetscErrorCode FMMCUDAGatherInts(cudaStream_t, PetscInt, const PetscInt *, const PetscInt *, PetscInt *);
-PETSC_INTERN PetscErrorCode FMMCUDAInverse(cudaStream_t, PetscInt, const PetscInt *, PetscInt *);
 PETSC_INTERN PetscErrorCode FMMCUDALeafOf(cudaStream_t, PetscInt, PetscInt, const PetscInt *, PetscInt *);
 /* upward.cu */
 PETSC_INTERN PetscErrorCode FMMCUDAStrengths(FMM_CUDA *, const FMMPlan *, const double *);

@@ -130,14 +130,6 @@ __global__ static void GatherIntsKernel(PetscInt n, const PetscInt *idx, const P
   if (k < n) out[k] = a[idx[k]];
 }
 
-/* inv[map[k]] = k (map a permutation of [0, n)) */
-__global__ static void InverseKernel(PetscInt n, const PetscInt *map, PetscInt *inv)
-{
-  FMMWaitPrior();
-  const PetscInt k = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
-  if (k < n) inv[map[k]] = k;
-}
-
 struct IsSource {
   PetscInt                     nr;
   __host__ __device__ PetscInt operator()(PetscInt j) const { return j < nr ? 1 : 0; }
@@ -270,15 +262,6 @@ PetscErrorCode FMMCUDAGatherInts(cudaStream_t s, PetscInt n, const PetscInt *idx
   PetscFunctionBegin;
   if (!n) PetscFunctionReturn(0);
   FMMLaunch(GatherIntsKernel, FMMCUDABlocks(n, PART_BS), PART_BS, 0, s, n, idx, a, out);
-  FMMCheckLaunch();
-  PetscFunctionReturn(0);
-}
-
-PetscErrorCode FMMCUDAInverse(cudaStream_t s, PetscInt n, const PetscInt *map, PetscInt *inv)
-{
-  PetscFunctionBegin;
-  if (!n) PetscFunctionReturn(0);
-  FMMLaunch(InverseKernel, FMMCUDABlocks(n, PART_BS), PART_BS, 0, s, n, map, inv);
   FMMCheckLaunch();
   PetscFunctionReturn(0);
 }

@@ -454,7 +454,7 @@ __global__ void BoxKeyKernel(PetscInt U, PetscInt nroot, const PetscInt *off, co
   indices) each split levels deep by the splitting stage of FMMCUDATreeBuild
   (the same rule and keys, so the cuts of FMMTreeSplit()).  The x and y lists
   start sorted by (box, coordinate, index): given in sorted (device, 2U;
-  the top cuts' lists where no point moved, FMMCUDATopCuts() keep), or,
+  the top cuts' lists, FMMCUDASubtreesLists()), or,
   where it is NULL, a stable sort by coordinate, then a stable sort of that
   by box.  Gives order (U: the points leaf by leaf; in
   device memory where dorder, else host), and in host memory loff (nroot
@@ -516,6 +516,112 @@ PetscErrorCode FMMCUDASubtrees(FMM_CUDA *c, PetscInt U, const double *xy, const 
   PetscCall(FMMCUDAReadbackStaged(c->stream, hbb, w->bb, sizeof(double) * 4 * w->nboxes));
   FMMCallCUDA(cudaStreamSynchronize(c->stream));
   PetscCall(FMMCUDAFree(c->stream, work.base));
+  PetscFunctionReturn(0);
+}
+
+/* inv[lsrc[q]] = q for the slots q that hold one of the caller's points (lsrc[q] >= 0) */
+__global__ void SlotOfKernel(PetscInt n, const PetscInt *lsrc, PetscInt *inv)
+{
+  FMMWaitPrior();
+  const PetscInt q = (PetscInt)blockIdx.x * blockDim.x + threadIdx.x;
+  if (q < n && lsrc[q] >= 0) inv[lsrc[q]] = q;
+}
+
+/* the slot of the caller's point keep[k] (-1: it left the rank) */
+struct SlotOfPoint {
+  const PetscInt *inv;
+  __device__ __forceinline__ PetscInt operator()(PetscInt i) const { return inv[i]; }
+};
+
+struct IsSlot {
+  __device__ __forceinline__ bool operator()(PetscInt q) const { return q >= 0; }
+};
+
+struct IsReceived {
+  const PetscInt *lsrc;
+  __device__ __forceinline__ bool operator()(PetscInt q) const { return lsrc[q] < 0; }
+};
+
+/* slot a before slot b in a subtrees' list: by box (off: the boxes' first slots), then coordinate d, then slot */
+struct SlotLess {
+  const double   *xy;
+  const PetscInt *off;
+  PetscInt        nroot;
+  int             d;
+  __device__ __forceinline__ bool operator()(PetscInt a, PetscInt b) const
+  {
+    const PetscInt ba = FMMLastLE(off, 0, nroot, a), bb = FMMLastLE(off, 0, nroot, b);
+    return ba < bb || (ba == bb && CoordIndexLess(xy, d, a, b));
+  }
+};
+
+/*
+  FMMCUDASubtreesLists - the sorted input of FMMCUDASubtrees() from the top
+  cuts' lists: keep (device, 2 ns: the x and y lists of the caller's ns
+  sources, box after box, FMMCUDATopCuts()) renumbered as the rank's n
+  slots (lsrc, device: slot -> the caller's source there, -1 where
+  received; xy, device: the slots' points), without the nleft points that
+  left the rank; the received slots, sorted by (box, coordinate, slot)
+  (hoff, host: the nroot boxes' first slots), merged in.  Gives sorted
+  (device, 2n): the lists that FMMCUDASubtrees()'s own sort makes (equal
+  coordinates in slot order, which in a box is the order of the global
+  indices), in a pass over the lists and a sort of the received slots only.
+*/
+PetscErrorCode FMMCUDASubtreesLists(FMM_CUDA *c, PetscInt n, const double *xy, PetscInt nroot, const PetscInt *hoff, PetscInt ns, const PetscInt *keep, const PetscInt *lsrc, PetscInt nleft, PetscInt *sorted)
+{
+  const PetscInt nstay = ns - nleft, nrecv = n - nstay;
+  PetscInt      *inv, *off, *part, *dn, hn[3] = {0, 0, 0};
+  void          *tmp = NULL;
+  size_t         bytes = 0, need = 0;
+  const auto     slots = thrust::make_transform_iterator(keep, SlotOfPoint{NULL});
+
+  PetscFunctionBegin;
+  PetscCheck(nstay >= 0 && nrecv >= 0, PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CUDA: %" PetscInt_FMT " slots for %" PetscInt_FMT " sources of which %" PetscInt_FMT " left", n, ns, nleft);
+  if (!n) PetscFunctionReturn(0);
+  FMMCallCUDA(cub::DeviceSelect::If(NULL, need, slots, sorted, (PetscInt *)NULL, (int)ns, IsSlot(), c->stream));
+  bytes = need;
+  if (nrecv) {
+    SlotLess less{xy, NULL, nroot, 0};
+    FMMCallCUDA(cub::DeviceSelect::If(NULL, need, thrust::counting_iterator<PetscInt>(0), sorted, (PetscInt *)NULL, (int)n, IsReceived{lsrc}, c->stream));
+    bytes = PetscMax(bytes, need);
+    FMMCallCUDA(cub::DeviceMergeSort::SortKeys(NULL, need, sorted, nrecv, less, c->stream));
+    bytes = PetscMax(bytes, need);
+    FMMCallCUDA(cub::DeviceMerge::MergeKeys(NULL, need, sorted, nstay, sorted, nrecv, sorted, less, c->stream));
+    bytes = PetscMax(bytes, need);
+  }
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&inv, sizeof(PetscInt) * PetscMax(ns, 1), "the slots of the caller's points"));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&off, sizeof(PetscInt) * (nroot + 1), "the subtrees' boxes"));
+  PetscCall(FMMCUDAMalloc(c->stream, (void **)&part, sizeof(PetscInt) * (2 * (nrecv ? nstay + nrecv : 0) + 3), "the subtrees' lists in parts"));
+  PetscCall(FMMCUDAMalloc(c->stream, &tmp, PetscMax(bytes, 1), "the subtrees' lists' work"));
+  dn = part + 2 * (nrecv ? nstay + nrecv : 0);
+  FMMCallCUDA(cudaMemsetAsync(inv, 0xff, sizeof(PetscInt) * ns, c->stream));
+  FMMCallCUDA(cudaMemcpyAsync(off, hoff, sizeof(PetscInt) * (nroot + 1), cudaMemcpyHostToDevice, c->stream));
+  FMMLaunch(SlotOfKernel, LAUNCH_N(n), n, lsrc, inv);
+  FMMCheckLaunch();
+  if (nrecv) { /* the received slots, in both lists' places */
+    PetscInt *r = part + 2 * nstay;
+    need        = bytes;
+    FMMCallCUDA(cub::DeviceSelect::If(tmp, need, thrust::counting_iterator<PetscInt>(0), r, dn + 2, (int)n, IsReceived{lsrc}, c->stream));
+    FMMCallCUDA(cudaMemcpyAsync(r + nrecv, r, sizeof(PetscInt) * nrecv, cudaMemcpyDeviceToDevice, c->stream));
+  }
+  for (int d = 0; d < 2; d++) {
+    PetscInt *a = nrecv ? part + d * nstay : sorted + d * n, *r = part + 2 * nstay + d * nrecv;
+    need        = bytes;
+    FMMCallCUDA(cub::DeviceSelect::If(tmp, need, thrust::make_transform_iterator(keep + d * ns, SlotOfPoint{inv}), a, dn + d, (int)ns, IsSlot(), c->stream));
+    if (!nrecv) continue;
+    SlotLess less{xy, off, nroot, d};
+    need = bytes;
+    FMMCallCUDA(cub::DeviceMergeSort::SortKeys(tmp, need, r, nrecv, less, c->stream));
+    need = bytes;
+    FMMCallCUDA(cub::DeviceMerge::MergeKeys(tmp, need, a, nstay, r, nrecv, sorted + d * n, less, c->stream));
+  }
+  FMMCallCUDA(cudaMemcpyAsync(hn, dn, sizeof(PetscInt) * (nrecv ? 3 : 2), cudaMemcpyDeviceToHost, c->stream));
+  FMMCallCUDA(cudaStreamSynchronize(c->stream));
+  PetscCall(FMMCUDAFree(c->stream, tmp));
+  PetscCall(FMMCUDAFree(c->stream, part));
+  PetscCall(FMMCUDAFree(c->stream, off));
+  PetscCall(FMMCUDAFree(c->stream, inv));
+  PetscCheck(hn[0] == nstay && hn[1] == nstay && (!nrecv || hn[2] == nrecv), PETSC_COMM_SELF, PETSC_ERR_PLIB, "MATFMM CUDA: %" PetscInt_FMT " and %" PetscInt_FMT " of the caller's sources stay and %" PetscInt_FMT " slots were received, not %" PetscInt_FMT " and %" PetscInt_FMT, hn[0], hn[1], hn[2], nstay, nrecv);
   PetscFunctionReturn(0);
 }
 
