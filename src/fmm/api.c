@@ -997,6 +997,14 @@ static PetscErrorCode WarmUp(MatFMMDevice device)
    without CUDA or no GPU is present, and when called again.  The warm-up
    product appears once in -log_view.
 
+   With several ranks on a node, call it before making PETSc CUDA vectors
+   (or assemble the matrix first and take its vectors from
+   `MatCreateVecs()`, as the tutorials do).  PETSc 3.24's first CUDA vector
+   leaves a second CUDA context on GPU 0 in every rank but the first when
+   no context exists yet; it holds about half a GB of that GPU's memory
+   and host memory in each such rank.  This call makes the context on the
+   rank's own GPU first, and none is left on GPU 0.
+
    GPU memory of `MATFMM` comes from a stream-ordered memory pool of
    petscfmm's own on this rank's device, created here, which keeps what is
    freed: `MatDestroy()` and a new assembly return memory to the pool, and the
