@@ -999,11 +999,11 @@ static PetscErrorCode WarmUp(MatFMMDevice device)
 
    With several ranks on a node, call it before making PETSc CUDA vectors
    (or assemble the matrix first and take its vectors from
-   `MatCreateVecs()`, as the tutorials do).  PETSc 3.24's first CUDA vector
-   leaves a second CUDA context on GPU 0 in every rank but the first when
-   no context exists yet; it holds about half a GB of that GPU's memory
-   and host memory in each such rank.  This call makes the context on the
-   rank's own GPU first, and none is left on GPU 0.
+   `MatCreateVecs()`, as the tutorials do).  Where a process has no CUDA
+   context yet, PETSc's first CUDA vector made a second context on GPU 0
+   in the second of two ranks (PETSc 3.24.6): about 0.5 GB of GPU 0's
+   memory and 90 MB of that rank's host memory.  This call makes the
+   context on the rank's own GPU first, and none is made on GPU 0.
 
    GPU memory of `MATFMM` comes from a stream-ordered memory pool of
    petscfmm's own on this rank's device, created here, which keeps what is
