@@ -1020,10 +1020,10 @@ static PetscErrorCode FMMCUDASubtreesOp(FMMContext *ctx, PetscInt n, const Petsc
   if (p && p->keep && !xy && !pj && n == p->nr) { /* the top cuts' lists, in slots, are the sorted input */
     PetscCall(FMMCUDAMalloc(c->stream, (void **)&sorted, sizeof(PetscInt) * 2 * PetscMax(n, 1), "the subtrees' sorted lists"));
     PetscCall(FMMCUDASubtreesLists(c, n, dxy, nroot, off, p->ns, p->keep, p->lsrc, p->nleft, sorted));
+    PetscCall(PetscSNPrintf(how, sizeof(how), "the top cuts' lists (%" PetscInt_FMT " received points merged in)", n - (p->ns - p->nleft)));
   }
   PetscCall(FMMCUDASubtrees(c, n, dxy, sorted, nroot, off, levels, ctx->par->split_median, m->split_local, order ? order : p->ord, order ? PETSC_FALSE : PETSC_TRUE, loff, bb));
   PetscCall(FMMCUDAFree(c->stream, sorted));
-  if (sorted) PetscCall(PetscSNPrintf(how, sizeof(how), "the top cuts' lists (%" PetscInt_FMT " received points merged in)", n - (p->ns - p->nleft)));
   if (p) {
     PetscCall(FMMCUDAFree(c->stream, p->keep));
     p->keep = NULL;
