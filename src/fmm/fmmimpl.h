@@ -683,6 +683,7 @@ static inline PetscErrorCode FMMStageMark(PetscLogDouble *t, PetscLogDouble *rss
 }
 /* points.c */
 PETSC_INTERN void           FMMCopyBytes(void *, const void *, size_t);
+PETSC_INTERN void           FMMAdviseHugePages(void *, size_t);
 PETSC_INTERN void           FMMCopyReals(PetscReal *, const PetscReal *, PetscInt);
 PETSC_INTERN PetscErrorCode FMMWaitForPETSc(PetscBool);
 PETSC_INTERN PetscErrorCode FMMArraysOnDevice(PetscInt, const PetscReal *const[], const char *const[], PetscBool *);
